@@ -1,0 +1,22 @@
+# mcp-session-proxy container image.
+#   docker build -t mcp-session-proxy .
+#   docker run --rm -p 8080:8080 -e MCP_PROXY_UPSTREAM__URL=http://host.docker.internal:3001/mcp mcp-session-proxy
+# Configuration: mount a proxy.toml at /etc/mcp-session-proxy/proxy.toml, or set MCP_PROXY_*
+# variables (they win over the file). Without an upstream, the embedded demo server runs.
+
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN cargo build --release --locked --bin mcp-session-proxy
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin proxy
+COPY --from=build /src/target/release/mcp-session-proxy /usr/local/bin/mcp-session-proxy
+COPY proxy.toml /etc/mcp-session-proxy/proxy.toml
+WORKDIR /etc/mcp-session-proxy
+# Inside a container the proxy must listen on every interface to be reachable.
+ENV MCP_PROXY_LISTEN=0.0.0.0:8080
+EXPOSE 8080
+USER 10001
+ENTRYPOINT ["/usr/local/bin/mcp-session-proxy"]

@@ -1,0 +1,183 @@
+//! Configuration: built-in defaults < `proxy.toml` (or `--config FILE`) < `MCP_PROXY_*`
+//! environment variables < command-line flags, read with figment into raw serde structs
+//! (unknown keys refused), then checked into a typed [`Config`] whose errors name the key.
+
+mod raw;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use http::Uri;
+
+pub use raw::RawConfig;
+
+/// The health endpoint: the process is alive and serving. The MCP path may not take it.
+pub const HEALTH_PATH: &str = "/healthz";
+
+/// The file read when no `--config` is given (skipped if absent).
+pub const DEFAULT_FILE: &str = "proxy.toml";
+/// Prefix of configuration environment variables; `__` separates nested keys
+/// (`MCP_PROXY_SESSION__IDLE_TTL=10m`).
+pub const ENV_PREFIX: &str = "MCP_PROXY_";
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// Path of the MCP endpoint, e.g. `/mcp`.
+    pub path: String,
+    pub max_body_bytes: usize,
+    /// Extra browser origins allowed besides loopback ones.
+    pub allowed_origins: Vec<String>,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+    pub session: SessionConfig,
+    pub upstream: UpstreamConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    pub idle_ttl: Duration,
+    pub max_sessions: usize,
+    pub reap_interval: Duration,
+    /// Key of the `state` MAC; `None` means a random key per process.
+    pub state_key: Option<Secret>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// `None`: run the embedded demo server and proxy to it.
+    pub url: Option<Uri>,
+    /// Requests without a data-layer session get -32044 instead of being passed through.
+    pub require_session: bool,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    pub sse_idle_timeout: Duration,
+    pub max_message_bytes: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// A `tracing` filter directive, e.g. `info` or `mcp_session_proxy=debug`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+/// Bytes that must not be printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<hidden>)")
+    }
+}
+
+/// Values given on the command line; they win over every other layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub upstream: Option<String>,
+}
+
+/// Why the configuration cannot be used. Each line names the key and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  {}", .problems.join("\n  "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+impl ConfigError {
+    fn one(problem: String) -> Self {
+        ConfigError {
+            problems: vec![problem],
+        }
+    }
+}
+
+impl Config {
+    /// The built-in defaults (what an empty `proxy.toml` gives).
+    pub fn defaults() -> Config {
+        match validate::check(RawConfig::default()) {
+            Ok(config) => config,
+            Err(e) => unreachable_defaults(&e),
+        }
+    }
+}
+
+#[expect(
+    clippy::panic,
+    reason = "the built-in defaults are valid; a unit test proves it"
+)]
+fn unreachable_defaults(e: &ConfigError) -> Config {
+    panic!("built-in defaults are invalid: {e}")
+}
+
+/// Reads every layer, with environment variables from the process.
+pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+    load_from(overrides, Env::prefixed(ENV_PREFIX).split("__"))
+}
+
+/// Reads every layer with the given environment provider (tests pass their own).
+pub fn load_from(overrides: &Overrides, env: Env) -> Result<Config, ConfigError> {
+    let file = match &overrides.config_file {
+        Some(path) if !path.is_file() => {
+            return Err(ConfigError::one(format!(
+                "--config: cannot read {}: no such file",
+                path.display()
+            )));
+        }
+        Some(path) => Some(path.clone()),
+        // The default file is read from the working directory only (figment's
+        // `Toml::file` would also search its parents, which surprises operators).
+        None => Some(PathBuf::from(DEFAULT_FILE)).filter(|p| p.is_file()),
+    };
+    let mut figment = Figment::from(Serialized::defaults(RawConfig::default()));
+    if let Some(path) = file {
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    figment = figment.merge(env);
+    if let Some(listen) = &overrides.listen {
+        figment = figment.merge(Serialized::default("listen", listen));
+    }
+    if let Some(url) = &overrides.upstream {
+        figment = figment.merge(Serialized::default("upstream.url", url));
+    }
+    let raw: RawConfig = figment.extract().map_err(describe_figment)?;
+    validate::check(raw)
+}
+
+fn describe_figment(error: figment::Error) -> ConfigError {
+    let problems = error
+        .into_iter()
+        .map(|e| {
+            let key = if e.path.is_empty() {
+                "(top level)".to_owned()
+            } else {
+                e.path.join(".")
+            };
+            let source = e
+                .metadata
+                .as_ref()
+                .map(|m| format!(" (from {})", m.name))
+                .unwrap_or_default();
+            format!("{key}: {}{source}", e.kind)
+        })
+        .collect();
+    ConfigError { problems }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,95 @@
+//! The configuration as written: every key, its default, nothing checked yet beyond
+//! types. Unknown keys are refused so a typo does not silently fall back to a default.
+//! `proxy.toml` at the repository root documents each of these keys.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub listen: String,
+    pub path: String,
+    pub max_body_bytes: u64,
+    pub allowed_origins: Vec<String>,
+    pub shutdown_grace: String,
+    pub session: RawSession,
+    pub upstream: RawUpstream,
+    pub log: RawLog,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawSession {
+    pub idle_ttl: String,
+    pub max_sessions: u64,
+    pub reap_interval: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpstream {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub require_session: bool,
+    pub connect_timeout: String,
+    pub timeout: String,
+    pub sse_idle_timeout: String,
+    pub max_message_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    pub level: String,
+    pub format: String,
+}
+
+impl Default for RawConfig {
+    fn default() -> Self {
+        RawConfig {
+            listen: "127.0.0.1:8080".into(),
+            path: "/mcp".into(),
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_origins: Vec::new(),
+            shutdown_grace: "10s".into(),
+            session: RawSession::default(),
+            upstream: RawUpstream::default(),
+            log: RawLog::default(),
+        }
+    }
+}
+
+impl Default for RawSession {
+    fn default() -> Self {
+        RawSession {
+            idle_ttl: "30m".into(),
+            max_sessions: 10_000,
+            reap_interval: "30s".into(),
+            state_key: None,
+        }
+    }
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        RawUpstream {
+            url: None,
+            require_session: false,
+            connect_timeout: "5s".into(),
+            timeout: "60s".into(),
+            sse_idle_timeout: "5m".into(),
+            max_message_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}

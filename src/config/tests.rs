@@ -1,0 +1,155 @@
+use std::io::Write;
+
+use super::*;
+
+/// An environment layer that no variable of the test process can match.
+fn no_env() -> Env {
+    Env::prefixed("MCP_PROXY_UNIT_TEST_NOTHING_")
+}
+
+fn file(contents: &str) -> tempfile_path::TempFile {
+    tempfile_path::TempFile::new(contents)
+}
+
+mod tempfile_path {
+    use std::path::PathBuf;
+
+    pub struct TempFile(pub PathBuf);
+
+    impl TempFile {
+        pub fn new(contents: &str) -> Self {
+            let mut bytes = [0u8; 8];
+            rand::fill(&mut bytes);
+            let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            let path = std::env::temp_dir().join(format!("mcp-proxy-config-{name}.toml"));
+            let mut file = std::fs::File::create(&path).unwrap();
+            super::Write::write_all(&mut file, contents.as_bytes()).unwrap();
+            TempFile(path)
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+fn load_file(contents: &str, overrides: Overrides) -> Result<Config, ConfigError> {
+    let f = file(contents);
+    load_from(
+        &Overrides {
+            config_file: Some(f.0.clone()),
+            ..overrides
+        },
+        no_env(),
+    )
+}
+
+#[test]
+fn the_defaults_are_valid() {
+    let config = Config::defaults();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.path, "/mcp");
+    assert_eq!(config.max_body_bytes, 4 * 1024 * 1024);
+    assert_eq!(config.session.idle_ttl, Duration::from_secs(30 * 60));
+    assert!(config.upstream.url.is_none());
+    assert!(!config.upstream.require_session);
+}
+
+#[test]
+fn the_repository_proxy_toml_is_the_defaults() {
+    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/proxy.toml");
+    let from_file = load_from(
+        &Overrides {
+            config_file: Some(repo.into()),
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap();
+    let defaults = Config::defaults();
+    assert_eq!(format!("{from_file:?}"), format!("{defaults:?}"));
+}
+
+#[test]
+fn a_file_sets_values_and_flags_win_over_it() {
+    let config = load_file(
+        "listen = \"127.0.0.1:9000\"\n[upstream]\nurl = \"http://127.0.0.1:3001/mcp\"\nrequire_session = true\n[session]\nidle_ttl = \"90s\"\nstate_key = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"\n",
+        Overrides {
+            listen: Some("127.0.0.1:9100".into()),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:9100");
+    assert_eq!(
+        config.upstream.url.unwrap().to_string(),
+        "http://127.0.0.1:3001/mcp"
+    );
+    assert!(config.upstream.require_session);
+    assert_eq!(config.session.idle_ttl, Duration::from_secs(90));
+    assert_eq!(config.session.state_key.unwrap().0.len(), 32);
+}
+
+#[test]
+fn bad_values_name_their_keys() {
+    let err = load_file(
+        "listen = \"nowhere\"\nmax_body_bytes = 3\n[session]\nidle_ttl = \"soon\"\nstate_key = \"abc\"\n[upstream]\nurl = \"ftp://x\"\n[log]\nformat = \"xml\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "listen:",
+        "max_body_bytes:",
+        "session.idle_ttl:",
+        "session.state_key:",
+        "upstream.url:",
+        "log.format:",
+    ] {
+        assert!(text.contains(key), "{key} missing from: {text}");
+    }
+    assert_eq!(err.problems.len(), 6);
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_are_refused() {
+    let err = load_file("[session]\nidel_ttl = \"5m\"\n", Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("idel_ttl"), "{err}");
+    let err = load_file("max_body_bytes = \"big\"\n", Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("max_body_bytes"), "{err}");
+}
+
+#[test]
+fn https_upstreams_are_refused_with_a_reason() {
+    let err = load_file(
+        "[upstream]\nurl = \"https://example.com/mcp\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("https upstreams are not supported"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_config_file_is_an_error() {
+    let err = load_from(
+        &Overrides {
+            config_file: Some("/nonexistent/proxy.toml".into()),
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("--config"), "{err}");
+}
+
+#[test]
+fn the_mcp_path_cannot_take_the_health_path() {
+    let err = load_file("path = \"/healthz\"\n", Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("path:"), "{err}");
+}

@@ -1,0 +1,203 @@
+//! Raw → typed configuration. Every problem is collected (not just the first), each
+//! naming its key path and saying what a good value looks like.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Uri;
+
+use super::HEALTH_PATH;
+use super::raw::RawConfig;
+use super::{Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig, UpstreamConfig};
+
+struct Problems(Vec<String>);
+
+impl Problems {
+    fn add(&mut self, key: &str, why: impl std::fmt::Display) {
+        self.0.push(format!("{key}: {why}"));
+    }
+
+    fn duration(&mut self, key: &str, value: &str, min: Duration) -> Duration {
+        match humantime::parse_duration(value.trim()) {
+            Ok(d) if d >= min => d,
+            Ok(_) => {
+                self.add(
+                    key,
+                    format!(
+                        "{value:?} is too short; the minimum is {}",
+                        humantime::format_duration(min)
+                    ),
+                );
+                min
+            }
+            Err(e) => {
+                self.add(
+                    key,
+                    format!(
+                        "{value:?} is not a duration ({e}); write e.g. \"30s\", \"5m\" or \"1h\""
+                    ),
+                );
+                min
+            }
+        }
+    }
+
+    fn size(&mut self, key: &str, value: u64, min: u64) -> usize {
+        if value < min {
+            self.add(key, format!("{value} is too small; the minimum is {min}"));
+        }
+        usize::try_from(value).unwrap_or(usize::MAX)
+    }
+}
+
+pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
+    let mut p = Problems(Vec::new());
+
+    let listen = raw.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+        p.add(
+            "listen",
+            format!(
+                "{:?} is not a socket address; write e.g. \"127.0.0.1:8080\"",
+                raw.listen
+            ),
+        );
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    });
+    if !raw.path.starts_with('/') || raw.path.contains(['?', '#', ' ']) {
+        p.add(
+            "path",
+            format!(
+                "{:?} must be an absolute URL path such as \"/mcp\"",
+                raw.path
+            ),
+        );
+    } else if raw.path == HEALTH_PATH {
+        p.add(
+            "path",
+            format!("{HEALTH_PATH} is reserved for health checks"),
+        );
+    }
+    let max_body_bytes = p.size("max_body_bytes", raw.max_body_bytes, 1024);
+    for (i, origin) in raw.allowed_origins.iter().enumerate() {
+        if !(origin.starts_with("http://") || origin.starts_with("https://"))
+            || origin.ends_with('/')
+        {
+            p.add(&format!("allowed_origins[{i}]"), format!("{origin:?} must be an origin like \"https://app.example.com\" (scheme, host, optional port, no path)"));
+        }
+    }
+    let shutdown_grace = p.duration("shutdown_grace", &raw.shutdown_grace, Duration::ZERO);
+
+    let s = &raw.session;
+    let idle_ttl = p.duration("session.idle_ttl", &s.idle_ttl, Duration::from_secs(1));
+    let reap_interval = p.duration(
+        "session.reap_interval",
+        &s.reap_interval,
+        Duration::from_millis(10),
+    );
+    let max_sessions = p.size("session.max_sessions", s.max_sessions, 1);
+    let state_key = s.state_key.as_deref().and_then(|key| match decode_hex(key.trim()) {
+        Some(bytes) if bytes.len() >= 32 => Some(Secret(bytes)),
+        _ => {
+            p.add("session.state_key", "must be at least 64 hexadecimal digits (32 bytes), e.g. the output of `openssl rand -hex 32`");
+            None
+        }
+    });
+
+    let u = &raw.upstream;
+    let url = u
+        .url
+        .as_deref()
+        .filter(|url| !url.trim().is_empty())
+        .and_then(|url| match parse_upstream_url(url.trim()) {
+            Ok(uri) => Some(uri),
+            Err(why) => {
+                p.add("upstream.url", why);
+                None
+            }
+        });
+    let connect_timeout = p.duration(
+        "upstream.connect_timeout",
+        &u.connect_timeout,
+        Duration::from_millis(1),
+    );
+    let timeout = p.duration("upstream.timeout", &u.timeout, Duration::from_millis(1));
+    let sse_idle_timeout = p.duration(
+        "upstream.sse_idle_timeout",
+        &u.sse_idle_timeout,
+        Duration::from_millis(1),
+    );
+    let max_message_bytes = p.size("upstream.max_message_bytes", u.max_message_bytes, 1024);
+
+    let format = match raw.log.format.as_str() {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => {
+            p.add(
+                "log.format",
+                format!("{other:?} must be \"text\" or \"json\""),
+            );
+            LogFormat::Text
+        }
+    };
+    if let Err(e) = raw.log.level.parse::<tracing_subscriber::EnvFilter>() {
+        p.add("log.level", format!("{:?} is not a log filter ({e}); write e.g. \"info\" or \"mcp_session_proxy=debug\"", raw.log.level));
+    }
+
+    if !p.0.is_empty() {
+        return Err(ConfigError { problems: p.0 });
+    }
+    Ok(Config {
+        listen,
+        path: raw.path,
+        max_body_bytes,
+        allowed_origins: raw.allowed_origins,
+        shutdown_grace,
+        session: SessionConfig {
+            idle_ttl,
+            max_sessions,
+            reap_interval,
+            state_key,
+        },
+        upstream: UpstreamConfig {
+            url,
+            require_session: u.require_session,
+            connect_timeout,
+            timeout,
+            sse_idle_timeout,
+            max_message_bytes,
+        },
+        log: LogConfig {
+            level: raw.log.level,
+            format,
+        },
+    })
+}
+
+fn parse_upstream_url(url: &str) -> Result<Uri, String> {
+    let uri: Uri = url.parse().map_err(|e| {
+        format!("{url:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:3001/mcp\"")
+    })?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err(format!(
+                "{url:?}: https upstreams are not supported yet; put the proxy next to the server and use http"
+            ));
+        }
+        _ => return Err(format!("{url:?} must start with http://")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{url:?} has no host"));
+    }
+    Ok(uri)
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}

@@ -1,0 +1,209 @@
+//! Every error the proxy itself answers a client with, and the one place that decides its
+//! HTTP status, JSON-RPC code, message and `data` (PROTOCOL.md §5).
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::json;
+
+use crate::jsonrpc::{EnvelopeError, ErrorObject, code};
+use crate::mcp::meta::MetaError;
+use crate::session::StoreError;
+use crate::upstream::UpstreamError;
+
+/// Whose fault an error is: decides its log level and whether it counts against the
+/// upstream's or the proxy's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Client,
+    Upstream,
+    Proxy,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error("Not Found: the MCP endpoint of this proxy is {path}")]
+    NoSuchPath { path: String },
+    #[error("Unsupported Media Type: POST bodies must be application/json")]
+    UnsupportedMediaType,
+    #[error("Not Acceptable: the Accept header must allow application/json or text/event-stream")]
+    NotAcceptable,
+    #[error("Request body too large: the limit is {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("Forbidden: origin {origin:?} is not allowed")]
+    OriginForbidden { origin: String },
+    #[error("Invalid params: {0}")]
+    Meta(#[from] MetaError),
+    #[error("Invalid params: _meta[{key:?}] must be an object")]
+    NotAnObject { key: &'static str },
+    #[error(
+        "Invalid params: sessions/delete needs the session to delete in _meta[\"io.modelcontextprotocol/session\"]"
+    )]
+    DeleteWithoutSession,
+    #[error("Session not found")]
+    SessionNotFound { session_id: String },
+    #[error(
+        "Invalid Request: the Mcp-Session-Id header ({header:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({meta:?})"
+    )]
+    SessionHeaderMismatch { header: String, meta: String },
+    #[error(
+        "Invalid params: the session state was not issued by this proxy for this session (it was changed, or belongs to another session); send the state from the session's latest response"
+    )]
+    BadSessionState { session_id: String },
+    #[error(
+        "Invalid params: sessions/create must not carry _meta[\"io.modelcontextprotocol/session\"]; it creates a new session"
+    )]
+    CreateInSession,
+    #[error("Session required")]
+    SessionRequired { method: String },
+    #[error(
+        "Session limit reached: the proxy already holds its maximum of {max} sessions; delete unused sessions or retry later"
+    )]
+    SessionLimit { max: usize },
+    #[error("Session store unavailable")]
+    Store(#[from] StoreError),
+    #[error("Upstream error: {source}")]
+    Upstream {
+        upstream: String,
+        source: UpstreamError,
+    },
+}
+
+impl ProxyError {
+    /// The HTTP status, JSON-RPC error object and fault of this error. One exhaustive
+    /// match: a new variant does not compile until it is given its answer here.
+    pub fn answer(&self) -> (StatusCode, ErrorObject, Fault) {
+        use ProxyError as E;
+        let message = self.to_string();
+        let (status, code, data, fault) = match self {
+            E::Envelope(e) => {
+                let data = match e {
+                    EnvelopeError::BadId(raw) => Some(json!({
+                        "id": serde_json::from_str::<serde_json::Value>(raw).unwrap_or_default()
+                    })),
+                    _ => None,
+                };
+                (StatusCode::BAD_REQUEST, e.code(), data, Fault::Client)
+            }
+            E::NoSuchPath { .. } => (
+                StatusCode::NOT_FOUND,
+                code::INVALID_REQUEST,
+                None,
+                Fault::Client,
+            ),
+            E::UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                code::INVALID_REQUEST,
+                None,
+                Fault::Client,
+            ),
+            E::NotAcceptable => (
+                StatusCode::NOT_ACCEPTABLE,
+                code::INVALID_REQUEST,
+                None,
+                Fault::Client,
+            ),
+            E::PayloadTooLarge { limit } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::INVALID_REQUEST,
+                Some(json!({ "limit": limit })),
+                Fault::Client,
+            ),
+            E::OriginForbidden { .. } => (
+                StatusCode::FORBIDDEN,
+                code::INVALID_REQUEST,
+                None,
+                Fault::Client,
+            ),
+            E::Meta(_) | E::DeleteWithoutSession => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                None,
+                Fault::Client,
+            ),
+            E::NotAnObject { key } => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                Some(json!({ "key": key })),
+                Fault::Client,
+            ),
+            // Seed 000, "Errors": exactly `{code: -32043, message: "Session not found",
+            // data: {sessionId}}`.
+            E::SessionNotFound { session_id } => (
+                StatusCode::NOT_FOUND,
+                code::SESSION_NOT_FOUND,
+                Some(json!({ "sessionId": session_id })),
+                Fault::Client,
+            ),
+            E::SessionHeaderMismatch { header, meta } => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                Some(json!({ "sessionId": meta, "headerSessionId": header })),
+                Fault::Client,
+            ),
+            E::BadSessionState { session_id } => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                Some(json!({ "sessionId": session_id })),
+                Fault::Client,
+            ),
+            E::CreateInSession => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                None,
+                Fault::Client,
+            ),
+            E::SessionRequired { method } => (
+                StatusCode::BAD_REQUEST,
+                code::SESSION_REQUIRED,
+                Some(
+                    json!({ "method": method, "hint": "call sessions/create and send its sessionId in _meta[\"io.modelcontextprotocol/session\"]" }),
+                ),
+                Fault::Client,
+            ),
+            E::SessionLimit { max } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::INTERNAL_ERROR,
+                Some(json!({ "maxSessions": max })),
+                Fault::Proxy,
+            ),
+            E::Store(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::INTERNAL_ERROR,
+                None,
+                Fault::Proxy,
+            ),
+            E::Upstream { upstream, source } => {
+                let status = match source {
+                    UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+                    UpstreamError::Unreachable(_)
+                    | UpstreamError::SessionGone
+                    | UpstreamError::Refused { .. }
+                    | UpstreamError::Protocol(_) => StatusCode::BAD_GATEWAY,
+                };
+                (
+                    status,
+                    code::INTERNAL_ERROR,
+                    Some(json!({ "upstream": upstream, "detail": source.to_string() })),
+                    Fault::Upstream,
+                )
+            }
+        };
+        let error = ErrorObject {
+            code,
+            message,
+            data,
+        };
+        (status, error, fault)
+    }
+
+    /// How long a client should wait before retrying, for errors that pass.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProxyError::SessionLimit { .. } | ProxyError::Store(_) => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The client-facing HTTP service: routes, per-request checks, and the choice of path for
+//! each message (DESIGN.md, "The way a request travels").
+//!
+//! Order of work on `POST {path}`, each step refusing before the next costs anything:
+//! 1. `Origin` (403), `Content-Type` (415), `Accept` (406) — headers only;
+//! 2. the body, capped at `max_body_bytes` (413);
+//! 3. the JSON-RPC envelope (-32700 / -32600);
+//! 4. the route: `sessions/create`; a message naming a data-layer session (in `_meta` or
+//!    by a proxy-issued `Mcp-Session-Id`); or no session, passed through to the upstream
+//!    untouched (legacy clients) unless `upstream.require_session` is set.
+
+mod body;
+mod checks;
+mod headers;
+mod passthrough;
+mod respond;
+mod serve;
+mod sessions;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ALLOW, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+
+pub use body::ProxyBody;
+pub use serve::{Serving, serve};
+pub use sessions::short as short_id;
+
+use self::checks::Accepts;
+use self::sessions::SessionRef;
+use crate::config::{Config, HEALTH_PATH};
+use crate::error::ProxyError;
+use crate::jsonrpc::{Envelope, Kind};
+use crate::mcp::headers::MCP_SESSION_ID;
+use crate::mcp::meta::{Payload, SessionMeta};
+use crate::session::{Sessions, is_issued_shape};
+use crate::upstream::{Binding, HttpUpstream};
+
+/// Everything a request needs, shared by all connections.
+#[derive(Debug)]
+pub struct App {
+    path: String,
+    max_body_bytes: usize,
+    allowed_origins: Vec<String>,
+    require_session: bool,
+    sse_idle_timeout: Duration,
+    upstream: HttpUpstream,
+    sessions: Arc<Sessions>,
+}
+
+impl App {
+    pub fn new(config: &Config, upstream: HttpUpstream, sessions: Arc<Sessions>) -> Self {
+        App {
+            path: config.path.clone(),
+            max_body_bytes: config.max_body_bytes,
+            allowed_origins: config.allowed_origins.clone(),
+            require_session: config.upstream.require_session,
+            sse_idle_timeout: config.upstream.sse_idle_timeout,
+            upstream,
+            sessions,
+        }
+    }
+
+    pub fn upstream(&self) -> &HttpUpstream {
+        &self.upstream
+    }
+
+    pub fn sessions(&self) -> &Arc<Sessions> {
+        &self.sessions
+    }
+
+    /// Ends an upstream session in the background (expiry, a failed admission).
+    pub fn end_upstream(&self, session_id: Option<Arc<str>>, protocol_version: &'static str) {
+        let Some(session_id) = session_id else { return };
+        let upstream = self.upstream.clone();
+        tokio::spawn(async move {
+            let binding = Binding {
+                session_id: Some(&session_id),
+                protocol_version,
+            };
+            if let Err(e) = upstream.terminate(binding).await {
+                tracing::warn!(error = %e, "upstream did not end a session");
+            }
+        });
+    }
+}
+
+/// Serves one request.
+pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<ProxyBody> {
+    let path = request.uri().path();
+    if path == HEALTH_PATH {
+        return match *request.method() {
+            Method::GET | Method::HEAD => {
+                respond::json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#))
+            }
+            _ => not_allowed("GET, HEAD"),
+        };
+    }
+    if path != app.path {
+        return respond::error(
+            &ProxyError::NoSuchPath {
+                path: app.path.clone(),
+            },
+            None,
+        );
+    }
+    let result = match *request.method() {
+        Method::POST => return post(&app, request).await,
+        Method::GET => get(&app, request).await,
+        Method::DELETE => delete(&app, request).await,
+        _ => return not_allowed("GET, POST, DELETE"),
+    };
+    result.unwrap_or_else(|e| respond::error(&e, None))
+}
+
+fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
+    let mut response = respond::status(StatusCode::METHOD_NOT_ALLOWED);
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    response
+}
+
+async fn post(app: &App, request: Request<Incoming>) -> Response<ProxyBody> {
+    let (parts, body) = request.into_parts();
+    let checked = checks::origin(&parts.headers, &app.allowed_origins)
+        .and_then(|()| checks::content_type(&parts.headers))
+        .and_then(|()| checks::accept(&parts.headers));
+    let accepts = match checked {
+        Ok(accepts) => accepts,
+        Err(e) => return respond::error(&e, None),
+    };
+    let body = match checks::read_body(body, &parts.headers, app.max_body_bytes).await {
+        Ok(body) => body,
+        Err(e) => return respond::error(&e, None),
+    };
+    let envelope = match Envelope::parse(&body) {
+        Ok(envelope) => envelope,
+        Err(e) => return respond::error(&e.into(), None),
+    };
+    match dispatch(app, &parts.headers, &body, &envelope, accepts).await {
+        Ok(response) => response,
+        // Only a request has an id to answer; a failed notification or response gets the
+        // error with a null id.
+        Err(e) => respond::error(&e, envelope.id.filter(|_| envelope.kind == Kind::Request)),
+    }
+}
+
+async fn dispatch(
+    app: &App,
+    headers: &HeaderMap,
+    body: &Bytes,
+    envelope: &Envelope<'_>,
+    accepts: Accepts,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let payload_raw = match envelope.kind {
+        Kind::Response => envelope.result,
+        Kind::Request | Kind::Notification => envelope.params,
+    };
+    let payload = match payload_raw {
+        Some(raw) => Payload::open(raw)?.map(|payload| (raw, payload)),
+        None => None,
+    };
+    let named = match &payload {
+        Some((_, payload)) => payload.session()?,
+        None => None,
+    };
+    let request_id = envelope.id.filter(|_| envelope.kind == Kind::Request);
+    let method = envelope.method();
+    if let (Some(id), "sessions/create") = (request_id, method) {
+        return sessions::create(app, headers, id, payload.as_ref().map(|(_, p)| p)).await;
+    }
+    let session = session_ref(named, headers.get(&MCP_SESSION_ID))?;
+    match (session, request_id) {
+        (Some(session), Some(id)) if method == "sessions/delete" => {
+            sessions::delete(app, id, &session).await
+        }
+        (Some(session), _) => {
+            let payload = payload.as_ref().map(|(raw, p)| (*raw, p));
+            sessions::forward(app, headers, body, envelope, payload, &session, accepts).await
+        }
+        (None, Some(_)) if method == "sessions/delete" => Err(ProxyError::DeleteWithoutSession),
+        (None, _) if app.require_session => Err(ProxyError::SessionRequired {
+            method: method.to_owned(),
+        }),
+        (None, _) => passthrough::forward(app, Method::POST, headers, body.clone()).await,
+    }
+}
+
+/// The session a message names. `_meta` is authoritative; an `Mcp-Session-Id` header must
+/// agree with it, and alone names a data-layer session only when it has the shape of a
+/// proxy-issued id (any other is an upstream's own id from a legacy client).
+fn session_ref<'a>(
+    named: Option<SessionMeta<'a>>,
+    header: Option<&'a HeaderValue>,
+) -> Result<Option<SessionRef<'a>>, ProxyError> {
+    match (named, header) {
+        (Some(meta), Some(header)) if header.as_bytes() != meta.session_id.as_bytes() => {
+            Err(ProxyError::SessionHeaderMismatch {
+                header: String::from_utf8_lossy(header.as_bytes()).into_owned(),
+                meta: meta.session_id.into_owned(),
+            })
+        }
+        (Some(meta), _) => Ok(Some(SessionRef {
+            id: meta.session_id,
+            state: meta.state,
+        })),
+        (None, Some(header)) => {
+            Ok(header
+                .to_str()
+                .ok()
+                .filter(|id| is_issued_shape(id))
+                .map(|id| SessionRef {
+                    id: Cow::Borrowed(id),
+                    state: None,
+                }))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// The data-layer session a bare `Mcp-Session-Id` names, if it names one.
+fn header_session(headers: &HeaderMap) -> Option<SessionRef<'_>> {
+    session_ref(None, headers.get(&MCP_SESSION_ID))
+        .ok()
+        .flatten()
+}
+
+async fn get(app: &App, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
+    let headers = request.headers();
+    checks::origin(headers, &app.allowed_origins)?;
+    match header_session(headers) {
+        Some(session) => sessions::listen(app, headers, &session).await,
+        None if app.require_session => Err(ProxyError::SessionRequired {
+            method: "GET".into(),
+        }),
+        None => passthrough::forward(app, Method::GET, headers, Bytes::new()).await,
+    }
+}
+
+async fn delete(app: &App, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
+    let headers = request.headers();
+    checks::origin(headers, &app.allowed_origins)?;
+    match header_session(headers) {
+        Some(session) => sessions::delete_by_header(app, &session).await,
+        None if app.require_session => Err(ProxyError::SessionRequired {
+            method: "DELETE".into(),
+        }),
+        None => passthrough::forward(app, Method::DELETE, headers, Bytes::new()).await,
+    }
+}

@@ -1,0 +1,71 @@
+//! The response body type of every route: one enum, so no response is boxed.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use pin_project_lite::pin_project;
+
+use crate::rewrite::to_client::StampEvents;
+use crate::sse::RewriteBody;
+
+pin_project! {
+    #[project = Projection]
+    pub enum ProxyBody {
+        /// A body the proxy built (errors, JSON responses after rewriting).
+        Full { #[pin] body: Full<Bytes> },
+        /// An upstream body passed through untouched (legacy pass-through, GET streams).
+        Stream { #[pin] body: Incoming },
+        /// An upstream event stream, stamped event by event.
+        Stamped { #[pin] body: RewriteBody<Incoming, StampEvents> },
+    }
+}
+
+impl ProxyBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        ProxyBody::Full {
+            body: Full::new(bytes.into()),
+        }
+    }
+
+    pub fn empty() -> Self {
+        ProxyBody::Full {
+            body: Full::default(),
+        }
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.project() {
+            Projection::Full { body } => body.poll_frame(cx).map_err(|never| match never {}),
+            Projection::Stream { body } => body.poll_frame(cx),
+            Projection::Stamped { body } => body.poll_frame(cx).map_err(|never| match never {}),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Full { body } => body.is_end_stream(),
+            ProxyBody::Stream { body } => body.is_end_stream(),
+            ProxyBody::Stamped { .. } => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Full { body } => body.size_hint(),
+            ProxyBody::Stream { body } => body.size_hint(),
+            ProxyBody::Stamped { .. } => SizeHint::default(),
+        }
+    }
+}

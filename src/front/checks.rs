@@ -1,0 +1,199 @@
+//! HTTP-level checks on a POST before its body is read as JSON-RPC.
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use crate::error::ProxyError;
+
+/// What the client's `Accept` allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepts {
+    pub json: bool,
+    pub sse: bool,
+}
+
+/// `Content-Type` must be `application/json` (parameters such as `charset` allowed).
+pub fn content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
+    let essence = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim);
+    match essence {
+        Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
+        _ => Err(ProxyError::UnsupportedMediaType),
+    }
+}
+
+/// Reads `Accept` (RFC 9110 §12.5.1). No header means anything is acceptable; a header
+/// that allows neither JSON nor an event stream is refused.
+pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
+    let mut values = headers.get_all(ACCEPT).iter().peekable();
+    if values.peek().is_none() {
+        return Ok(Accepts {
+            json: true,
+            sse: true,
+        });
+    }
+    let mut accepts = Accepts {
+        json: false,
+        sse: false,
+    };
+    for range in values
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+    {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let refused = parts.any(|p| {
+            let p = p.trim();
+            p.strip_prefix("q=")
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .is_some_and(|q| q <= 0.0)
+        });
+        if refused {
+            continue;
+        }
+        match media.as_str() {
+            "*/*" => {
+                accepts.json = true;
+                accepts.sse = true;
+            }
+            "application/*" | "application/json" => accepts.json = true,
+            "text/*" | "text/event-stream" => accepts.sse = true,
+            _ => {}
+        }
+    }
+    if accepts.json || accepts.sse {
+        Ok(accepts)
+    } else {
+        Err(ProxyError::NotAcceptable)
+    }
+}
+
+/// Browsers send `Origin`; the 2025-11-25 transport says servers must validate it against
+/// DNS rebinding. Loopback origins and the configured ones pass; requests without
+/// `Origin` (non-browser clients) pass.
+pub fn origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), ProxyError> {
+    let Some(value) = headers.get(ORIGIN) else {
+        return Ok(());
+    };
+    let origin = value.to_str().unwrap_or("");
+    if allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)) || is_loopback_origin(origin) {
+        Ok(())
+    } else {
+        Err(ProxyError::OriginForbidden {
+            origin: origin.to_owned(),
+        })
+    }
+}
+
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = match rest.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => rest.split(':').next().unwrap_or(""),
+    };
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
+}
+
+/// Reads the whole request body, refusing more than `limit` bytes (early, from
+/// `Content-Length`, when the client announced it).
+pub async fn read_body(
+    body: Incoming,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, ProxyError> {
+    let announced = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(ProxyError::PayloadTooLarge { limit });
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(ProxyError::PayloadTooLarge { limit })
+        }
+        Err(e) => Err(ProxyError::Envelope(crate::jsonrpc::EnvelopeError::Parse(
+            format!("the request body could not be read: {e}"),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn with(name: http::header::HeaderName, value: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(name, HeaderValue::from_static(value));
+        h
+    }
+
+    #[test]
+    fn accept_ranges() {
+        let a = |v| accept(&with(ACCEPT, v));
+        assert_eq!(
+            a("application/json, text/event-stream").unwrap(),
+            Accepts {
+                json: true,
+                sse: true
+            }
+        );
+        assert_eq!(
+            a("application/json").unwrap(),
+            Accepts {
+                json: true,
+                sse: false
+            }
+        );
+        assert_eq!(
+            a("text/*").unwrap(),
+            Accepts {
+                json: false,
+                sse: true
+            }
+        );
+        assert_eq!(
+            a("*/*;q=0.5").unwrap(),
+            Accepts {
+                json: true,
+                sse: true
+            }
+        );
+        assert!(a("text/html").is_err());
+        assert!(a("application/json;q=0, text/html").is_err());
+        assert!(accept(&HeaderMap::new()).is_ok());
+    }
+
+    #[test]
+    fn content_types() {
+        assert!(content_type(&with(CONTENT_TYPE, "application/json")).is_ok());
+        assert!(content_type(&with(CONTENT_TYPE, "Application/JSON; charset=utf-8")).is_ok());
+        assert!(content_type(&with(CONTENT_TYPE, "text/plain")).is_err());
+        assert!(content_type(&HeaderMap::new()).is_err());
+    }
+
+    #[test]
+    fn origins() {
+        let allowed = vec!["https://app.example.com".to_owned()];
+        assert!(origin(&HeaderMap::new(), &allowed).is_ok());
+        assert!(origin(&with(ORIGIN, "http://localhost:5173"), &allowed).is_ok());
+        assert!(origin(&with(ORIGIN, "http://[::1]:80"), &allowed).is_ok());
+        assert!(origin(&with(ORIGIN, "https://app.example.com"), &allowed).is_ok());
+        assert!(origin(&with(ORIGIN, "https://evil.example"), &allowed).is_err());
+        assert!(origin(&with(ORIGIN, "http://localhost.evil.example"), &allowed).is_err());
+        assert!(origin(&with(ORIGIN, "null"), &allowed).is_err());
+    }
+}

@@ -1,0 +1,129 @@
+//! Which headers cross the proxy, in each direction.
+//!
+//! RFC 9110 §7.6.1: hop-by-hop headers (and any header named in `Connection`) belong to
+//! one connection and are never forwarded. On the session path the proxy also owns the
+//! MCP transport headers and the body encoding (it rewrites bodies, so it asks the
+//! upstream for identity encoding by not forwarding `Accept-Encoding`).
+
+use http::HeaderMap;
+use http::header::{self, HeaderName};
+
+use crate::mcp::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+fn is_hop_by_hop(name: &HeaderName, connection_listed: &[HeaderName]) -> bool {
+    HOP_BY_HOP.contains(name) || name == header::UPGRADE || connection_listed.contains(name)
+}
+
+fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect()
+}
+
+fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
+    let listed = connection_listed(headers);
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if is_hop_by_hop(name, &listed) || also_drop.contains(&name) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// Client headers to pass upstream on the session path: end-to-end headers such as
+/// `Authorization` and `User-Agent`, without what the proxy sets itself.
+pub fn to_upstream_in_session(headers: &HeaderMap) -> HeaderMap {
+    copy_except(
+        headers,
+        &[
+            &header::HOST,
+            &header::CONTENT_LENGTH,
+            &header::CONTENT_TYPE,
+            &header::ACCEPT,
+            &header::ACCEPT_ENCODING,
+            &header::ORIGIN,
+            &MCP_SESSION_ID,
+            &MCP_PROTOCOL_VERSION,
+            &LAST_EVENT_ID,
+        ],
+    )
+}
+
+/// Client headers to pass upstream unchanged (legacy pass-through): all end-to-end
+/// headers but `Host` (the upstream gets its own authority, which DNS-rebinding
+/// protections check) and `Origin` (already checked by the proxy).
+pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
+    copy_except(
+        headers,
+        &[&header::HOST, &header::CONTENT_LENGTH, &header::ORIGIN],
+    )
+}
+
+/// Upstream headers to pass to the client on the session path: not the upstream's
+/// session id (the client has its own) and not a length the rewrite made stale.
+pub fn to_client_in_session(headers: &HeaderMap) -> HeaderMap {
+    copy_except(headers, &[&header::CONTENT_LENGTH, &MCP_SESSION_ID])
+}
+
+/// Upstream headers to pass to the client unchanged (legacy pass-through).
+pub fn to_client_passthrough(headers: &HeaderMap) -> HeaderMap {
+    copy_except(headers, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_headers_are_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        h.insert(header::HOST, HeaderValue::from_static("proxy:8080"));
+        let out = to_upstream_passthrough(&h);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[header::AUTHORIZATION], "Bearer t");
+    }
+
+    #[test]
+    fn the_session_path_owns_the_mcp_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(&MCP_SESSION_ID, HeaderValue::from_static("mcps_x"));
+        h.insert(
+            &MCP_PROTOCOL_VERSION,
+            HeaderValue::from_static("2025-11-25"),
+        );
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
+        h.insert(header::USER_AGENT, HeaderValue::from_static("t/1"));
+        let out = to_upstream_in_session(&h);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[header::USER_AGENT], "t/1");
+    }
+}

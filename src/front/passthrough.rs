@@ -1,0 +1,39 @@
+//! Legacy pass-through: a message with no data-layer session goes to the upstream as the
+//! client sent it, and the answer comes back as the upstream sent it, streamed.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response};
+use http_body_util::Full;
+
+use super::App;
+use super::body::ProxyBody;
+use super::headers;
+use crate::error::ProxyError;
+
+pub async fn forward(
+    app: &App,
+    method: Method,
+    client_headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let forwarded = headers::to_upstream_passthrough(client_headers);
+    let upstream_error = |source| ProxyError::Upstream {
+        upstream: app.upstream.label().to_string(),
+        source,
+    };
+    let request = app
+        .upstream
+        .request(method, None, &forwarded, Full::new(body))
+        .map_err(upstream_error)?;
+    let response = app
+        .upstream
+        .send(request, None)
+        .await
+        .map_err(upstream_error)?;
+    let (mut parts, incoming) = response.into_parts();
+    parts.headers = headers::to_client_passthrough(&parts.headers);
+    Ok(Response::from_parts(
+        parts,
+        ProxyBody::Stream { body: incoming },
+    ))
+}

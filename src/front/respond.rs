@@ -1,0 +1,51 @@
+//! Building responses.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{Response, StatusCode};
+use serde_json::value::RawValue;
+
+use super::body::ProxyBody;
+use crate::error::{Fault, ProxyError};
+use crate::jsonrpc::error_response;
+use crate::mcp::headers::JSON;
+
+/// The JSON-RPC error response for `error`, answering the request with raw `id`.
+pub fn error(error: &ProxyError, id: Option<&RawValue>) -> Response<ProxyBody> {
+    let (status, object, fault) = error.answer();
+    match fault {
+        Fault::Client => {
+            tracing::debug!(status = status.as_u16(), code = object.code, error = %error, "request refused")
+        }
+        Fault::Upstream => {
+            tracing::warn!(status = status.as_u16(), code = object.code, error = %error, "upstream failure")
+        }
+        Fault::Proxy => {
+            tracing::warn!(status = status.as_u16(), code = object.code, error = %error, "proxy could not serve the request")
+        }
+    }
+    let mut response = json(status, error_response(id, &object));
+    if let Some(after) = error.retry_after() {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
+    }
+    response
+}
+
+/// A JSON body with `status`.
+pub fn json(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::full(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+    response
+}
+
+/// A bare status, no body.
+pub fn status(status: StatusCode) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::empty());
+    *response.status_mut() = status;
+    response
+}

@@ -1,0 +1,371 @@
+//! The data-layer session routes (seed 000): `sessions/create`, `sessions/delete`, and
+//! every message that names a session, relayed to that session's own upstream connection.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::value::RawValue;
+
+use super::App;
+use super::body::ProxyBody;
+use super::checks::Accepts;
+use super::headers;
+use super::respond;
+use crate::error::ProxyError;
+use crate::jsonrpc::{Envelope, Kind, range_in, write_json_str};
+use crate::mcp::headers::{JSON, LAST_EVENT_ID, MCP_SESSION_ID};
+use crate::mcp::meta::{self, Payload};
+use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
+use crate::rewrite::to_upstream::strip_session;
+use crate::session::{Lease, SessionError, rfc3339};
+use crate::sse::RewriteBody;
+use crate::upstream::{
+    Binding, Media, UpstreamError, media_type, read_body, read_response_from_sse, says_session_lost,
+};
+
+/// The session a message names, from `_meta` or from the `Mcp-Session-Id` header.
+#[derive(Debug, Clone)]
+pub struct SessionRef<'a> {
+    pub id: Cow<'a, str>,
+    pub state: Option<Cow<'a, str>>,
+}
+
+impl App {
+    fn session_error(&self, error: SessionError, id: &str) -> ProxyError {
+        match error {
+            SessionError::NotFound => ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            },
+            SessionError::BadState => ProxyError::BadSessionState {
+                session_id: id.to_owned(),
+            },
+            SessionError::Full { max } => ProxyError::SessionLimit { max },
+            SessionError::Store(e) => ProxyError::Store(e),
+        }
+    }
+
+    fn upstream_error(&self, source: UpstreamError) -> ProxyError {
+        ProxyError::Upstream {
+            upstream: self.upstream.label().to_string(),
+            source,
+        }
+    }
+
+    async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
+        self.sessions
+            .lease(&session.id, session.state.as_deref())
+            .await
+            .map_err(|e| self.session_error(e, &session.id))
+    }
+
+    /// A lease's upstream connection is gone: forget the session so the client is told
+    /// -32043 and starts a new one, never attached to some other upstream session.
+    async fn upstream_lost(&self, id: &str) -> ProxyError {
+        if let Err(e) = self.sessions.end(id).await {
+            tracing::warn!(error = %e, "could not forget a session its upstream lost");
+        }
+        tracing::info!(session = %short(id), "upstream lost the session; the client must create a new one");
+        ProxyError::SessionNotFound {
+            session_id: id.to_owned(),
+        }
+    }
+}
+
+fn binding(lease: &Lease) -> Binding<'_> {
+    Binding {
+        session_id: lease.record.upstream_session.as_deref(),
+        protocol_version: lease.record.negotiated.protocol_version,
+    }
+}
+
+/// A short, non-reversible tag for logs (a log line must not leak a usable sessionId).
+pub fn short(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(id.as_bytes());
+    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `sessions/create`: open an upstream connection, then record the session.
+pub async fn create(
+    app: &App,
+    client_headers: &HeaderMap,
+    id: &RawValue,
+    payload: Option<&Payload<'_>>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    if payload.and_then(|p| p.meta(meta::SESSION)).is_some() {
+        return Err(ProxyError::CreateInSession);
+    }
+    let client_info = payload.and_then(|p| p.meta(meta::CLIENT_INFO));
+    let capabilities = payload.and_then(|p| p.meta(meta::CLIENT_CAPABILITIES));
+    for (key, value) in [
+        (meta::CLIENT_INFO, client_info),
+        (meta::CLIENT_CAPABILITIES, capabilities),
+    ] {
+        if value.is_some_and(|v| !v.get().starts_with('{')) {
+            return Err(ProxyError::NotAnObject { key });
+        }
+    }
+    let slot = app
+        .sessions
+        .reserve()
+        .map_err(|e| app.session_error(e, ""))?;
+    let forwarded = headers::to_upstream_in_session(client_headers);
+    let opened = app
+        .upstream
+        .open(client_info, capabilities, &forwarded)
+        .await
+        .map_err(|e| app.upstream_error(e))?;
+    let upstream_session = opened.session_id.clone();
+    let protocol_version = opened.negotiated.protocol_version;
+    let issued = match app
+        .sessions
+        .admit(slot, opened.session_id, opened.negotiated)
+        .await
+    {
+        Ok(issued) => issued,
+        Err(e) => {
+            app.end_upstream(upstream_session.map(Into::into), protocol_version);
+            return Err(app.session_error(e, ""));
+        }
+    };
+    tracing::info!(session = %short(&issued.id), "session created");
+
+    let mut body = Vec::with_capacity(200);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    body.extend_from_slice(id.get().as_bytes());
+    body.extend_from_slice(br#","result":{"session":{"sessionId":"#);
+    write_json_str(&mut body, &issued.id);
+    body.extend_from_slice(br#","expiresAt":"#);
+    write_json_str(&mut body, &rfc3339(issued.expires_at));
+    body.extend_from_slice(br#","state":"#);
+    write_json_str(&mut body, &issued.state);
+    body.extend_from_slice(b"}}}");
+    let mut response = respond::json(StatusCode::OK, Bytes::from(body));
+    if let Ok(value) = HeaderValue::from_str(&issued.id) {
+        response.headers_mut().insert(MCP_SESSION_ID.clone(), value);
+    }
+    Ok(response)
+}
+
+/// Ends session `id` here and upstream. `Ok(false)` when there was no such session.
+async fn end(app: &App, session: &SessionRef<'_>) -> Result<(), ProxyError> {
+    let id = &session.id;
+    if let Some(state) = &session.state {
+        app.sessions
+            .check_state(id, state)
+            .map_err(|e| app.session_error(e, id))?;
+    }
+    let record = app
+        .sessions
+        .end(id)
+        .await
+        .map_err(|e| app.session_error(e, id))?
+        .ok_or_else(|| ProxyError::SessionNotFound {
+            session_id: id.to_string(),
+        })?;
+    let binding = Binding {
+        session_id: record.upstream_session.as_deref(),
+        protocol_version: record.negotiated.protocol_version,
+    };
+    // Waited for, so that when the client hears `{}` the upstream session is gone; a
+    // failure is logged, not returned: the mapping is gone either way.
+    if let Err(e) = app.upstream.terminate(binding).await {
+        tracing::warn!(session = %short(id), error = %e, "upstream did not end the session");
+    }
+    tracing::info!(session = %short(id), "session deleted");
+    Ok(())
+}
+
+/// `sessions/delete`: `{}` once the session is gone here and upstream.
+pub async fn delete(
+    app: &App,
+    id: &RawValue,
+    session: &SessionRef<'_>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    end(app, session).await?;
+    let mut body = Vec::with_capacity(64);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    body.extend_from_slice(id.get().as_bytes());
+    body.extend_from_slice(br#","result":{}}"#);
+    Ok(respond::json(StatusCode::OK, Bytes::from(body)))
+}
+
+/// HTTP `DELETE` with a data-layer `Mcp-Session-Id`: the transport-level way to end the
+/// same session (2025-11-25 "Session Management" §5), answered 204.
+pub async fn delete_by_header(
+    app: &App,
+    session: &SessionRef<'_>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    end(app, session).await?;
+    Ok(respond::status(StatusCode::NO_CONTENT))
+}
+
+/// Any other message in a session: strip the session, send it on the session's upstream
+/// connection, and stamp the response on its way back.
+pub async fn forward(
+    app: &App,
+    client_headers: &HeaderMap,
+    body: &Bytes,
+    envelope: &Envelope<'_>,
+    payload: Option<(&RawValue, &Payload<'_>)>,
+    session: &SessionRef<'_>,
+    accepts: Accepts,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let lease = app.lease(session).await?;
+    let upstream_body = match payload {
+        Some((raw, payload)) => strip_session(body, raw, payload),
+        None => body.clone(),
+    };
+    let forwarded = headers::to_upstream_in_session(client_headers);
+    let response = match app
+        .upstream
+        .post(Some(binding(&lease)), upstream_body, &forwarded)
+        .await
+    {
+        Ok(response) => response,
+        Err(UpstreamError::SessionGone) => return Err(app.upstream_lost(&session.id).await),
+        Err(e) => return Err(app.upstream_error(e)),
+    };
+    let stamp = match (envelope.kind, envelope.id) {
+        (Kind::Request, Some(id)) => Some(Stamp {
+            request_id: range_in(body, id)
+                .map(|r| body.slice(r))
+                .unwrap_or_else(|| Bytes::copy_from_slice(id.get().as_bytes())),
+            session: Bytes::from(meta::session_stamp(
+                &session.id,
+                &lease.state,
+                &rfc3339(lease.expires_at),
+            )),
+        }),
+        _ => None,
+    };
+    let in_upstream_session = lease.record.upstream_session.is_some();
+    relay(
+        app,
+        response,
+        stamp,
+        accepts,
+        &session.id,
+        in_upstream_session,
+    )
+    .await
+}
+
+/// Passes the upstream's answer to the client, stamping the response to the request.
+async fn relay(
+    app: &App,
+    response: Response<hyper::body::Incoming>,
+    stamp: Option<Stamp>,
+    accepts: Accepts,
+    session_id: &str,
+    in_upstream_session: bool,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (mut parts, incoming) = response.into_parts();
+    let settings = app.upstream.settings();
+    let media = media_type(&parts.headers);
+    parts.headers = headers::to_client_in_session(&parts.headers);
+    if let Ok(value) = HeaderValue::from_str(session_id) {
+        parts.headers.insert(MCP_SESSION_ID.clone(), value);
+    }
+    let body = match (media, stamp) {
+        (Media::EventStream, Some(stamp)) if accepts.sse => ProxyBody::Stamped {
+            body: RewriteBody::new(
+                incoming,
+                StampEvents::new(stamp, app.upstream.label().clone()),
+                settings.max_message_bytes,
+                app.sse_idle_timeout,
+            ),
+        },
+        (Media::EventStream, Some(stamp)) => {
+            // The client takes JSON only: wait for the response and send just that.
+            // Notifications on the way are dropped; server-to-client requests cannot be
+            // answered by such a client anyway.
+            let request_id = String::from_utf8_lossy(&stamp.request_id).into_owned();
+            let message = read_response_from_sse(
+                incoming,
+                &request_id,
+                settings.max_message_bytes,
+                settings.timeout,
+            )
+            .await
+            .map_err(|e| app.upstream_error(e))?;
+            parts
+                .headers
+                .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+            ProxyBody::full(stamped(message, &stamp))
+        }
+        (Media::EventStream, None) => ProxyBody::Stream { body: incoming },
+        (Media::Json, stamp) => {
+            let message = read_body(incoming, settings.max_message_bytes, settings.timeout)
+                .await
+                .map_err(|e| app.upstream_error(e))?;
+            if in_upstream_session && says_session_lost(parts.status, &message) {
+                return Err(app.upstream_lost(session_id).await);
+            }
+            match stamp {
+                Some(stamp) => ProxyBody::full(stamped(message, &stamp)),
+                None => ProxyBody::full(message),
+            }
+        }
+        (Media::Other, _) if parts.status.is_success() => ProxyBody::Stream { body: incoming },
+        (Media::Other, _) => {
+            let status = parts.status;
+            let detail = read_body(incoming, 512, settings.timeout)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            return Err(app.upstream_error(UpstreamError::Refused { status, detail }));
+        }
+    };
+    Ok(Response::from_parts(parts, body))
+}
+
+fn stamped(message: Bytes, stamp: &Stamp) -> Bytes {
+    match stamp_message(&message, stamp) {
+        Stamped::Response(Some(rewritten)) => Bytes::from(rewritten),
+        Stamped::Response(None) | Stamped::Other => message,
+    }
+}
+
+/// `GET` with a data-layer `Mcp-Session-Id`: the session's upstream GET stream (server
+/// notifications and requests not tied to a client request), passed through as it is.
+pub async fn listen(
+    app: &App,
+    client_headers: &HeaderMap,
+    session: &SessionRef<'_>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let lease = app.lease(session).await?;
+    let mut forwarded = headers::to_upstream_in_session(client_headers);
+    if let Some(last) = client_headers.get(&LAST_EVENT_ID) {
+        forwarded.insert(LAST_EVENT_ID.clone(), last.clone());
+    }
+    forwarded.insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static(crate::mcp::headers::SSE),
+    );
+    let request = app
+        .upstream
+        .request(
+            http::Method::GET,
+            Some(binding(&lease)),
+            &forwarded,
+            Default::default(),
+        )
+        .map_err(|e| app.upstream_error(e))?;
+    let response = match app.upstream.send(request, Some(binding(&lease))).await {
+        Ok(response) => response,
+        Err(UpstreamError::SessionGone) => return Err(app.upstream_lost(&session.id).await),
+        Err(e) => return Err(app.upstream_error(e)),
+    };
+    let (mut parts, incoming) = response.into_parts();
+    parts.headers = headers::to_client_in_session(&parts.headers);
+    if let Ok(value) = HeaderValue::from_str(&session.id) {
+        parts.headers.insert(MCP_SESSION_ID.clone(), value);
+    }
+    Ok(Response::from_parts(
+        parts,
+        ProxyBody::Stream { body: incoming },
+    ))
+}

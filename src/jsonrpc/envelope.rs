@@ -1,0 +1,211 @@
+//! The envelope of one JSON-RPC 2.0 message (<https://www.jsonrpc.org/specification>).
+//!
+//! Parsing validates the whole document (serde_json scans every byte), but keeps `id`,
+//! `params`, `result` and `error` as raw slices of the input, so a rewrite can splice new
+//! bytes into the original body instead of serializing it again.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// What a message is, decided from which envelope fields it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    Response,
+}
+
+/// One parsed JSON-RPC message. Borrows from the body it was parsed from.
+#[derive(Debug, Clone)]
+pub struct Envelope<'a> {
+    pub kind: Kind,
+    /// Raw id (a JSON string or number); absent on notifications; `null` only on error
+    /// responses that could not name a request.
+    pub id: Option<&'a RawValue>,
+    /// The method of a request or notification.
+    pub method: Option<Cow<'a, str>>,
+    pub params: Option<&'a RawValue>,
+    pub result: Option<&'a RawValue>,
+    pub error: Option<&'a RawValue>,
+    /// SEP-1364's top-level `sessionId`, when a client speaks that dialect.
+    pub session_id: Option<&'a RawValue>,
+}
+
+/// Why a body is not one valid JSON-RPC 2.0 message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("Parse error: the body is not valid JSON ({0})")]
+    Parse(String),
+    #[error(
+        "Invalid Request: JSON-RPC batches are not supported (MCP removed batching in 2025-06-18); send one message per request"
+    )]
+    Batch,
+    #[error("Invalid Request: the body must be a JSON object")]
+    NotObject,
+    #[error("Invalid Request: \"jsonrpc\" must be exactly \"2.0\"")]
+    NotJsonRpc2,
+    /// Carries the offending id as raw JSON.
+    #[error("Invalid Request: \"id\" must be a string or a number")]
+    BadId(String),
+    #[error("Invalid Request: {0}")]
+    Invalid(&'static str),
+}
+
+impl EnvelopeError {
+    /// The JSON-RPC error code for this rejection.
+    pub fn code(&self) -> i32 {
+        match self {
+            EnvelopeError::Parse(_) => super::code::PARSE_ERROR,
+            EnvelopeError::Batch
+            | EnvelopeError::NotObject
+            | EnvelopeError::NotJsonRpc2
+            | EnvelopeError::BadId(_)
+            | EnvelopeError::Invalid(_) => super::code::INVALID_REQUEST,
+        }
+    }
+}
+
+/// Deserializes a field that is present, keeping `null` as the raw `null` instead of `None`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    params: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "sessionId", deserialize_with = "present")]
+    session_id: Option<&'a RawValue>,
+}
+
+impl<'a> Envelope<'a> {
+    /// Parses and validates one JSON-RPC 2.0 message.
+    pub fn parse(body: &'a [u8]) -> Result<Self, EnvelopeError> {
+        // serde would read an array as a struct with positional fields: shapes other than
+        // an object are told apart before it runs.
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
+            return Err(not_an_object(body, first));
+        }
+        let wire: Wire<'a> = match serde_json::from_slice(body) {
+            Ok(wire) => wire,
+            Err(e) => return Err(classify_failure(&e)),
+        };
+        if wire.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
+            return Err(EnvelopeError::NotJsonRpc2);
+        }
+        let id = match wire.id {
+            Some(id) if is_string_or_number(id) => Some(id),
+            Some(id) if id.get() == "null" && wire.method.is_none() && wire.error.is_some() => {
+                Some(id)
+            }
+            Some(id) => return Err(EnvelopeError::BadId(id.get().to_owned())),
+            None => None,
+        };
+        if let Some(params) = wire.params
+            && !matches!(params.get().as_bytes().first(), Some(b'{' | b'['))
+        {
+            return Err(EnvelopeError::Invalid(
+                "\"params\" must be an object or an array",
+            ));
+        }
+        let kind = match (&wire.method, id, wire.result, wire.error) {
+            (Some(_), _, Some(_), _) | (Some(_), _, _, Some(_)) => {
+                return Err(EnvelopeError::Invalid(
+                    "a message cannot carry both \"method\" and \"result\"/\"error\"",
+                ));
+            }
+            (Some(_), Some(_), None, None) => Kind::Request,
+            (Some(_), None, None, None) => Kind::Notification,
+            (None, Some(_), Some(_), None) | (None, Some(_), None, Some(_)) => Kind::Response,
+            (None, Some(_), Some(_), Some(_)) => {
+                return Err(EnvelopeError::Invalid(
+                    "a response carries either \"result\" or \"error\", not both",
+                ));
+            }
+            (None, _, _, _) => {
+                return Err(EnvelopeError::Invalid(
+                    "\"method\" is missing: the message is neither a request, a notification nor a response",
+                ));
+            }
+        };
+        let method = match wire.method {
+            Some(raw) => {
+                Some(raw_str(raw).ok_or(EnvelopeError::Invalid("\"method\" must be a string"))?)
+            }
+            None => None,
+        };
+        Ok(Envelope {
+            kind,
+            id,
+            method,
+            params: wire.params,
+            result: wire.result,
+            error: wire.error,
+            session_id: wire.session_id,
+        })
+    }
+
+    /// The method, or `""` for responses.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+}
+
+fn is_string_or_number(raw: &RawValue) -> bool {
+    matches!(
+        raw.get().as_bytes().first(),
+        Some(b'"' | b'-' | b'0'..=b'9')
+    )
+}
+
+/// Reads a raw JSON string without allocating when it has no escapes.
+pub fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+    } else {
+        Some(Cow::Borrowed(inner))
+    }
+}
+
+/// A body that does not start with `{`: not JSON at all (-32700), a batch, or another
+/// JSON value (-32600).
+fn not_an_object(body: &[u8], first: Option<&u8>) -> EnvelopeError {
+    if let Err(syntax) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        return EnvelopeError::Parse(syntax.to_string());
+    }
+    if first == Some(&b'[') {
+        EnvelopeError::Batch
+    } else {
+        EnvelopeError::NotObject
+    }
+}
+
+/// An object that serde could not read: broken JSON, or members of the wrong shape (a
+/// duplicate "id", say).
+fn classify_failure(e: &serde_json::Error) -> EnvelopeError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => EnvelopeError::Parse(e.to_string()),
+        Category::Data => {
+            EnvelopeError::Invalid("the message does not have the JSON-RPC 2.0 shape")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! A JSON object seen one level deep: keys decoded, values left as raw JSON.
+//!
+//! This is how the proxy edits `params._meta` and `result._meta` without building a
+//! `serde_json::Value` of the whole payload: it reads the top-level members, changes one
+//! of them, and writes the others back byte for byte.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::Range;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// The members of a JSON object, in order, values raw.
+#[derive(Debug, Clone, Default)]
+pub struct RawObject<'a> {
+    entries: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'a> RawObject<'a> {
+    /// Reads `raw` as an object; `None` when it is not one.
+    pub fn parse(raw: &'a RawValue) -> Option<Self> {
+        if !raw.get().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(raw.get()).ok()
+    }
+
+    /// The value of `key` (the last one, as JavaScript's `JSON.parse` would keep).
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.entries
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| *v)
+    }
+
+    /// Removes every member named `key`; returns the value that [`get`](Self::get) saw.
+    pub fn remove(&mut self, key: &str) -> Option<&'a RawValue> {
+        let found = self.get(key);
+        if found.is_some() {
+            self.entries.retain(|(k, _)| k != key);
+        }
+        found
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Writes the object, then `extra` members (key, raw JSON value) at its end.
+    pub fn write(&self, out: &mut Vec<u8>, extra: &[(&str, &[u8])]) {
+        out.push(b'{');
+        let mut first = true;
+        let members = self
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v.get().as_bytes()))
+            .chain(extra.iter().copied());
+        for (key, value) in members {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_json_str(out, key);
+            out.push(b':');
+            out.extend_from_slice(value);
+        }
+        out.push(b'}');
+    }
+}
+
+/// Appends `s` as a JSON string literal.
+pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x00..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Where `part` (a slice of `whole`, e.g. a `RawValue` parsed from it) sits in `whole`.
+pub fn range_in(whole: &[u8], part: &RawValue) -> Option<Range<usize>> {
+    let start = (part.get().as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start.checked_add(part.get().len())?;
+    (end <= whole.len()).then_some(start..end)
+}
+
+/// `whole` with the bytes of `part` replaced by `replacement`. `None` when `part` was not
+/// parsed from `whole`.
+pub fn splice(whole: &[u8], part: &RawValue, replacement: &[u8]) -> Option<Vec<u8>> {
+    let range = range_in(whole, part)?;
+    let mut out = Vec::with_capacity(whole.len() - range.len() + replacement.len());
+    out.extend_from_slice(&whole[..range.start]);
+    out.extend_from_slice(replacement);
+    out.extend_from_slice(&whole[range.end..]);
+    Some(out)
+}
+
+// === impl Deserialize for RawObject ===
+
+/// An object key, borrowed from the input unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawObject<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectVisitor;
+        impl<'de> Visitor<'de> for ObjectVisitor {
+            type Value = RawObject<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4));
+                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    entries.push((key, value));
+                }
+                Ok(RawObject { entries })
+            }
+        }
+        d.deserialize_map(ObjectVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests;

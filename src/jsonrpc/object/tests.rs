@@ -1,0 +1,65 @@
+use super::*;
+
+fn raw(s: &str) -> Box<RawValue> {
+    RawValue::from_string(s.to_owned()).unwrap()
+}
+
+#[test]
+fn members_are_read_and_written_back_in_order() {
+    let value = raw(r#"{"b": [1, 2], "a": {"x": "y"}, "c\"d": null}"#);
+    let object = RawObject::parse(&value).unwrap();
+    assert_eq!(object.get("a").unwrap().get(), r#"{"x": "y"}"#);
+    assert_eq!(object.get("c\"d").unwrap().get(), "null");
+    let mut out = Vec::new();
+    object.write(&mut out, &[("z", b"1")]);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        r#"{"b":[1, 2],"a":{"x": "y"},"c\"d":null,"z":1}"#
+    );
+}
+
+#[test]
+fn the_last_duplicate_wins_and_remove_takes_all() {
+    let value = raw(r#"{"k":1,"j":0,"k":2}"#);
+    let mut object = RawObject::parse(&value).unwrap();
+    assert_eq!(object.get("k").unwrap().get(), "2");
+    assert_eq!(object.remove("k").unwrap().get(), "2");
+    assert!(object.get("k").is_none());
+    let mut out = Vec::new();
+    object.write(&mut out, &[]);
+    assert_eq!(out, br#"{"j":0}"#);
+}
+
+#[test]
+fn non_objects_are_not_parsed() {
+    assert!(RawObject::parse(&raw("[1]")).is_none());
+    assert!(RawObject::parse(&raw("\"{\"")).is_none());
+    assert!(RawObject::parse(&raw("{}")).unwrap().is_empty());
+}
+
+#[test]
+fn json_strings_are_escaped() {
+    let mut out = Vec::new();
+    write_json_str(&mut out, "a\"b\\c\nd\u{1}é");
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(text, "\"a\\\"b\\\\c\\nd\\u0001é\"");
+    assert_eq!(
+        serde_json::from_str::<String>(&text).unwrap(),
+        "a\"b\\c\nd\u{1}é"
+    );
+}
+
+#[test]
+fn splice_replaces_exactly_the_raw_slice() {
+    let whole = br#"{"id":1,"params":{"a":1},"tail":true}"#;
+    #[derive(serde::Deserialize)]
+    struct P<'a> {
+        #[serde(borrow)]
+        params: &'a RawValue,
+    }
+    let p: P = serde_json::from_slice(whole).unwrap();
+    let out = splice(whole, p.params, b"{}").unwrap();
+    assert_eq!(out, br#"{"id":1,"params":{},"tail":true}"#);
+    let elsewhere = raw("{}");
+    assert!(splice(whole, &elsewhere, b"x").is_none());
+}

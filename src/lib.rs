@@ -1,0 +1,200 @@
+//! mcp-session-proxy: data-layer sessions (and old clients, untouched) in front of MCP
+//! servers that only speak the 2025-11-25 `initialize` protocol.
+//!
+//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in and
+//! chooses the path; `session` keeps sessions; `rewrite` edits messages; `upstream`
+//! reaches the legacy server; `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
+
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod front;
+pub mod jsonrpc;
+pub mod mcp;
+pub mod rewrite;
+pub mod session;
+pub mod sse;
+pub mod upstream;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::demo::{DemoOptions, DemoServer};
+use crate::front::{App, Serving, serve, short_id};
+use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
+use crate::upstream::HttpUpstream;
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the embedded demo server: {0}")]
+    Demo(std::io::Error),
+    #[error("the embedded demo server has an unusable address: {0}")]
+    DemoUrl(String),
+}
+
+/// A running proxy.
+#[derive(Debug)]
+pub struct Running {
+    serving: Serving,
+    app: Arc<App>,
+    reaper: ReaperHandle,
+    demo: Option<DemoServer>,
+    path: String,
+}
+
+/// Starts the proxy: the embedded demo server when no upstream is configured, the
+/// session reaper, and the listener.
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let demo = match config.upstream.url {
+        Some(_) => None,
+        None => Some(
+            DemoServer::start(DemoOptions::default())
+                .await
+                .map_err(StartError::Demo)?,
+        ),
+    };
+    let url = match (&config.upstream.url, &demo) {
+        (Some(url), _) => url.clone(),
+        (None, Some(demo)) => demo
+            .url()
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| StartError::DemoUrl(e.to_string()))?,
+        (None, None) => return Err(StartError::DemoUrl("no upstream".into())),
+    };
+    let upstream = HttpUpstream::new(upstream::Settings {
+        url,
+        connect_timeout: config.upstream.connect_timeout,
+        timeout: config.upstream.timeout,
+        max_message_bytes: config.upstream.max_message_bytes,
+    });
+    let signer = match &config.session.state_key {
+        Some(key) => StateSigner::new(&key.0),
+        None => StateSigner::generate(),
+    };
+    let sessions = Arc::new(Sessions::new(
+        Store::Memory(MemoryStore::new()),
+        signer,
+        session::Settings {
+            idle_ttl: config.session.idle_ttl,
+            max_sessions: config.session.max_sessions,
+        },
+    ));
+    let app = Arc::new(App::new(&config, upstream, sessions.clone()));
+    let reaper = spawn_reaper(sessions, config.session.reap_interval, {
+        let app = app.clone();
+        move |id, record| {
+            tracing::info!(session = %short_id(&id), "session expired");
+            app.end_upstream(record.upstream_session, record.negotiated.protocol_version);
+        }
+    });
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let serving = serve(listener, app.clone(), config.shutdown_grace).map_err(|source| {
+        StartError::Listen {
+            addr: config.listen,
+            source,
+        }
+    })?;
+    Ok(Running {
+        serving,
+        app,
+        reaper,
+        demo,
+        path: config.path,
+    })
+}
+
+impl Running {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.serving.local_addr()
+    }
+
+    /// The client-facing MCP endpoint, e.g. `http://127.0.0.1:8080/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://{}{}", self.local_addr(), self.path)
+    }
+
+    /// The upstream being proxied to (the embedded demo server's URL when it runs).
+    pub fn upstream_url(&self) -> &str {
+        self.app.upstream().label()
+    }
+
+    /// Sessions live in this proxy.
+    pub fn live_sessions(&self) -> usize {
+        self.app.sessions().live()
+    }
+
+    /// Stops accepting, drains requests, ends every session upstream (they live in this
+    /// process's memory and would be lost anyway), then stops the demo server.
+    pub async fn shutdown(self) {
+        self.serving.shutdown().await;
+        drop(self.reaper);
+        match self.app.sessions().take_all().await {
+            Ok(all) => {
+                let upstream = self.app.upstream();
+                let ends = all.iter().map(|(_, record)| {
+                    upstream.terminate(upstream::Binding {
+                        session_id: record.upstream_session.as_deref(),
+                        protocol_version: record.negotiated.protocol_version,
+                    })
+                });
+                let all_ended = futures_join_all(ends);
+                if tokio::time::timeout(Duration::from_secs(5), all_ended)
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("not every upstream session could be ended at shutdown");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read sessions at shutdown"),
+        }
+        if let Some(demo) = self.demo {
+            demo.stop().await;
+        }
+    }
+}
+
+/// Awaits every future, a few at a time.
+async fn futures_join_all<F: Future>(futures: impl Iterator<Item = F>) {
+    let mut futures = futures.peekable();
+    while futures.peek().is_some() {
+        let batch: Vec<F> = futures.by_ref().take(64).collect();
+        let mut set = Vec::with_capacity(batch.len());
+        for f in batch {
+            set.push(Box::pin(f));
+        }
+        for f in set {
+            f.await;
+        }
+    }
+}
+
+/// Runs until `shutdown` completes, then shuts down gracefully.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    let running = start(config).await?;
+    tracing::info!(
+        listen = %running.local_addr(),
+        endpoint = %running.url(),
+        upstream = %running.upstream_url(),
+        "mcp-session-proxy is serving"
+    );
+    shutdown.await;
+    tracing::info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}

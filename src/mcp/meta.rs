@@ -1,0 +1,133 @@
+//! `_meta`: where every MCP era keeps its per-message metadata.
+//!
+//! A [`Payload`] is a request's `params` or a response's `result` with its top level and
+//! its `_meta` opened (values still raw), so one key can be read, removed or set while
+//! everything else is written back byte for byte.
+
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
+use crate::jsonrpc::{RawObject, write_json_str};
+
+/// Data-layer session metadata (seed 000): `{sessionId, state?, expiresAt?}`.
+pub const SESSION: &str = "io.modelcontextprotocol/session";
+/// Per-request client identity (2026-07-28; also read from `sessions/create`).
+pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+/// Per-request client capabilities (2026-07-28; also read from `sessions/create`).
+pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// Per-request protocol version (2026-07-28).
+pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+
+const META: &str = "_meta";
+
+/// Why a payload's metadata cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    #[error("\"_meta\" must be an object")]
+    MetaNotObject,
+    #[error(
+        "_meta[\"io.modelcontextprotocol/session\"] must be an object with a string \"sessionId\" (and an optional string \"state\")"
+    )]
+    MalformedSession,
+}
+
+/// A `params` or `result` object with its `_meta` opened.
+#[derive(Debug, Clone)]
+pub struct Payload<'a> {
+    members: RawObject<'a>,
+    meta: Option<RawObject<'a>>,
+}
+
+/// The session a message names in its `_meta`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMeta<'a> {
+    pub session_id: Cow<'a, str>,
+    pub state: Option<Cow<'a, str>>,
+}
+
+impl<'a> Payload<'a> {
+    /// Opens `raw`; `Ok(None)` when it is not an object (positional params, a scalar
+    /// result): such payloads have no `_meta` to read or write.
+    pub fn open(raw: &'a RawValue) -> Result<Option<Self>, MetaError> {
+        let Some(members) = RawObject::parse(raw) else {
+            return Ok(None);
+        };
+        let meta = match members.get(META) {
+            Some(meta) => Some(RawObject::parse(meta).ok_or(MetaError::MetaNotObject)?),
+            None => None,
+        };
+        Ok(Some(Payload { members, meta }))
+    }
+
+    /// The raw value of `_meta[key]`.
+    pub fn meta(&self, key: &str) -> Option<&'a RawValue> {
+        self.meta.as_ref()?.get(key)
+    }
+
+    /// The data-layer session this payload names, if any.
+    pub fn session(&self) -> Result<Option<SessionMeta<'a>>, MetaError> {
+        let Some(raw) = self.meta(SESSION) else {
+            return Ok(None);
+        };
+        let object = RawObject::parse(raw).ok_or(MetaError::MalformedSession)?;
+        let session_id = object
+            .get("sessionId")
+            .and_then(crate::jsonrpc::raw_str)
+            .ok_or(MetaError::MalformedSession)?;
+        let state = match object.get("state") {
+            None => None,
+            Some(raw) if raw.get() == "null" => None,
+            Some(raw) => Some(crate::jsonrpc::raw_str(raw).ok_or(MetaError::MalformedSession)?),
+        };
+        Ok(Some(SessionMeta { session_id, state }))
+    }
+
+    /// The payload without `_meta[key]`, dropping `_meta` when nothing is left in it.
+    /// `None` when the key is not there (nothing to rewrite).
+    pub fn without_meta(&self, key: &str) -> Option<Vec<u8>> {
+        let mut meta = self.meta.clone()?;
+        meta.remove(key)?;
+        let mut members = self.members.clone();
+        members.remove(META);
+        let mut out = Vec::with_capacity(256);
+        if meta.is_empty() {
+            members.write(&mut out, &[]);
+        } else {
+            let mut meta_bytes = Vec::with_capacity(64);
+            meta.write(&mut meta_bytes, &[]);
+            members.write(&mut out, &[(META, &meta_bytes)]);
+        }
+        Some(out)
+    }
+
+    /// The payload with `_meta[key]` set to the raw JSON `value` (replacing any).
+    pub fn with_meta(&self, key: &str, value: &[u8]) -> Vec<u8> {
+        let mut meta = self.meta.clone().unwrap_or_default();
+        meta.remove(key);
+        let mut meta_bytes = Vec::with_capacity(64 + value.len());
+        meta.write(&mut meta_bytes, &[(key, value)]);
+        let mut members = self.members.clone();
+        members.remove(META);
+        let mut out = Vec::with_capacity(meta_bytes.len() + 256);
+        members.write(&mut out, &[(META, &meta_bytes)]);
+        out
+    }
+}
+
+/// The session metadata a response carries back to the client:
+/// `{"sessionId":…,"state":…,"expiresAt":…}`.
+pub fn session_stamp(session_id: &str, state: &str, expires_at: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(session_id.len() + state.len() + 64);
+    out.extend_from_slice(br#"{"sessionId":"#);
+    write_json_str(&mut out, session_id);
+    out.extend_from_slice(br#","state":"#);
+    write_json_str(&mut out, state);
+    out.extend_from_slice(br#","expiresAt":"#);
+    write_json_str(&mut out, expires_at);
+    out.push(b'}');
+    out
+}
+
+#[cfg(test)]
+mod tests;

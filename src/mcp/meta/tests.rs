@@ -1,0 +1,102 @@
+use super::*;
+
+fn raw(s: &str) -> Box<RawValue> {
+    RawValue::from_string(s.to_owned()).unwrap()
+}
+
+#[test]
+fn reads_the_session_named_in_meta() {
+    let value = raw(
+        r#"{"name":"echo","_meta":{"io.modelcontextprotocol/session":{"sessionId":"s-1","state":"st"}}}"#,
+    );
+    let payload = Payload::open(&value).unwrap().unwrap();
+    assert_eq!(
+        payload.session().unwrap(),
+        Some(SessionMeta {
+            session_id: "s-1".into(),
+            state: Some("st".into())
+        })
+    );
+}
+
+#[test]
+fn a_payload_without_meta_names_no_session() {
+    let value = raw(r#"{"name":"echo"}"#);
+    assert_eq!(
+        Payload::open(&value).unwrap().unwrap().session().unwrap(),
+        None
+    );
+    let value = raw(r#"[1,2]"#);
+    assert!(Payload::open(&value).unwrap().is_none());
+}
+
+#[test]
+fn malformed_session_metadata_is_refused() {
+    for session in [
+        r#""s""#,
+        r#"{}"#,
+        r#"{"sessionId":7}"#,
+        r#"{"sessionId":"s","state":1}"#,
+    ] {
+        let value = raw(&format!(
+            r#"{{"_meta":{{"io.modelcontextprotocol/session":{session}}}}}"#
+        ));
+        let payload = Payload::open(&value).unwrap().unwrap();
+        assert_eq!(
+            payload.session(),
+            Err(MetaError::MalformedSession),
+            "{session}"
+        );
+    }
+    let value = raw(r#"{"_meta":[1]}"#);
+    assert_eq!(Payload::open(&value).unwrap_err(), MetaError::MetaNotObject);
+}
+
+#[test]
+fn a_null_state_is_no_state() {
+    let value =
+        raw(r#"{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s","state":null}}}"#);
+    let session = Payload::open(&value)
+        .unwrap()
+        .unwrap()
+        .session()
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.state, None);
+}
+
+#[test]
+fn without_meta_drops_an_emptied_meta() {
+    let value =
+        raw(r#"{"a":1,"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}},"b":2}"#);
+    let payload = Payload::open(&value).unwrap().unwrap();
+    assert_eq!(payload.without_meta(SESSION).unwrap(), br#"{"a":1,"b":2}"#);
+    assert!(payload.without_meta("other").is_none());
+}
+
+#[test]
+fn with_meta_adds_or_replaces_the_key() {
+    let value = raw(r#"{"content":[]}"#);
+    let payload = Payload::open(&value).unwrap().unwrap();
+    assert_eq!(
+        payload.with_meta(SESSION, br#"{"sessionId":"s"}"#),
+        br#"{"content":[],"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}}}"#
+    );
+    let value = raw(
+        r#"{"_meta":{"x":1,"io.modelcontextprotocol/session":{"sessionId":"old"}},"content":[]}"#,
+    );
+    let payload = Payload::open(&value).unwrap().unwrap();
+    assert_eq!(
+        payload.with_meta(SESSION, br#"{"sessionId":"s"}"#),
+        br#"{"content":[],"_meta":{"x":1,"io.modelcontextprotocol/session":{"sessionId":"s"}}}"#
+    );
+}
+
+#[test]
+fn the_stamp_has_the_seed_shape() {
+    let stamp = session_stamp("sess-abc123", "eyJrIjoidjIifQ==", "2026-03-01T00:00:00Z");
+    assert_eq!(
+        stamp,
+        br#"{"sessionId":"sess-abc123","state":"eyJrIjoidjIifQ==","expiresAt":"2026-03-01T00:00:00Z"}"#
+    );
+}

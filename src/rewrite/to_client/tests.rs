@@ -1,0 +1,72 @@
+use super::*;
+
+fn stamp() -> Stamp {
+    Stamp {
+        request_id: Bytes::from_static(b"2"),
+        session: Bytes::from(meta::session_stamp(
+            "sess-abc123",
+            "eyJrIjoidjIifQ==",
+            "2026-03-01T00:00:00Z",
+        )),
+    }
+}
+
+#[test]
+fn the_seed_usage_vector_comes_back_with_the_session() {
+    let upstream =
+        br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi"}]}}"#;
+    let Stamped::Response(Some(out)) = stamp_message(upstream, &stamp()) else {
+        panic!("not stamped")
+    };
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi"}],"_meta":{"io.modelcontextprotocol/session":{"sessionId":"sess-abc123","state":"eyJrIjoidjIifQ==","expiresAt":"2026-03-01T00:00:00Z"}}}}"#
+    );
+}
+
+#[test]
+fn only_the_response_to_the_request_is_stamped() {
+    let s = stamp();
+    let notification =
+        br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#;
+    assert_eq!(stamp_message(notification, &s), Stamped::Other);
+    let server_request =
+        br#"{"jsonrpc":"2.0","id":2,"method":"sampling/createMessage","params":{}}"#;
+    assert_eq!(stamp_message(server_request, &s), Stamped::Other);
+    let other_id = br#"{"jsonrpc":"2.0","id":"2","result":{}}"#;
+    assert_eq!(stamp_message(other_id, &s), Stamped::Other);
+    let error = br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"no"}}"#;
+    assert_eq!(stamp_message(error, &s), Stamped::Response(None));
+    assert_eq!(stamp_message(b"not json", &s), Stamped::Other);
+}
+
+#[test]
+fn an_event_stream_that_ends_without_the_response_gets_an_error() {
+    let mut events = StampEvents::new(stamp(), Arc::from("http://up/mcp"));
+    let mut progress = Event {
+        data: Some(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#.into()),
+        ..Event::default()
+    };
+    let before = progress.clone();
+    events.event(&mut progress);
+    assert_eq!(progress, before);
+    let last = events.end(End::Complete).unwrap();
+    let v: serde_json::Value = serde_json::from_str(last.data.as_deref().unwrap()).unwrap();
+    assert_eq!(v["id"], 2);
+    assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(v["error"]["data"]["upstream"], "http://up/mcp");
+}
+
+#[test]
+fn an_answered_stream_ends_quietly() {
+    let mut events = StampEvents::new(stamp(), Arc::from("u"));
+    let mut response = Event {
+        id: Some("ev-9".into()),
+        data: Some(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#.into()),
+        ..Event::default()
+    };
+    events.event(&mut response);
+    assert_eq!(response.id.as_deref(), Some("ev-9"));
+    assert!(response.data.unwrap().contains("sess-abc123"));
+    assert!(events.end(End::Complete).is_none());
+}

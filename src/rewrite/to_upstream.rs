@@ -1,0 +1,77 @@
+//! Client → upstream: remove `_meta["io.modelcontextprotocol/session"]`.
+//!
+//! A legacy server knows nothing of data-layer sessions; the session travels to it as the
+//! `Mcp-Session-Id` of its own connection instead. Everything else in the message is
+//! passed on byte for byte.
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+use crate::jsonrpc::splice;
+use crate::mcp::meta::{self, Payload};
+
+/// `body` without the session key in the `_meta` of `payload` (the `params` of a request
+/// or notification, or the `result` of a response, parsed from `body`). `_meta` is dropped
+/// when nothing else is left in it. Returns `body` itself when there is nothing to strip.
+pub fn strip_session(body: &Bytes, payload_raw: &RawValue, payload: &Payload<'_>) -> Bytes {
+    let Some(stripped) = payload.without_meta(meta::SESSION) else {
+        return body.clone();
+    };
+    match splice(body, payload_raw, &stripped) {
+        Some(rewritten) => Bytes::from(rewritten),
+        None => body.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonrpc::Envelope;
+
+    fn strip(body: &str) -> String {
+        let body = Bytes::from(body.to_owned());
+        let env = Envelope::parse(&body).unwrap();
+        let raw = env.params.or(env.result).unwrap();
+        let payload = Payload::open(raw).unwrap().unwrap();
+        String::from_utf8(strip_session(&body, raw, &payload).to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_seed_usage_vector_reaches_the_upstream_without_session_meta() {
+        let out = strip(
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"msg":"hi"},"_meta":{"io.modelcontextprotocol/session":{"sessionId":"sess-abc123","state":"eyJrIjoidiJ9"}}}}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"msg":"hi"}}}"#
+        );
+    }
+
+    #[test]
+    fn other_meta_keys_stay() {
+        let out = strip(
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"_meta":{"progressToken":7,"io.modelcontextprotocol/session":{"sessionId":"s"}},"name":"slow"}}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"slow","_meta":{"progressToken":7}}}"#
+        );
+    }
+
+    #[test]
+    fn a_message_without_session_meta_is_passed_unchanged() {
+        let body = r#"{ "jsonrpc" : "2.0", "id":1, "method":"ping", "params":{"_meta":{"progressToken":1}} }"#;
+        assert_eq!(strip(body), body);
+    }
+
+    #[test]
+    fn a_client_response_loses_its_session_meta() {
+        let out = strip(
+            r#"{"jsonrpc":"2.0","id":"s-1","result":{"role":"assistant","content":{"type":"text","text":"x"},"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}}}}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":"s-1","result":{"role":"assistant","content":{"type":"text","text":"x"}}}"#
+        );
+    }
+}

@@ -1,0 +1,157 @@
+use super::*;
+use crate::mcp::initialize::Negotiated;
+use crate::session::MemoryStore;
+use serde_json::value::RawValue;
+
+fn negotiated() -> Negotiated {
+    Negotiated {
+        protocol_version: "2025-11-25",
+        server_info: RawValue::from_string(r#"{"name":"s","version":"1"}"#.into()).unwrap(),
+        capabilities: RawValue::from_string("{}".into()).unwrap(),
+        instructions: None,
+    }
+}
+
+fn sessions(max: usize, ttl: Duration) -> Sessions {
+    Sessions::new(
+        Store::Memory(MemoryStore::new()),
+        StateSigner::generate(),
+        Settings {
+            idle_ttl: ttl,
+            max_sessions: max,
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_lease_renews_and_advances_the_state() {
+    let s = sessions(10, Duration::from_secs(60));
+    let issued = s
+        .admit(s.reserve().unwrap(), Some("up-1".into()), negotiated())
+        .await
+        .unwrap();
+    let first = s.lease(&issued.id, Some(&issued.state)).await.unwrap();
+    assert_eq!(first.record.seq, 1);
+    assert_eq!(first.record.upstream_session.as_deref(), Some("up-1"));
+    let second = s.lease(&issued.id, Some(&first.state)).await.unwrap();
+    assert_eq!(second.record.seq, 2);
+    assert_ne!(first.state, second.state);
+    assert!(second.expires_at >= first.expires_at);
+    // An older state of the same session is still good (last write wins, seed 000).
+    assert!(s.lease(&issued.id, Some(&issued.state)).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_state_from_another_session_is_refused_without_renewing() {
+    let s = sessions(10, Duration::from_secs(60));
+    let a = s
+        .admit(s.reserve().unwrap(), None, negotiated())
+        .await
+        .unwrap();
+    let b = s
+        .admit(s.reserve().unwrap(), None, negotiated())
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.lease(&a.id, Some(&b.state)).await,
+        Err(SessionError::BadState)
+    ));
+    assert!(matches!(
+        s.lease(&a.id, Some("garbage")).await,
+        Err(SessionError::BadState)
+    ));
+    // Nothing was renewed by the refused attempts.
+    assert_eq!(s.lease(&a.id, None).await.unwrap().record.seq, 1);
+}
+
+#[tokio::test]
+async fn sessions_negotiating_the_same_thing_share_it() {
+    let s = sessions(10, Duration::from_secs(60));
+    let a = s
+        .admit(s.reserve().unwrap(), None, negotiated())
+        .await
+        .unwrap();
+    let b = s
+        .admit(s.reserve().unwrap(), None, negotiated())
+        .await
+        .unwrap();
+    let ra = s.lease(&a.id, None).await.unwrap().record;
+    let rb = s.lease(&b.id, None).await.unwrap().record;
+    assert!(Arc::ptr_eq(&ra.negotiated, &rb.negotiated));
+}
+
+#[tokio::test]
+async fn unknown_and_invisible_ids_are_not_found() {
+    let s = sessions(10, Duration::from_secs(60));
+    assert!(matches!(
+        s.lease("sess-invalid", None).await,
+        Err(SessionError::NotFound)
+    ));
+    assert!(matches!(
+        s.lease("a b", None).await,
+        Err(SessionError::NotFound)
+    ));
+}
+
+#[tokio::test]
+async fn the_cap_counts_reserved_and_live_sessions() {
+    let s = sessions(2, Duration::from_secs(60));
+    let a = s
+        .admit(s.reserve().unwrap(), None, negotiated())
+        .await
+        .unwrap();
+    let pending = s.reserve().unwrap();
+    assert!(matches!(s.reserve(), Err(SessionError::Full { max: 2 })));
+    drop(pending);
+    let b = s
+        .admit(s.reserve().unwrap(), None, negotiated())
+        .await
+        .unwrap();
+    assert_eq!(s.live(), 2);
+    assert!(s.end(&a.id).await.unwrap().is_some());
+    assert!(s.end(&a.id).await.unwrap().is_none());
+    assert_eq!(s.live(), 1);
+    assert!(s.reserve().is_ok());
+    drop(b);
+}
+
+#[tokio::test]
+async fn expired_sessions_are_not_leased_and_are_reaped() {
+    let s = sessions(10, Duration::from_millis(1));
+    let a = s
+        .admit(s.reserve().unwrap(), Some("up".into()), negotiated())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(matches!(
+        s.lease(&a.id, None).await,
+        Err(SessionError::NotFound)
+    ));
+    let reaped = s.take_expired().await.unwrap();
+    assert_eq!(reaped.len(), 1);
+    assert_eq!(reaped[0].0, a.id);
+    assert_eq!(s.live(), 0);
+}
+
+#[tokio::test]
+async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
+    let s = Arc::new(sessions(10, Duration::from_millis(1)));
+    s.admit(s.reserve().unwrap(), Some("up".into()), negotiated())
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let reaper = spawn_reaper(s.clone(), Duration::from_millis(5), move |_, record| {
+        let _ = tx.send(record.upstream_session);
+    });
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap();
+    assert_eq!(got.unwrap().as_deref(), Some("up"));
+    drop(reaper);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), rx.recv())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

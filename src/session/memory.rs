@@ -1,0 +1,65 @@
+//! The default store: a sharded concurrent map in this process.
+
+use dashmap::DashMap;
+
+use super::record::{Millis, SessionRecord};
+use super::store::{SessionStore, StoreError};
+
+/// Sessions in memory; they live as long as the process.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    map: DashMap<Box<str>, SessionRecord>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl SessionStore for MemoryStore {
+    async fn insert(&self, id: &str, record: SessionRecord) -> Result<(), StoreError> {
+        self.map.insert(id.into(), record);
+        Ok(())
+    }
+
+    async fn renew(
+        &self,
+        id: &str,
+        now: Millis,
+        expires_at: Millis,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        // The shard guard lives only inside this block: nothing is held across an await.
+        let Some(mut record) = self.map.get_mut(id) else {
+            return Ok(None);
+        };
+        if record.expires_at <= now {
+            // Expired: left for the reaper, which also ends it upstream.
+            return Ok(None);
+        }
+        record.expires_at = expires_at;
+        record.seq += 1;
+        Ok(Some(record.clone()))
+    }
+
+    async fn remove(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.map.remove(id).map(|(_, record)| record))
+    }
+
+    async fn take_expired(&self, now: Millis) -> Result<Vec<(String, SessionRecord)>, StoreError> {
+        let mut expired = Vec::new();
+        self.map.retain(|id, record| {
+            if record.expires_at <= now {
+                expired.push((id.to_string(), record.clone()));
+                false
+            } else {
+                true
+            }
+        });
+        Ok(expired)
+    }
+
+    async fn count(&self) -> Result<usize, StoreError> {
+        Ok(self.map.len())
+    }
+}

@@ -1,0 +1,174 @@
+//! The pooled HTTP client to one upstream endpoint.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::error::UpstreamError;
+use crate::mcp::headers::{ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+
+/// How to reach the upstream.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The upstream's MCP endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+    pub url: Uri,
+    pub connect_timeout: Duration,
+    /// Time allowed for the response head (and for a whole JSON body).
+    pub timeout: Duration,
+    /// Largest single message (JSON body or SSE event) read from the upstream.
+    pub max_message_bytes: usize,
+}
+
+/// The upstream session a request is sent in.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    /// The upstream's `Mcp-Session-Id`; `None` for an upstream that issued none.
+    pub session_id: Option<&'a str>,
+    /// The version negotiated at `initialize`, sent as `MCP-Protocol-Version`.
+    pub protocol_version: &'a str,
+}
+
+/// One upstream endpoint behind a connection pool.
+#[derive(Debug, Clone)]
+pub struct HttpUpstream {
+    client: Client<HttpConnector, Full<Bytes>>,
+    settings: Settings,
+    label: std::sync::Arc<str>,
+}
+
+impl HttpUpstream {
+    pub fn new(settings: Settings) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(settings.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        let label = settings.url.to_string().into();
+        HttpUpstream {
+            client,
+            settings,
+            label,
+        }
+    }
+
+    /// How errors and logs name this upstream: its URL.
+    pub fn label(&self) -> &std::sync::Arc<str> {
+        &self.label
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// POSTs one JSON-RPC message. `forwarded` are the client's end-to-end headers the
+    /// caller chose to pass on; the transport's own headers are set here. With a binding
+    /// that names an upstream session, a 404 means the upstream lost it.
+    pub async fn post(
+        &self,
+        binding: Option<Binding<'_>>,
+        body: Bytes,
+        forwarded: &HeaderMap,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut request = self.request(Method::POST, binding, forwarded, Full::new(body))?;
+        let headers = request.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+        headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
+        self.send(request, binding).await
+    }
+
+    /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
+    /// The upstream may answer 405 (it does not let clients end sessions) or 404 (already
+    /// gone); both mean there is nothing more to do.
+    pub async fn terminate(&self, binding: Binding<'_>) -> Result<(), UpstreamError> {
+        if binding.session_id.is_none() {
+            return Ok(());
+        }
+        let request = self.request(
+            Method::DELETE,
+            Some(binding),
+            &HeaderMap::new(),
+            Full::default(),
+        )?;
+        match self.send(request, None).await {
+            Ok(response) => match response.status() {
+                s if s.is_success() => Ok(()),
+                StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => Ok(()),
+                status => Err(UpstreamError::Refused {
+                    status,
+                    detail: "DELETE of the upstream session failed".into(),
+                }),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sends any request built by the caller (pass-through), with the timeout applied.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+        binding: Option<Binding<'_>>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let timeout = self.settings.timeout;
+        let response = match tokio::time::timeout(timeout, self.client.request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(UpstreamError::Unreachable(describe(&e))),
+            Err(_) => return Err(UpstreamError::Timeout(timeout)),
+        };
+        let in_session = binding.is_some_and(|b| b.session_id.is_some());
+        if in_session && response.status() == StatusCode::NOT_FOUND {
+            return Err(UpstreamError::SessionGone);
+        }
+        Ok(response)
+    }
+
+    /// A request to the upstream endpoint with the binding's headers and `forwarded`.
+    pub fn request(
+        &self,
+        method: Method,
+        binding: Option<Binding<'_>>,
+        forwarded: &HeaderMap,
+        body: Full<Bytes>,
+    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
+        let mut request = Request::new(body);
+        *request.method_mut() = method;
+        *request.uri_mut() = self.settings.url.clone();
+        let headers = request.headers_mut();
+        headers.reserve(forwarded.len() + 4);
+        for (name, value) in forwarded {
+            headers.append(name.clone(), value.clone());
+        }
+        if let Some(binding) = binding {
+            if let Some(id) = binding.session_id {
+                let value = HeaderValue::from_str(id).map_err(|_| {
+                    UpstreamError::Protocol("the upstream session id is not a valid header".into())
+                })?;
+                headers.insert(MCP_SESSION_ID.clone(), value);
+            }
+            let version = HeaderValue::from_str(binding.protocol_version).map_err(|_| {
+                UpstreamError::Protocol("the negotiated version is not a valid header".into())
+            })?;
+            headers.insert(MCP_PROTOCOL_VERSION.clone(), version);
+        }
+        Ok(request)
+    }
+}
+
+fn describe(e: &hyper_util::client::legacy::Error) -> String {
+    use std::error::Error;
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

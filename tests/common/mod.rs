@@ -1,0 +1,437 @@
+//! Test harness: the real proxy and the strict demo (legacy) server, both in-process on
+//! 127.0.0.1:0, and a small data-layer-session client that speaks to the proxy over HTTP
+//! the way a session-aware MCP client would.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the harness"
+)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test harness: a failure must stop the test loudly"
+)]
+
+
+use std::time::Duration;
+
+use mcp_session_proxy::config::Config;
+use mcp_session_proxy::demo::{DemoOptions, DemoServer, Received};
+use mcp_session_proxy::{Running, start};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+pub const SESSION_KEY: &str = "io.modelcontextprotocol/session";
+pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+/// A proxy in front of a recording demo server.
+pub struct Harness {
+    pub proxy: Running,
+    pub demo: DemoServer,
+    pub http: reqwest::Client,
+}
+
+/// The proxy's defaults, listening on a free loopback port, proxying to `upstream`.
+pub fn config_for(upstream: &str) -> Config {
+    let mut config = Config::defaults();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.upstream.url = Some(upstream.parse().unwrap());
+    // Open event streams hold a graceful shutdown for this long at most.
+    config.shutdown_grace = Duration::from_secs(2);
+    config
+}
+
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+impl Harness {
+    pub async fn start() -> Harness {
+        Harness::start_with(DemoOptions::default(), |_| {}).await
+    }
+
+    pub async fn with_config(configure: impl FnOnce(&mut Config)) -> Harness {
+        Harness::start_with(DemoOptions::default(), configure).await
+    }
+
+    pub async fn start_with(demo: DemoOptions, configure: impl FnOnce(&mut Config)) -> Harness {
+        let demo = DemoServer::start(DemoOptions {
+            record: true,
+            ..demo
+        })
+        .await
+        .unwrap();
+        let mut config = config_for(&demo.url());
+        configure(&mut config);
+        let proxy = start(config).await.unwrap();
+        Harness {
+            proxy,
+            demo,
+            http: http_client(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.proxy.url()
+    }
+
+    pub fn client(&self) -> SessionClient {
+        SessionClient::new(self.url())
+    }
+
+    /// POSTs a JSON value with the headers a 2025-11-25 client sends.
+    pub async fn post(&self, body: &Value) -> Reply {
+        post_json(&self.http, &self.url(), body, &HeaderMap::new()).await
+    }
+
+    /// What the upstream received, JSON-RPC POSTs only.
+    pub fn upstream_posts(&self) -> Vec<Received> {
+        self.demo
+            .journal()
+            .into_iter()
+            .filter(|r| r.http_method == "POST")
+            .collect()
+    }
+
+    /// The upstream's record of the message with this JSON-RPC method.
+    pub fn upstream_saw(&self, method: &str) -> Vec<Received> {
+        self.upstream_posts()
+            .into_iter()
+            .filter(|r| r.method() == Some(method))
+            .collect()
+    }
+
+    pub async fn stop(self) {
+        self.proxy.shutdown().await;
+        self.demo.stop().await;
+    }
+}
+
+/// One HTTP answer, body parsed when it is JSON.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The JSON-RPC messages of an event-stream body, in order.
+    pub fn events(&self) -> Vec<Value> {
+        sse_messages(&self.text)
+    }
+
+    /// The JSON-RPC error code, if the body is an error.
+    pub fn error_code(&self) -> Option<i64> {
+        self.json().pointer("/error/code").and_then(Value::as_i64)
+    }
+}
+
+/// Every `data:` payload of an event stream that is JSON.
+pub fn sse_messages(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            if data.is_empty() {
+                return None;
+            }
+            serde_json::from_str(&data.join("\n")).ok()
+        })
+        .collect()
+}
+
+pub async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    extra: &HeaderMap,
+) -> Reply {
+    post_raw(http, url, body.to_string().into_bytes(), extra).await
+}
+
+pub async fn post_raw(
+    http: &reqwest::Client,
+    url: &str,
+    body: Vec<u8>,
+    extra: &HeaderMap,
+) -> Reply {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT_BOTH);
+    for (name, value) in extra {
+        request = request.header(name, value);
+    }
+    let response = request.body(body).send().await.unwrap();
+    Reply {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        text: response.text().await.unwrap(),
+    }
+}
+
+/// `params` with the session `_meta` added (keeping any other `_meta`).
+pub fn in_session(mut params: Value, session_id: &str, state: Option<&str>) -> Value {
+    let mut session = json!({ "sessionId": session_id });
+    if let Some(state) = state {
+        session["state"] = json!(state);
+    }
+    if !params.is_object() {
+        params = json!({});
+    }
+    let meta = params
+        .as_object_mut()
+        .unwrap()
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    meta[SESSION_KEY] = session;
+    params
+}
+
+/// A data-layer session client: creates a session, keeps its latest `state`, and sends
+/// every request with `_meta["io.modelcontextprotocol/session"]` and `Mcp-Session-Id`.
+pub struct SessionClient {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub session_id: Option<String>,
+    pub state: Option<String>,
+    next_id: u64,
+}
+
+impl SessionClient {
+    pub fn new(url: String) -> Self {
+        SessionClient {
+            url,
+            http: http_client(),
+            session_id: None,
+            state: None,
+            next_id: 100,
+        }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// `sessions/create`; panics unless it succeeds.
+    pub async fn create(&mut self) -> Value {
+        let id = self.id();
+        let reply = post_json(
+            &self.http,
+            &self.url,
+            &json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create"}),
+            &HeaderMap::new(),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "sessions/create failed: {}", reply.text);
+        let body = reply.json();
+        let session = body["result"]["session"].clone();
+        self.session_id = Some(session["sessionId"].as_str().unwrap().to_owned());
+        self.state = Some(session["state"].as_str().unwrap().to_owned());
+        body
+    }
+
+    pub fn session_id(&self) -> &str {
+        self.session_id.as_deref().unwrap()
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(id) = &self.session_id {
+            headers.insert("mcp-session-id", HeaderValue::from_str(id).unwrap());
+        }
+        headers
+    }
+
+    /// Sends a request in the session; adopts the state of a successful response.
+    pub async fn request(&mut self, method: &str, params: Value) -> Reply {
+        let id = self.id();
+        let params = in_session(params, self.session_id(), self.state.as_deref());
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let reply = post_json(&self.http, &self.url, &body, &self.headers()).await;
+        self.adopt(&reply);
+        reply
+    }
+
+    /// Sends a notification in the session.
+    pub async fn notify(&mut self, method: &str, params: Value) -> Reply {
+        let params = in_session(params, self.session_id(), None);
+        let body = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        post_json(&self.http, &self.url, &body, &self.headers()).await
+    }
+
+    /// `tools/call`, returning the final response message (JSON or from the stream).
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Value {
+        let reply = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        assert_eq!(
+            reply.status, 200,
+            "tools/call {name} failed: {}",
+            reply.text
+        );
+        final_message(&reply)
+    }
+
+    /// Text of the first content item of a tool result.
+    pub async fn tool_text(&mut self, name: &str, arguments: Value) -> String {
+        let message = self.call_tool(name, arguments).await;
+        message
+            .pointer("/result/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no text in {message}"))
+            .to_owned()
+    }
+
+    pub async fn delete(&mut self) -> Reply {
+        self.request("sessions/delete", json!({})).await
+    }
+
+    fn adopt(&mut self, reply: &Reply) {
+        if reply.status != 200 {
+            return;
+        }
+        let message = final_message(reply);
+        if let Some(state) = message
+            .pointer(&format!(
+                "/result/_meta/{}/state",
+                SESSION_KEY.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+        {
+            self.state = Some(state.to_owned());
+        }
+    }
+}
+
+/// The response message of a reply: the JSON body, or the last message of a stream.
+pub fn final_message(reply: &Reply) -> Value {
+    let content_type = reply.header("content-type").unwrap_or("");
+    if content_type.starts_with("text/event-stream") {
+        reply
+            .events()
+            .into_iter()
+            .rfind(|m| m.get("id").is_some() && m.get("method").is_none())
+            .unwrap_or(Value::Null)
+    } else if reply.text.is_empty() {
+        Value::Null
+    } else {
+        reply.json()
+    }
+}
+
+/// The session `_meta` of a response message.
+pub fn session_meta(message: &Value) -> &Value {
+    &message["result"]["_meta"][SESSION_KEY]
+}
+
+/// Polls `check` until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+/// Reads an event-stream response message by message, as it arrives.
+pub struct EventReader {
+    stream:
+        std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl EventReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        EventReader {
+            stream: Box::pin(response.bytes_stream()),
+            buffer: String::new(),
+        }
+    }
+
+    /// The next JSON-RPC message, or `None` at the end of the stream.
+    pub async fn next(&mut self) -> Option<Value> {
+        use futures_util::StreamExt;
+        loop {
+            let normalized = self.buffer.replace("\r\n", "\n");
+            if let Some(end) = normalized.find("\n\n") {
+                let event = normalized[..end].to_owned();
+                self.buffer = normalized[end + 2..].to_owned();
+                if let Some(message) = sse_messages(&format!("{event}\n\n")).into_iter().next() {
+                    return Some(message);
+                }
+                continue;
+            }
+            match tokio::time::timeout(Duration::from_secs(20), self.stream.next()).await {
+                Ok(Some(Ok(chunk))) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(Some(Err(e))) => panic!("stream failed: {e}"),
+                Ok(None) => return None,
+                Err(_) => panic!("no event within 20 s"),
+            }
+        }
+    }
+
+    /// Every remaining message with the time it arrived.
+    pub async fn all_timed(mut self) -> Vec<(std::time::Instant, Value)> {
+        let mut out = Vec::new();
+        while let Some(message) = self.next().await {
+            out.push((std::time::Instant::now(), message));
+        }
+        out
+    }
+}
+
+/// POSTs a JSON-RPC message and returns the response unread (for streaming).
+pub async fn post_streaming(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    extra: &HeaderMap,
+) -> reqwest::Response {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT_BOTH);
+    for (name, value) in extra {
+        request = request.header(name, value);
+    }
+    request.body(body.to_string()).send().await.unwrap()
+}
+
+impl SessionClient {
+    /// Sends a request in the session and returns the response unread.
+    pub async fn request_streaming(&mut self, method: &str, params: Value) -> reqwest::Response {
+        let id = self.id();
+        let params = in_session(params, self.session_id(), self.state.as_deref());
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        post_streaming(&self.http, &self.url, &body, &self.headers()).await
+    }
+
+    /// POSTs a JSON-RPC response (to a server-to-client request) in the session.
+    pub async fn respond(&mut self, id: Value, result: Value) -> Reply {
+        let result = in_session(result, self.session_id(), None);
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        post_json(&self.http, &self.url, &body, &self.headers()).await
+    }
+}

@@ -1,0 +1,142 @@
+"""Interop fixture: a small MCP server on the official Python SDK 1.x (FastMCP).
+
+Usage: target/interop-tools/venv/bin/python tests/interop/fastmcp_server.py PORT [OPTIONS]
+
+Options (all optional, defaults = the SDK's defaults):
+  --json-response            answer POSTs with application/json instead of SSE
+  --session-idle-timeout=S   reap sessions idle for S seconds (SDK default 1800)
+
+Serves Streamable HTTP (stateful: issues Mcp-Session-Id) at
+http://127.0.0.1:PORT/mcp and binds 127.0.0.1 only. PORT may be 0: an ephemeral
+port is chosen. Once the server accepts connections it prints one line
+"READY <port>" (the real port) to stdout and flushes it.
+
+Tools:
+  echo(msg)                  -> msg
+  counter()                  -> "1", "2", ... counted per MCP session
+  slow(steps=3, delay_ms=200)-> "done", after reporting progress i/steps
+  whoami()                   -> the Mcp-Session-Id the server sees
+Resource: fixture://hello (text/plain "hello from fastmcp fixture")
+Prompt:   greet(name)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+
+import uvicorn
+from mcp.server.fastmcp import Context, FastMCP
+
+HOST = "127.0.0.1"
+
+
+def _session_key(ctx: Context) -> str:
+    """Key per MCP session: the Mcp-Session-Id header of the HTTP request."""
+    sid = _session_id(ctx)
+    if sid is not None:
+        return sid
+    # No header (should not happen in stateful mode): fall back to the
+    # identity of the ServerSession object, which is per MCP session.
+    return f"session-object-{id(ctx.session)}"
+
+
+def _session_id(ctx: Context) -> str | None:
+    request = ctx.request_context.request
+    if request is None:
+        return None
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    return headers.get("mcp-session-id")
+
+
+def build(port: int, **settings: object) -> FastMCP:
+    # host=127.0.0.1 also turns on the SDK's DNS-rebinding protection
+    # (Host must be 127.0.0.1:<any port>, localhost:<any port> or [::1]:<any port>).
+    mcp = FastMCP("fastmcp-fixture", host=HOST, port=port, **settings)
+    counters: dict[str, int] = {}
+
+    @mcp.tool()
+    def echo(msg: str) -> str:
+        """Return msg unchanged."""
+        return msg
+
+    @mcp.tool()
+    def counter(ctx: Context) -> str:
+        """Increment and return a counter private to the calling MCP session."""
+        key = _session_key(ctx)
+        counters[key] = counters.get(key, 0) + 1
+        return str(counters[key])
+
+    @mcp.tool()
+    async def slow(ctx: Context, steps: int = 3, delay_ms: int = 200) -> str:
+        """Report progress i/steps (needs a progressToken in _meta), sleeping delay_ms between steps."""
+        for i in range(1, steps + 1):
+            await asyncio.sleep(delay_ms / 1000.0)
+            await ctx.report_progress(i, steps)
+        return "done"
+
+    @mcp.tool()
+    def whoami(ctx: Context) -> str:
+        """Return the Mcp-Session-Id header value the server sees for this request."""
+        return _session_id(ctx) or ""
+
+    @mcp.resource("fixture://hello", mime_type="text/plain")
+    def hello() -> str:
+        """A static text resource."""
+        return "hello from fastmcp fixture"
+
+    @mcp.prompt()
+    def greet(name: str) -> str:
+        """A one-message prompt."""
+        return f"Please greet {name}."
+
+    return mcp
+
+
+async def main() -> None:
+    usage = "usage: fastmcp_server.py PORT [--json-response] [--session-idle-timeout=SECONDS]"
+    if len(sys.argv) < 2:
+        print(usage, file=sys.stderr)
+        sys.exit(2)
+    wanted = int(sys.argv[1])
+    settings: dict[str, object] = {}
+    for arg in sys.argv[2:]:
+        if arg == "--json-response":
+            settings["json_response"] = True
+        elif arg.startswith("--session-idle-timeout="):
+            settings["session_idle_timeout"] = float(arg.split("=", 1)[1])
+        else:
+            print(usage, file=sys.stderr)
+            sys.exit(2)
+
+    # Bind ourselves so that port 0 works and the real port is known.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, wanted))
+    port = sock.getsockname()[1]
+
+    mcp = build(port, **settings)
+    config = uvicorn.Config(
+        mcp.streamable_http_app(),
+        log_level="warning",
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    serve_task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if serve_task.done():
+            serve_task.result()  # raises the startup error
+            sys.exit(1)
+        await asyncio.sleep(0.02)
+    print(f"READY {port}", flush=True)
+    await serve_task
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
