@@ -13,6 +13,7 @@
     reason = "test harness: a failure must stop the test loudly"
 )]
 
+pub mod interop;
 
 use std::time::Duration;
 

@@ -1,0 +1,288 @@
+//! Real third-party MCP servers (tests/interop/README.md) as child processes on
+//! loopback, and the real proxy in front of them.
+//!
+//! `tests/interop/setup.sh` runs once per test binary; a failed install or a server that
+//! does not come up makes the test fail with the script's or the server's stderr.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use mcp_session_proxy::{Running, start};
+use parking_lot::Mutex;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use super::config_for;
+
+/// How long a server may take to print `READY <port>`.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of a server's output is kept for failure messages.
+const LOG_TAIL: usize = 16 * 1024;
+
+/// The repository root as `setup.sh` computes it (git top level, else the crate dir).
+pub fn repo_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(manifest)
+        .args(["rev-parse", "--show-toplevel"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        .filter(|dir| dir.join("tests/interop/setup.sh").is_file())
+        .unwrap_or_else(|| manifest.to_path_buf())
+}
+
+/// Where `setup.sh` installs the servers.
+pub fn tools_dir() -> PathBuf {
+    repo_root().join("target/interop-tools")
+}
+
+/// Runs `tests/interop/setup.sh` the first time it is called in this test binary;
+/// panics (every time) if it failed.
+pub fn ensure_installed() {
+    static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
+    let outcome = SETUP.get_or_init(|| {
+        let script = repo_root().join("tests/interop/setup.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} failed ({}); the interop tests need node >= 18 with npm and python3 >= 3.10 \
+                 and the npm registry and PyPI (or a warm target/interop-tools).\n\
+                 --- stdout ---\n{}\n--- stderr ---\n{}",
+                script.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            ))
+        }
+    });
+    if let Err(message) = outcome {
+        panic!("interop setup failed: {message}");
+    }
+}
+
+/// The tail of a stream of output, kept for failure messages.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<String>>);
+
+impl Log {
+    fn push(&self, line: &str) {
+        let mut log = self.0.lock();
+        log.push_str(line);
+        log.push('\n');
+        if log.len() > 2 * LOG_TAIL {
+            let mut cut = log.len() - LOG_TAIL;
+            while !log.is_char_boundary(cut) {
+                cut += 1;
+            }
+            log.drain(..cut);
+        }
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().clone()
+    }
+}
+
+/// Copies every line of `pipe` into `log` until the pipe closes (so it never fills up).
+fn drain<R: AsyncRead + Unpin + Send + 'static>(
+    mut lines: tokio::io::Lines<BufReader<R>>,
+    log: Log,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            log.push(&line);
+        }
+    })
+}
+
+/// A third-party MCP server running as a child process; killed when dropped.
+pub struct ServerProcess {
+    pub name: &'static str,
+    pub port: u16,
+    child: Child,
+    stdout: Log,
+    stderr: Log,
+    drains: Vec<JoinHandle<()>>,
+}
+
+impl ServerProcess {
+    /// Spawns `command` (stdout and stderr piped, killed on drop) and waits for the
+    /// `READY <port>` line on its stdout.
+    pub async fn spawn(name: &'static str, mut command: Command) -> ServerProcess {
+        ensure_installed();
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the {name} server ({command:?}): {e}"));
+        let stderr = Log::default();
+        let stderr_drain = drain(
+            BufReader::new(child.stderr.take().expect("stderr is piped")).lines(),
+            stderr.clone(),
+        );
+        let stdout = Log::default();
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+
+        let ready = tokio::time::timeout(STARTUP_TIMEOUT, async {
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) => {
+                        stdout.push(&line);
+                        if let Some(port) = line.trim().strip_prefix("READY ") {
+                            break port
+                                .trim()
+                                .parse::<u16>()
+                                .map_err(|e| format!("bad READY line {line:?}: {e}"));
+                        }
+                    }
+                    Ok(None) => break Err("stdout closed before READY".to_owned()),
+                    Err(e) => break Err(format!("reading stdout: {e}")),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("no READY line within {STARTUP_TIMEOUT:?}")));
+
+        let port = match ready {
+            Ok(port) if port != 0 => port,
+            failure => {
+                let why = failure
+                    .err()
+                    .unwrap_or_else(|| "it reported port 0".to_owned());
+                let _ = child.start_kill();
+                let exited = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                let status = match exited {
+                    Ok(Ok(status)) => status.to_string(),
+                    Ok(Err(e)) => format!("unknown ({e})"),
+                    Err(_) => "still running after kill".to_owned(),
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(2), stderr_drain).await;
+                panic!(
+                    "the {name} server did not start: {why} ({status})\ncommand: {command:?}\n\
+                     --- stdout ---\n{}\n--- stderr ---\n{}",
+                    stdout.text(),
+                    stderr.text(),
+                );
+            }
+        };
+        let stdout_drain = drain(lines, stdout.clone());
+        ServerProcess {
+            name,
+            port,
+            child,
+            stdout,
+            stderr,
+            drains: vec![stdout_drain, stderr_drain],
+        }
+    }
+
+    /// The MCP endpoint, `http://127.0.0.1:<port>/mcp`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// What the server printed so far (the last few KiB of each stream).
+    pub fn output(&self) -> String {
+        format!(
+            "--- {} stdout ---\n{}\n--- {} stderr ---\n{}",
+            self.name,
+            self.stdout.text(),
+            self.name,
+            self.stderr.text()
+        )
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // kill_on_drop kills the child with the `Child`; this just makes it explicit.
+        let _ = self.child.start_kill();
+        for drain in &self.drains {
+            drain.abort();
+        }
+        if std::thread::panicking() {
+            eprintln!("{}", self.output());
+        }
+    }
+}
+
+/// `@modelcontextprotocol/server-everything` in streamableHttp mode on a free loopback port.
+pub async fn everything() -> ServerProcess {
+    let root = repo_root();
+    let tools = tools_dir();
+    let mut command = Command::new("node");
+    command
+        .env("PORT", "0")
+        .env("GZIP_ALLOWED_DOMAINS", "127.0.0.1")
+        .arg("--require")
+        .arg(root.join("tests/interop/everything-loopback.cjs"))
+        .arg(tools.join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg("streamableHttp");
+    ServerProcess::spawn("everything", command).await
+}
+
+/// The FastMCP fixture (`tests/interop/fastmcp_server.py`) on a free loopback port, with
+/// extra options such as `--json-response` or `--session-idle-timeout=1`.
+pub async fn fastmcp(options: &[&str]) -> ServerProcess {
+    let root = repo_root();
+    let mut command = Command::new(tools_dir().join("venv/bin/python"));
+    command
+        .arg(root.join("tests/interop/fastmcp_server.py"))
+        .arg("0")
+        .args(options);
+    ServerProcess::spawn("fastmcp", command).await
+}
+
+/// The real proxy in front of a real third-party server.
+pub struct Interop {
+    pub proxy: Running,
+    pub server: ServerProcess,
+}
+
+impl Interop {
+    pub async fn start(server: ServerProcess) -> Interop {
+        let proxy = start(config_for(&server.url()))
+            .await
+            .unwrap_or_else(|e| panic!("cannot start the proxy in front of {}: {e}", server.url()));
+        Interop { proxy, server }
+    }
+
+    pub async fn everything() -> Interop {
+        Interop::start(everything().await).await
+    }
+
+    pub async fn fastmcp(options: &[&str]) -> Interop {
+        Interop::start(fastmcp(options).await).await
+    }
+
+    /// The proxy's client-facing endpoint.
+    pub fn url(&self) -> String {
+        self.proxy.url()
+    }
+
+    pub fn client(&self) -> super::SessionClient {
+        super::SessionClient::new(self.url())
+    }
+
+    /// Shuts the proxy down (it ends its sessions upstream), then stops the server.
+    pub async fn stop(self) {
+        self.proxy.shutdown().await;
+        drop(self.server);
+    }
+}
