@@ -38,6 +38,18 @@ pub struct Config {
     pub session: SessionConfig,
     pub upstream: UpstreamConfig,
     pub log: LogConfig,
+    pub admin: AdminConfig,
+}
+
+/// Operations endpoints: `/metrics`, `/readyz`, `/admin/sessions`.
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    /// A separate listener for the operations endpoints; `None`: the main listener.
+    pub listen: Option<SocketAddr>,
+    /// Serve `/metrics`.
+    pub metrics: bool,
+    /// Bearer token of the admin API; `None`: the admin API is off.
+    pub token: Option<Secret>,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +102,8 @@ pub struct Overrides {
     pub config_file: Option<PathBuf>,
     pub listen: Option<String>,
     pub upstream: Option<String>,
+    /// `text` or `json`.
+    pub log_format: Option<String>,
 }
 
 /// Why the configuration cannot be used. Each line names the key and what is wrong.
@@ -154,6 +168,9 @@ pub fn load_from(overrides: &Overrides, env: Env) -> Result<Config, ConfigError>
     }
     if let Some(url) = &overrides.upstream {
         figment = figment.merge(Serialized::default("upstream.url", url));
+    }
+    if let Some(format) = &overrides.log_format {
+        figment = figment.merge(Serialized::default("log.format", format));
     }
     let raw: RawConfig = figment.extract().map_err(describe_figment)?;
     validate::check(raw)

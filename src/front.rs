@@ -12,6 +12,7 @@
 mod body;
 mod checks;
 mod headers;
+mod ops;
 mod passthrough;
 mod respond;
 mod serve;
@@ -19,26 +20,28 @@ mod sessions;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{ALLOW, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+use tracing::{Instrument, field};
 
 pub use body::ProxyBody;
-pub use serve::{Serving, serve};
+pub use serve::{Role, Serving, serve};
 pub use sessions::short as short_id;
 
 use self::checks::Accepts;
 use self::sessions::SessionRef;
-use crate::config::{Config, HEALTH_PATH};
+use crate::config::{Config, HEALTH_PATH, Secret};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::meta::{Payload, SessionMeta};
+use crate::metrics::{Metrics, Outcome, method_label};
 use crate::session::{Sessions, is_issued_shape};
-use crate::upstream::{Binding, HttpUpstream};
+use crate::upstream::{Binding, HttpUpstream, Media};
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -50,10 +53,18 @@ pub struct App {
     sse_idle_timeout: Duration,
     upstream: HttpUpstream,
     sessions: Arc<Sessions>,
+    metrics: Arc<Metrics>,
+    serve_metrics: bool,
+    admin_token: Option<Secret>,
 }
 
 impl App {
-    pub fn new(config: &Config, upstream: HttpUpstream, sessions: Arc<Sessions>) -> Self {
+    pub fn new(
+        config: &Config,
+        upstream: HttpUpstream,
+        sessions: Arc<Sessions>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         App {
             path: config.path.clone(),
             max_body_bytes: config.max_body_bytes,
@@ -62,7 +73,20 @@ impl App {
             sse_idle_timeout: config.upstream.sse_idle_timeout,
             upstream,
             sessions,
+            metrics,
+            serve_metrics: config.admin.metrics,
+            admin_token: config.admin.token.clone(),
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// An upstream body passed on untouched, counted while open if it is a stream.
+    fn untouched(&self, body: Incoming, media: Media) -> ProxyBody {
+        let open = (media == Media::EventStream).then(|| self.metrics.stream_opened());
+        ProxyBody::Stream { body, open }
     }
 
     pub fn upstream(&self) -> &HttpUpstream {
@@ -89,32 +113,65 @@ impl App {
     }
 }
 
-/// Serves one request.
-pub async fn handle(app: Arc<App>, request: Request<Incoming>) -> Response<ProxyBody> {
+/// Serves one request on the main listener: the MCP endpoint, `/healthz`, and the
+/// operations endpoints when they share this listener.
+pub async fn handle(app: Arc<App>, request: Request<Incoming>, role: Role) -> Response<ProxyBody> {
     let path = request.uri().path();
-    if path == HEALTH_PATH {
-        return match *request.method() {
-            Method::GET | Method::HEAD => {
-                respond::json(StatusCode::OK, Bytes::from_static(br#"{"status":"ok"}"#))
-            }
-            _ => not_allowed("GET, HEAD"),
-        };
+    if role.serves_mcp() && path == app.path {
+        return mcp(&app, request).await;
     }
-    if path != app.path {
-        return respond::error(
-            &ProxyError::NoSuchPath {
-                path: app.path.clone(),
-            },
-            None,
-        );
+    if (path == HEALTH_PATH || role.serves_operations())
+        && let Some(response) = ops::route(&app, &request).await
+    {
+        return response;
     }
-    let result = match *request.method() {
-        Method::POST => return post(&app, request).await,
-        Method::GET => get(&app, request).await,
-        Method::DELETE => delete(&app, request).await,
-        _ => return not_allowed("GET, POST, DELETE"),
-    };
-    result.unwrap_or_else(|e| respond::error(&e, None))
+    respond::error(
+        &ProxyError::NoSuchPath {
+            path: app.path.clone(),
+        },
+        None,
+    )
+}
+
+/// The MCP endpoint, observed: one span per request (method, session tag, upstream,
+/// status, latency) and the request counter.
+async fn mcp(app: &App, request: Request<Incoming>) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let span = tracing::info_span!(
+        "request",
+        method = field::Empty,
+        session = field::Empty,
+        upstream = %app.upstream.label(),
+        status = field::Empty,
+        latency_us = field::Empty,
+    );
+    let (response, method) = async {
+        match *request.method() {
+            Method::POST => post(app, request).await,
+            Method::GET => (
+                get(app, request)
+                    .await
+                    .unwrap_or_else(|e| respond::error(&e, None)),
+                "GET",
+            ),
+            Method::DELETE => (
+                delete(app, request)
+                    .await
+                    .unwrap_or_else(|e| respond::error(&e, None)),
+                "DELETE",
+            ),
+            _ => (not_allowed("GET, POST, DELETE"), "other"),
+        }
+    }
+    .instrument(span.clone())
+    .await;
+    let status = response.status().as_u16();
+    span.record("method", method);
+    span.record("status", status);
+    span.record("latency_us", started.elapsed().as_micros() as u64);
+    app.metrics.request(method, Outcome::of_status(status));
+    span.in_scope(|| tracing::debug!("request served"));
+    response
 }
 
 fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
@@ -125,29 +182,35 @@ fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
     response
 }
 
-async fn post(app: &App, request: Request<Incoming>) -> Response<ProxyBody> {
+/// A POST: one JSON-RPC message. Returns the answer and the method's metric label.
+async fn post(app: &App, request: Request<Incoming>) -> (Response<ProxyBody>, &'static str) {
     let (parts, body) = request.into_parts();
     let checked = checks::origin(&parts.headers, &app.allowed_origins)
         .and_then(|()| checks::content_type(&parts.headers))
         .and_then(|()| checks::accept(&parts.headers));
     let accepts = match checked {
         Ok(accepts) => accepts,
-        Err(e) => return respond::error(&e, None),
+        Err(e) => return (respond::error(&e, None), "other"),
     };
     let body = match checks::read_body(body, &parts.headers, app.max_body_bytes).await {
         Ok(body) => body,
-        Err(e) => return respond::error(&e, None),
+        Err(e) => return (respond::error(&e, None), "other"),
     };
     let envelope = match Envelope::parse(&body) {
         Ok(envelope) => envelope,
-        Err(e) => return respond::error(&e.into(), None),
+        Err(e) => return (respond::error(&e.into(), None), "other"),
     };
-    match dispatch(app, &parts.headers, &body, &envelope, accepts).await {
+    let method = match envelope.kind {
+        Kind::Response => "response",
+        Kind::Request | Kind::Notification => method_label(envelope.method()),
+    };
+    let response = match dispatch(app, &parts.headers, &body, &envelope, accepts).await {
         Ok(response) => response,
         // Only a request has an id to answer; a failed notification or response gets the
         // error with a null id.
         Err(e) => respond::error(&e, envelope.id.filter(|_| envelope.kind == Kind::Request)),
-    }
+    };
+    (response, method)
 }
 
 async fn dispatch(

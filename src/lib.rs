@@ -11,6 +11,7 @@ pub mod error;
 pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
+pub mod metrics;
 pub mod rewrite;
 pub mod session;
 pub mod sse;
@@ -25,7 +26,8 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::demo::{DemoOptions, DemoServer};
-use crate::front::{App, Serving, serve, short_id};
+use crate::front::{App, Role, Serving, serve, short_id};
+use crate::metrics::Metrics;
 use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
 use crate::upstream::HttpUpstream;
 
@@ -47,6 +49,7 @@ pub enum StartError {
 #[derive(Debug)]
 pub struct Running {
     serving: Serving,
+    operations: Option<Serving>,
     app: Arc<App>,
     reaper: ReaperHandle,
     demo: Option<DemoServer>,
@@ -72,12 +75,17 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             .map_err(|e: http::uri::InvalidUri| StartError::DemoUrl(e.to_string()))?,
         (None, None) => return Err(StartError::DemoUrl("no upstream".into())),
     };
-    let upstream = HttpUpstream::new(upstream::Settings {
-        url,
-        connect_timeout: config.upstream.connect_timeout,
-        timeout: config.upstream.timeout,
-        max_message_bytes: config.upstream.max_message_bytes,
-    });
+    let metrics = Arc::new(Metrics::new());
+    let latency = metrics.upstream_histogram(&url.to_string());
+    let upstream = HttpUpstream::new(
+        upstream::Settings {
+            url,
+            connect_timeout: config.upstream.connect_timeout,
+            timeout: config.upstream.timeout,
+            max_message_bytes: config.upstream.max_message_bytes,
+        },
+        Some(latency),
+    );
     let signer = match &config.session.state_key {
         Some(key) => StateSigner::new(&key.0),
         None => StateSigner::generate(),
@@ -90,28 +98,27 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             max_sessions: config.session.max_sessions,
         },
     ));
-    let app = Arc::new(App::new(&config, upstream, sessions.clone()));
+    let app = Arc::new(App::new(&config, upstream, sessions.clone(), metrics));
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
         let app = app.clone();
         move |id, record| {
+            app.metrics().sessions_expired.inc();
             tracing::info!(session = %short_id(&id), "session expired");
             app.end_upstream(record.upstream_session, record.negotiated.protocol_version);
         }
     });
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| StartError::Listen {
-            addr: config.listen,
-            source,
-        })?;
-    let serving = serve(listener, app.clone(), config.shutdown_grace).map_err(|source| {
-        StartError::Listen {
-            addr: config.listen,
-            source,
-        }
-    })?;
+    let main_role = match config.admin.listen {
+        Some(_) => Role::Mcp,
+        None => Role::McpAndOperations,
+    };
+    let serving = listen(config.listen, &app, main_role, config.shutdown_grace).await?;
+    let operations = match config.admin.listen {
+        Some(addr) => Some(listen(addr, &app, Role::Operations, config.shutdown_grace).await?),
+        None => None,
+    };
     Ok(Running {
         serving,
+        operations,
         app,
         reaper,
         demo,
@@ -119,9 +126,26 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })
 }
 
+async fn listen(
+    addr: SocketAddr,
+    app: &Arc<App>,
+    role: Role,
+    grace: Duration,
+) -> Result<Serving, StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { addr, source })?;
+    serve(listener, app.clone(), role, grace).map_err(|source| StartError::Listen { addr, source })
+}
+
 impl Running {
     pub fn local_addr(&self) -> SocketAddr {
         self.serving.local_addr()
+    }
+
+    /// The operations listener's address, when `admin.listen` gave it its own.
+    pub fn operations_addr(&self) -> Option<SocketAddr> {
+        self.operations.as_ref().map(Serving::local_addr)
     }
 
     /// The client-facing MCP endpoint, e.g. `http://127.0.0.1:8080/mcp`.
@@ -143,6 +167,9 @@ impl Running {
     /// process's memory and would be lost anyway), then stops the demo server.
     pub async fn shutdown(self) {
         self.serving.shutdown().await;
+        if let Some(operations) = self.operations {
+            operations.shutdown().await;
+        }
         drop(self.reaper);
         match self.app.sessions().take_all().await {
             Ok(all) => {

@@ -2,16 +2,30 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
 use mcp_session_proxy::config::{self, Config, LogFormat, Overrides};
 
 /// Data-layer sessions for MCP servers that only speak the 2025-11-25 protocol.
 ///
 /// With no upstream configured, an embedded demo server is started and proxied to.
 #[derive(Debug, Parser)]
-#[command(name = "mcp-session-proxy", version)]
+#[command(
+    name = "mcp-session-proxy",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: Layers,
+}
+
+/// The command-line layer of the configuration.
+#[derive(Debug, Args)]
+struct Layers {
     /// Address to listen on (default 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
@@ -21,22 +35,84 @@ struct Cli {
     /// Configuration file (default: ./proxy.toml when it exists).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Log format: text (default) or json.
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate the configuration (every layer: file, MCP_PROXY_* variables, flags) and
+    /// exit: 0 when it is good, 2 with the problems when not.
+    Check {
+        #[command(flatten)]
+        layers: Layers,
+    },
+    /// Probe a running proxy's /healthz (for container health checks): exit 0 when it
+    /// answers 200 within 3 s, 1 otherwise.
+    Healthcheck {
+        /// URL to probe; default: /healthz on the configured listen address.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        #[command(flatten)]
+        layers: Layers,
+    },
+}
+
+impl Layers {
+    fn overrides(self) -> Overrides {
+        Overrides {
+            config_file: self.config,
+            listen: self.listen,
+            upstream: self.upstream,
+            log_format: self.log_format,
+        }
+    }
+}
+
+fn load(layers: Layers) -> Result<Config, ExitCode> {
+    config::load(&layers.overrides()).map_err(|e| {
+        eprintln!("mcp-session-proxy: {e}");
+        ExitCode::from(2)
+    })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let overrides = Overrides {
-        config_file: cli.config,
-        listen: cli.listen,
-        upstream: cli.upstream,
-    };
-    let config = match config::load(&overrides) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("mcp-session-proxy: {e}");
-            return ExitCode::from(2);
+    match cli.command {
+        Some(Command::Check { layers }) => match load(layers) {
+            Ok(config) => {
+                println!(
+                    "configuration OK: listen {}{}, upstream {}",
+                    config.listen,
+                    config.path,
+                    config
+                        .upstream
+                        .url
+                        .map_or_else(|| "embedded demo server".to_owned(), |u| u.to_string())
+                );
+                ExitCode::SUCCESS
+            }
+            Err(code) => code,
+        },
+        Some(Command::Healthcheck { url, layers }) => {
+            let url = match url {
+                Some(url) => url,
+                None => match load(layers) {
+                    Ok(config) => health_url(&config),
+                    Err(code) => return code,
+                },
+            };
+            healthcheck(&url)
         }
-    };
+        None => match load(cli.run) {
+            Ok(config) => serve(config),
+            Err(code) => code,
+        },
+    }
+}
+
+fn serve(config: Config) -> ExitCode {
     init_logging(&config);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -58,6 +134,48 @@ fn main() -> ExitCode {
     }
 }
 
+/// `/healthz` on the listen address, with an unspecified address probed on loopback.
+fn health_url(config: &Config) -> String {
+    let mut addr = config.admin.listen.unwrap_or(config.listen);
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    format!("http://{addr}{}", config::HEALTH_PATH)
+}
+
+fn healthcheck(url: &str) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(_) => return ExitCode::FAILURE,
+    };
+    let outcome = runtime.block_on(async {
+        let uri: http::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        match tokio::time::timeout(Duration::from_secs(3), client.get(uri)).await {
+            Ok(Ok(response)) if response.status().is_success() => Ok(()),
+            Ok(Ok(response)) => Err(format!("{url} answered {}", response.status())),
+            Ok(Err(e)) => Err(format!("{url}: {e}")),
+            Err(_) => Err(format!("{url}: no answer within 3 s")),
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("mcp-session-proxy healthcheck: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
@@ -66,7 +184,11 @@ fn init_logging(config: &Config) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match config.log.format {
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
         LogFormat::Text => builder.init(),
     }
 }

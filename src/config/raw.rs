@@ -15,6 +15,7 @@ pub struct RawConfig {
     pub session: RawSession,
     pub upstream: RawUpstream,
     pub log: RawLog,
+    pub admin: RawAdmin,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,6 +42,15 @@ pub struct RawUpstream {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct RawAdmin {
+    pub listen: String,
+    pub metrics: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RawLog {
     pub level: String,
     pub format: String,
@@ -57,6 +67,7 @@ impl Default for RawConfig {
             session: RawSession::default(),
             upstream: RawUpstream::default(),
             log: RawLog::default(),
+            admin: RawAdmin::default(),
         }
     }
 }
@@ -81,6 +92,16 @@ impl Default for RawUpstream {
             timeout: "60s".into(),
             sse_idle_timeout: "5m".into(),
             max_message_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+impl Default for RawAdmin {
+    fn default() -> Self {
+        RawAdmin {
+            listen: String::new(),
+            metrics: true,
+            token: None,
         }
     }
 }

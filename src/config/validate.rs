@@ -8,7 +8,9 @@ use http::Uri;
 
 use super::HEALTH_PATH;
 use super::raw::RawConfig;
-use super::{Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig, UpstreamConfig};
+use super::{
+    AdminConfig, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig, UpstreamConfig,
+};
 
 struct Problems(Vec<String>);
 
@@ -143,6 +145,26 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         p.add("log.level", format!("{:?} is not a log filter ({e}); write e.g. \"info\" or \"mcp_session_proxy=debug\"", raw.log.level));
     }
 
+    let a = &raw.admin;
+    let admin_listen = match a.listen.trim() {
+        "" => None,
+        addr => match addr.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                p.add("admin.listen", format!("{addr:?} is not a socket address; write e.g. \"127.0.0.1:9090\", or \"\" to share the main listener"));
+                None
+            }
+        },
+    };
+    let token = a.token.as_deref().map(str::trim).filter(|t| !t.is_empty()).and_then(|token| {
+        if token.len() < 16 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            p.add("admin.token", "must be at least 16 visible ASCII characters, e.g. the output of `openssl rand -hex 16`");
+            None
+        } else {
+            Some(Secret(token.as_bytes().to_vec()))
+        }
+    });
+
     if !p.0.is_empty() {
         return Err(ConfigError { problems: p.0 });
     }
@@ -169,6 +191,11 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         log: LogConfig {
             level: raw.log.level,
             format,
+        },
+        admin: AdminConfig {
+            listen: admin_listen,
+            metrics: a.metrics,
+            token,
         },
     })
 }

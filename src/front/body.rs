@@ -9,6 +9,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 
+use crate::metrics::StreamGuard;
 use crate::rewrite::to_client::StampEvents;
 use crate::sse::RewriteBody;
 
@@ -17,10 +18,11 @@ pin_project! {
     pub enum ProxyBody {
         /// A body the proxy built (errors, JSON responses after rewriting).
         Full { #[pin] body: Full<Bytes> },
-        /// An upstream body passed through untouched (legacy pass-through, GET streams).
-        Stream { #[pin] body: Incoming },
+        /// An upstream body passed through untouched (legacy pass-through, GET streams);
+        /// counted while open when it is an event stream.
+        Stream { #[pin] body: Incoming, open: Option<StreamGuard> },
         /// An upstream event stream, stamped event by event.
-        Stamped { #[pin] body: RewriteBody<Incoming, StampEvents> },
+        Stamped { #[pin] body: RewriteBody<Incoming, StampEvents>, open: StreamGuard },
     }
 }
 
@@ -48,15 +50,15 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.project() {
             Projection::Full { body } => body.poll_frame(cx).map_err(|never| match never {}),
-            Projection::Stream { body } => body.poll_frame(cx),
-            Projection::Stamped { body } => body.poll_frame(cx).map_err(|never| match never {}),
+            Projection::Stream { body, .. } => body.poll_frame(cx),
+            Projection::Stamped { body, .. } => body.poll_frame(cx).map_err(|never| match never {}),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Full { body } => body.is_end_stream(),
-            ProxyBody::Stream { body } => body.is_end_stream(),
+            ProxyBody::Stream { body, .. } => body.is_end_stream(),
             ProxyBody::Stamped { .. } => false,
         }
     }
@@ -64,7 +66,7 @@ impl Body for ProxyBody {
     fn size_hint(&self) -> SizeHint {
         match self {
             ProxyBody::Full { body } => body.size_hint(),
-            ProxyBody::Stream { body } => body.size_hint(),
+            ProxyBody::Stream { body, .. } => body.size_hint(),
             ProxyBody::Stamped { .. } => SizeHint::default(),
         }
     }

@@ -9,6 +9,7 @@ use super::App;
 use super::body::ProxyBody;
 use super::headers;
 use crate::error::ProxyError;
+use crate::upstream::media_type;
 
 pub async fn forward(
     app: &App,
@@ -31,9 +32,7 @@ pub async fn forward(
         .await
         .map_err(upstream_error)?;
     let (mut parts, incoming) = response.into_parts();
+    let body = app.untouched(incoming, media_type(&parts.headers));
     parts.headers = headers::to_client_passthrough(&parts.headers);
-    Ok(Response::from_parts(
-        parts,
-        ProxyBody::Stream { body: incoming },
-    ))
+    Ok(Response::from_parts(parts, body))
 }

@@ -15,6 +15,27 @@ use tokio::task::JoinHandle;
 
 use super::{App, handle};
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The MCP endpoint and `/healthz` (operations endpoints have their own listener).
+    Mcp,
+    /// The MCP endpoint and the operations endpoints (`admin.listen` is empty).
+    McpAndOperations,
+    /// Only the operations endpoints: `/healthz`, `/readyz`, `/metrics`, `/admin/…`.
+    Operations,
+}
+
+impl Role {
+    pub fn serves_mcp(self) -> bool {
+        matches!(self, Role::Mcp | Role::McpAndOperations)
+    }
+
+    pub fn serves_operations(self) -> bool {
+        matches!(self, Role::McpAndOperations | Role::Operations)
+    }
+}
+
 /// A running listener.
 #[derive(Debug)]
 pub struct Serving {
@@ -39,7 +60,12 @@ impl Serving {
 }
 
 /// Serves `app` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until shut down.
-pub fn serve(listener: TcpListener, app: Arc<App>, grace: Duration) -> std::io::Result<Serving> {
+pub fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    role: Role,
+    grace: Duration,
+) -> std::io::Result<Serving> {
     let local_addr = listener.local_addr()?;
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn(async move {
@@ -62,7 +88,7 @@ pub fn serve(listener: TcpListener, app: Arc<App>, grace: Duration) -> std::io::
             let app = app.clone();
             let service = service_fn(move |request| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(app, request).await) }
+                async move { Ok::<_, Infallible>(handle(app, request, role).await) }
             });
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             let connection = graceful.watch(connection.into_owned());

@@ -17,6 +17,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, range_in, write_json_str};
 use crate::mcp::headers::{JSON, LAST_EVENT_ID, MCP_SESSION_ID};
 use crate::mcp::meta::{self, Payload};
+use crate::metrics::Rejection;
 use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
 use crate::rewrite::to_upstream::strip_session;
 use crate::session::{Lease, SessionError, rfc3339};
@@ -63,8 +64,12 @@ impl App {
     /// A lease's upstream connection is gone: forget the session so the client is told
     /// -32043 and starts a new one, never attached to some other upstream session.
     async fn upstream_lost(&self, id: &str) -> ProxyError {
-        if let Err(e) = self.sessions.end(id).await {
-            tracing::warn!(error = %e, "could not forget a session its upstream lost");
+        match self.sessions.end(id).await {
+            Ok(Some(_)) => {
+                self.metrics.sessions_lost.inc();
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not forget a session its upstream lost"),
         }
         tracing::info!(session = %short(id), "upstream lost the session; the client must create a new one");
         ProxyError::SessionNotFound {
@@ -80,15 +85,42 @@ fn binding(lease: &Lease) -> Binding<'_> {
     }
 }
 
-/// A short, non-reversible tag for logs (a log line must not leak a usable sessionId).
+/// A short, non-reversible tag of a sessionId for logs and the admin API (neither may
+/// show a usable sessionId): 64 bits of its SHA-256, in hex.
 pub fn short(id: &str) -> String {
     use sha2::{Digest, Sha256};
+    use std::fmt::Write;
     let digest = Sha256::digest(id.as_bytes());
-    digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+    let mut out = String::with_capacity(16);
+    for b in &digest[..8] {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// `sessions/create`: open an upstream connection, then record the session.
 pub async fn create(
+    app: &App,
+    client_headers: &HeaderMap,
+    id: &RawValue,
+    payload: Option<&Payload<'_>>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let created = open(app, client_headers, id, payload).await;
+    match &created {
+        Ok(_) => {
+            app.metrics.sessions_created.inc();
+        }
+        Err(e) => app.metrics.rejected(match e {
+            ProxyError::SessionLimit { .. } => Rejection::Limit,
+            ProxyError::Upstream { .. } => Rejection::Upstream,
+            ProxyError::Store(_) => Rejection::Store,
+            _ => Rejection::Invalid,
+        }),
+    }
+    created
+}
+
+async fn open(
     app: &App,
     client_headers: &HeaderMap,
     id: &RawValue,
@@ -130,7 +162,8 @@ pub async fn create(
             return Err(app.session_error(e, ""));
         }
     };
-    tracing::info!(session = %short(&issued.id), "session created");
+    tracing::Span::current().record("session", short(&issued.id));
+    tracing::info!("session created");
 
     let mut body = Vec::with_capacity(200);
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
@@ -174,6 +207,7 @@ async fn end(app: &App, session: &SessionRef<'_>) -> Result<(), ProxyError> {
     if let Err(e) = app.upstream.terminate(binding).await {
         tracing::warn!(session = %short(id), error = %e, "upstream did not end the session");
     }
+    app.metrics.sessions_deleted.inc();
     tracing::info!(session = %short(id), "session deleted");
     Ok(())
 }
@@ -213,6 +247,7 @@ pub async fn forward(
     session: &SessionRef<'_>,
     accepts: Accepts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    tracing::Span::current().record("session", short(&session.id));
     let lease = app.lease(session).await?;
     let upstream_body = match payload {
         Some((raw, payload)) => strip_session(body, raw, payload),
@@ -277,6 +312,7 @@ async fn relay(
                 settings.max_message_bytes,
                 app.sse_idle_timeout,
             ),
+            open: app.metrics.stream_opened(),
         },
         (Media::EventStream, Some(stamp)) => {
             // The client takes JSON only: wait for the response and send just that.
@@ -296,7 +332,7 @@ async fn relay(
                 .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
             ProxyBody::full(stamped(message, &stamp))
         }
-        (Media::EventStream, None) => ProxyBody::Stream { body: incoming },
+        (Media::EventStream, None) => app.untouched(incoming, media),
         (Media::Json, stamp) => {
             let message = read_body(incoming, settings.max_message_bytes, settings.timeout)
                 .await
@@ -309,7 +345,7 @@ async fn relay(
                 None => ProxyBody::full(message),
             }
         }
-        (Media::Other, _) if parts.status.is_success() => ProxyBody::Stream { body: incoming },
+        (Media::Other, _) if parts.status.is_success() => app.untouched(incoming, media),
         (Media::Other, _) => {
             let status = parts.status;
             let detail = read_body(incoming, 512, settings.timeout)
@@ -360,12 +396,10 @@ pub async fn listen(
         Err(e) => return Err(app.upstream_error(e)),
     };
     let (mut parts, incoming) = response.into_parts();
+    let body = app.untouched(incoming, media_type(&parts.headers));
     parts.headers = headers::to_client_in_session(&parts.headers);
     if let Ok(value) = HeaderValue::from_str(&session.id) {
         parts.headers.insert(MCP_SESSION_ID.clone(), value);
     }
-    Ok(Response::from_parts(
-        parts,
-        ProxyBody::Stream { body: incoming },
-    ))
+    Ok(Response::from_parts(parts, body))
 }

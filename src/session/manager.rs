@@ -183,6 +183,16 @@ impl Sessions {
         Ok(removed)
     }
 
+    /// Up to `limit` sessions, for the admin API.
+    pub async fn list(&self, limit: usize) -> Result<Vec<(String, SessionRecord)>, SessionError> {
+        Ok(self.store.list(limit).await?)
+    }
+
+    /// Whether the store answers.
+    pub async fn store_reachable(&self) -> bool {
+        self.store.count().await.is_ok()
+    }
+
     /// Removes every session expired by now.
     pub async fn take_expired(&self) -> Result<Vec<(String, SessionRecord)>, SessionError> {
         self.take_expired_at(now_millis()).await

@@ -59,6 +59,15 @@ impl SessionStore for MemoryStore {
         Ok(expired)
     }
 
+    async fn list(&self, limit: usize) -> Result<Vec<(String, SessionRecord)>, StoreError> {
+        Ok(self
+            .map
+            .iter()
+            .take(limit)
+            .map(|entry| (entry.key().to_string(), entry.value().clone()))
+            .collect())
+    }
+
     async fn count(&self) -> Result<usize, StoreError> {
         Ok(self.map.len())
     }

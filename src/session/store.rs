@@ -44,6 +44,12 @@ pub trait SessionStore: Send + Sync + 'static {
         now: Millis,
     ) -> impl Future<Output = Result<Vec<(String, SessionRecord)>, StoreError>> + Send;
 
+    /// Every session (for the admin API), at most `limit` of them.
+    fn list(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(String, SessionRecord)>, StoreError>> + Send;
+
     /// How many sessions are kept.
     fn count(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
 }
@@ -81,6 +87,12 @@ impl SessionStore for Store {
     async fn take_expired(&self, now: Millis) -> Result<Vec<(String, SessionRecord)>, StoreError> {
         match self {
             Store::Memory(s) => s.take_expired(now).await,
+        }
+    }
+
+    async fn list(&self, limit: usize) -> Result<Vec<(String, SessionRecord)>, StoreError> {
+        match self {
+            Store::Memory(s) => s.list(limit).await,
         }
     }
 

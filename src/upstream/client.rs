@@ -1,6 +1,10 @@
 //! The pooled HTTP client to one upstream endpoint.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::Histogram;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
@@ -40,11 +44,15 @@ pub struct Binding<'a> {
 pub struct HttpUpstream {
     client: Client<HttpConnector, Full<Bytes>>,
     settings: Settings,
-    label: std::sync::Arc<str>,
+    label: Arc<str>,
+    /// Time to response head, observed on every exchange.
+    latency: Option<Histogram>,
+    /// When an exchange last got a response (any status), for readiness.
+    last_answer: Arc<Mutex<Option<Instant>>>,
 }
 
 impl HttpUpstream {
-    pub fn new(settings: Settings) -> Self {
+    pub fn new(settings: Settings, latency: Option<Histogram>) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
@@ -56,11 +64,13 @@ impl HttpUpstream {
             client,
             settings,
             label,
+            latency,
+            last_answer: Arc::new(Mutex::new(None)),
         }
     }
 
     /// How errors and logs name this upstream: its URL.
-    pub fn label(&self) -> &std::sync::Arc<str> {
+    pub fn label(&self) -> &Arc<str> {
         &self.label
     }
 
@@ -117,11 +127,17 @@ impl HttpUpstream {
         binding: Option<Binding<'_>>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let timeout = self.settings.timeout;
+        let sent = Instant::now();
         let response = match tokio::time::timeout(timeout, self.client.request(request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(e)) => return Err(UpstreamError::Unreachable(describe(&e))),
             Err(_) => return Err(UpstreamError::Timeout(timeout)),
         };
+        let answered = Instant::now();
+        if let Some(latency) = &self.latency {
+            latency.observe(answered.duration_since(sent).as_secs_f64());
+        }
+        *self.last_answer.lock() = Some(answered);
         let in_session = binding.is_some_and(|b| b.session_id.is_some());
         if in_session && response.status() == StatusCode::NOT_FOUND {
             return Err(UpstreamError::SessionGone);
@@ -158,6 +174,30 @@ impl HttpUpstream {
             headers.insert(MCP_PROTOCOL_VERSION.clone(), version);
         }
         Ok(request)
+    }
+}
+
+impl HttpUpstream {
+    /// Whether the upstream looks reachable: it answered something in the last
+    /// `recent`, or a TCP connection to it opens within a second.
+    pub async fn reachable(&self, recent: Duration) -> bool {
+        if self
+            .last_answer
+            .lock()
+            .is_some_and(|at| at.elapsed() < recent)
+        {
+            return true;
+        }
+        let Some(host) = self.settings.url.host() else {
+            return false;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = self.settings.url.port_u16().unwrap_or(80);
+        let connect = tokio::net::TcpStream::connect((host, port));
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), connect).await,
+            Ok(Ok(_))
+        )
     }
 }
 

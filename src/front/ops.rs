@@ -1,0 +1,208 @@
+//! Operations endpoints: `/healthz`, `/readyz`, `/metrics`, and the token-protected admin
+//! API (`/admin/sessions`). None of them shows a usable sessionId: sessions are named by
+//! a 64-bit hash (the same tag the logs use).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
+use http::{Method, Request, Response, StatusCode};
+use serde_json::json;
+
+use super::body::ProxyBody;
+use super::respond;
+use super::sessions::short;
+use super::{App, not_allowed};
+use crate::config::HEALTH_PATH;
+use crate::session::{now_millis, rfc3339};
+use crate::upstream::Binding;
+
+const READY_PATH: &str = "/readyz";
+const METRICS_PATH: &str = "/metrics";
+const ADMIN_SESSIONS: &str = "/admin/sessions";
+/// The upstream counts as reachable if it answered anything this recently.
+const RECENT_ANSWER: Duration = Duration::from_secs(10);
+
+/// Answers an operations request, or `None` when the path is not one of them.
+pub async fn route<B>(app: &App, request: &Request<B>) -> Option<Response<ProxyBody>> {
+    let path = request.uri().path();
+    let method = request.method();
+    let is_read = method == Method::GET || method == Method::HEAD;
+    let response = match path {
+        HEALTH_PATH if is_read => json(StatusCode::OK, json!({"status": "ok"})),
+        READY_PATH if is_read => ready(app).await,
+        METRICS_PATH if is_read && app.serve_metrics => metrics(app),
+        HEALTH_PATH | READY_PATH => not_allowed("GET, HEAD"),
+        METRICS_PATH if app.serve_metrics => not_allowed("GET, HEAD"),
+        _ if path == ADMIN_SESSIONS || path.starts_with("/admin/sessions/") => {
+            admin(app, request).await
+        }
+        _ => return None,
+    };
+    Some(response)
+}
+
+fn json(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
+    respond::json(status, Bytes::from(value.to_string()))
+}
+
+/// Ready when the configuration loaded (it did, or the proxy would not run), the
+/// upstream is reachable and the session store answers.
+async fn ready(app: &App) -> Response<ProxyBody> {
+    let upstream = app.upstream.reachable(RECENT_ANSWER).await;
+    let store = app.sessions.store_reachable().await;
+    let word = |ok: bool| if ok { "ok" } else { "failing" };
+    let status = if upstream && store {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json(
+        status,
+        json!({
+            "status": if status == StatusCode::OK { "ready" } else { "not ready" },
+            "checks": {
+                "config": "ok",
+                "upstream": word(upstream),
+                "store": word(store),
+            },
+            "upstream": app.upstream.label().as_ref(),
+        }),
+    )
+}
+
+fn metrics(app: &App) -> Response<ProxyBody> {
+    app.metrics.sessions_active.set(app.sessions.live() as i64);
+    let mut response = Response::new(ProxyBody::full(app.metrics.encode()));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+/// Whether the request carries `Authorization: Bearer <admin token>` (compared in
+/// constant time).
+fn authorized<B>(app: &App, request: &Request<B>) -> Option<bool> {
+    let token = app.admin_token.as_ref()?;
+    let presented = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .as_bytes();
+    let expected = token.0.as_slice();
+    let same_length = presented.len() == expected.len();
+    let difference = presented
+        .iter()
+        .zip(expected)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    Some(same_length && difference == 0)
+}
+
+async fn admin<B>(app: &App, request: &Request<B>) -> Response<ProxyBody> {
+    match authorized(app, request) {
+        // The admin API is off: it does not exist.
+        None => return json(StatusCode::NOT_FOUND, json!({"error": "not found"})),
+        Some(false) => {
+            let mut response = json(
+                StatusCode::UNAUTHORIZED,
+                json!({"error": "the admin API needs Authorization: Bearer <admin.token>"}),
+            );
+            response
+                .headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return response;
+        }
+        Some(true) => {}
+    }
+    let path = request.uri().path();
+    match (request.method(), path.strip_prefix("/admin/sessions/")) {
+        (&Method::GET, None) => list(app, request.uri().query()).await,
+        (&Method::DELETE, Some(tag)) if !tag.is_empty() => revoke(app, tag).await,
+        (_, None) => not_allowed("GET"),
+        (_, Some(_)) => not_allowed("DELETE"),
+    }
+}
+
+/// `GET /admin/sessions[?limit=N]`: hashed id, upstream, age, idle time, expiry.
+async fn list(app: &App, query: Option<&str>) -> Response<ProxyBody> {
+    let limit = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("limit="))
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1000);
+    let sessions = match app.sessions.list(limit).await {
+        Ok(sessions) => sessions,
+        Err(e) => {
+            return json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": e.to_string()}),
+            );
+        }
+    };
+    let now = now_millis();
+    let ttl = app.sessions.settings().idle_ttl.as_millis() as u64;
+    let rows: Vec<_> = sessions
+        .iter()
+        .map(|(id, record)| {
+            let last_use = record.expires_at.saturating_sub(ttl);
+            json!({
+                "id": short(id),
+                "upstream": app.upstream.label().as_ref(),
+                "ageSeconds": now.saturating_sub(record.created_at) / 1000,
+                "idleSeconds": now.saturating_sub(last_use) / 1000,
+                "expiresAt": rfc3339(record.expires_at),
+                "uses": record.seq,
+            })
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        json!({"total": app.sessions.live(), "sessions": rows}),
+    )
+}
+
+/// `DELETE /admin/sessions/<hash>`: ends that session here and upstream; its client
+/// gets -32043 from then on.
+async fn revoke(app: &App, tag: &str) -> Response<ProxyBody> {
+    let sessions = match app.sessions.list(usize::MAX).await {
+        Ok(sessions) => sessions,
+        Err(e) => {
+            return json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": e.to_string()}),
+            );
+        }
+    };
+    let Some((id, _)) = sessions.into_iter().find(|(id, _)| short(id) == tag) else {
+        return json(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no session with this id hash"}),
+        );
+    };
+    match app.sessions.end(&id).await {
+        Ok(Some(record)) => {
+            let binding = Binding {
+                session_id: record.upstream_session.as_deref(),
+                protocol_version: record.negotiated.protocol_version,
+            };
+            if let Err(e) = app.upstream.terminate(binding).await {
+                tracing::warn!(session = %tag, error = %e, "upstream did not end a revoked session");
+            }
+            app.metrics.sessions_deleted.inc();
+            tracing::info!(session = %tag, "session revoked by the admin API");
+            respond::status(StatusCode::NO_CONTENT)
+        }
+        Ok(None) => json(
+            StatusCode::NOT_FOUND,
+            json!({"error": "no session with this id hash"}),
+        ),
+        Err(e) => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": e.to_string()}),
+        ),
+    }
+}

@@ -1,0 +1,318 @@
+//! Prometheus metrics (OpenMetrics text at `/metrics`).
+//!
+//! Label values are bounded: methods come from a fixed list (anything else is `other`),
+//! so a client cannot grow the registry by inventing method names.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How a request ended, from the client's point of view.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Outcome {
+    /// 1xx–3xx.
+    Ok,
+    /// The client's request was refused (4xx).
+    ClientError,
+    /// The upstream failed or timed out (502, 504, -32043 after a lost session).
+    UpstreamError,
+    /// The proxy could not serve it (503: full, store down; 500).
+    ProxyError,
+}
+
+/// Why a `sessions/create` was refused.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Rejection {
+    /// `max_sessions` reached.
+    Limit,
+    /// The upstream handshake failed.
+    Upstream,
+    /// The request itself was wrong.
+    Invalid,
+    /// The session store did not answer.
+    Store,
+}
+
+impl Outcome {
+    /// The outcome of an answer with this HTTP status.
+    pub fn of_status(status: u16) -> Outcome {
+        match status {
+            502 | 504 => Outcome::UpstreamError,
+            500..=599 => Outcome::ProxyError,
+            400..=499 => Outcome::ClientError,
+            _ => Outcome::Ok,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::ProxyError => "proxy_error",
+        }
+    }
+}
+
+impl Rejection {
+    fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Limit => "limit",
+            Rejection::Upstream => "upstream",
+            Rejection::Invalid => "invalid",
+            Rejection::Store => "store",
+        }
+    }
+}
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        self.as_str().encode(encoder)
+    }
+}
+
+impl EncodeLabelValue for Rejection {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        self.as_str().encode(encoder)
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: &'static str,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectionLabels {
+    pub reason: Rejection,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    pub upstream: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    pub pool: &'static str,
+}
+
+/// Every metric the proxy exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    pub sessions_active: Gauge,
+    pub sessions_created: Counter,
+    pub sessions_deleted: Counter,
+    pub sessions_expired: Counter,
+    pub sessions_lost: Counter,
+    pub sessions_rejected: Family<RejectionLabels, Counter>,
+    pub requests: Family<RequestLabels, Counter>,
+    pub upstream_latency: Family<UpstreamLabels, Histogram>,
+    pub sse_streams_open: Gauge,
+    pub pool_size: Family<PoolLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("mcp_proxy");
+        let m = Metrics {
+            registry: Registry::default(),
+            sessions_active: Gauge::default(),
+            sessions_created: Counter::default(),
+            sessions_deleted: Counter::default(),
+            sessions_expired: Counter::default(),
+            sessions_lost: Counter::default(),
+            sessions_rejected: Family::default(),
+            requests: Family::default(),
+            upstream_latency: Family::new_with_constructor(|| {
+                // 50 µs … ~26 s.
+                Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+            }),
+            sse_streams_open: Gauge::default(),
+            pool_size: Family::default(),
+        };
+        registry.register(
+            "sessions_active",
+            "Data-layer sessions live now",
+            m.sessions_active.clone(),
+        );
+        registry.register(
+            "sessions_created",
+            "Data-layer sessions created",
+            m.sessions_created.clone(),
+        );
+        registry.register(
+            "sessions_deleted",
+            "Data-layer sessions deleted by their client",
+            m.sessions_deleted.clone(),
+        );
+        registry.register(
+            "sessions_expired",
+            "Data-layer sessions ended by the idle TTL",
+            m.sessions_expired.clone(),
+        );
+        registry.register(
+            "sessions_lost",
+            "Data-layer sessions dropped because the upstream lost them",
+            m.sessions_lost.clone(),
+        );
+        registry.register(
+            "sessions_rejected",
+            "sessions/create requests refused, by reason",
+            m.sessions_rejected.clone(),
+        );
+        registry.register(
+            "requests",
+            "Requests served, by MCP method and outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            "upstream_latency_seconds",
+            "Time from sending a request upstream to its response head, by upstream",
+            m.upstream_latency.clone(),
+        );
+        registry.register(
+            "sse_streams_open",
+            "Event streams open to clients",
+            m.sse_streams_open.clone(),
+        );
+        registry.register(
+            "pool_size",
+            "Idle upstream connections or processes ready in a pool",
+            m.pool_size.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The latency histogram of one upstream.
+    pub fn upstream_histogram(&self, upstream: &str) -> Histogram {
+        self.upstream_latency.get_or_create_owned(&UpstreamLabels {
+            upstream: upstream.to_owned(),
+        })
+    }
+
+    pub fn request(&self, method: &'static str, outcome: Outcome) {
+        self.requests
+            .get_or_create(&RequestLabels { method, outcome })
+            .inc();
+    }
+
+    pub fn rejected(&self, reason: Rejection) {
+        self.sessions_rejected
+            .get_or_create(&RejectionLabels { reason })
+            .inc();
+    }
+
+    /// A guard counting one open event stream until it is dropped.
+    pub fn stream_opened(self: &Arc<Self>) -> StreamGuard {
+        self.sse_streams_open.inc();
+        StreamGuard(self.clone())
+    }
+}
+
+/// Counts an open event stream; dropping it (the stream ended or the client left)
+/// uncounts it.
+#[derive(Debug)]
+pub struct StreamGuard(Arc<Metrics>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.sse_streams_open.dec();
+    }
+}
+
+/// The method label for `method`: itself when it is a known MCP method, else `other`.
+pub fn method_label(method: &str) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "sessions/create",
+        "sessions/delete",
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "tasks/get",
+        "tasks/result",
+        "tasks/list",
+        "tasks/cancel",
+        "server/discover",
+        "subscriptions/listen",
+        "notifications/initialized",
+        "notifications/cancelled",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+        "response",
+        "GET",
+        "DELETE",
+    ];
+    KNOWN
+        .iter()
+        .copied()
+        .find(|m| *m == method)
+        .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_methods_share_one_label() {
+        assert_eq!(method_label("tools/call"), "tools/call");
+        assert_eq!(method_label("x/made-up-1"), "other");
+        assert_eq!(method_label("x/made-up-2"), "other");
+    }
+
+    #[test]
+    fn the_exposition_names_every_metric() {
+        let m = Arc::new(Metrics::new());
+        m.request("tools/call", Outcome::Ok);
+        m.rejected(Rejection::Limit);
+        m.upstream_histogram("http://u/mcp").observe(0.001);
+        let guard = m.stream_opened();
+        let text = m.encode();
+        for name in [
+            "mcp_proxy_sessions_active",
+            "mcp_proxy_sessions_created_total",
+            "mcp_proxy_sessions_deleted_total",
+            "mcp_proxy_sessions_expired_total",
+            "mcp_proxy_sessions_rejected_total{reason=\"limit\"} 1",
+            "mcp_proxy_requests_total{method=\"tools/call\",outcome=\"ok\"} 1",
+            "mcp_proxy_upstream_latency_seconds_bucket{le=\"0.00005\",upstream=\"http://u/mcp\"}",
+            "mcp_proxy_sse_streams_open 1",
+        ] {
+            assert!(text.contains(name), "{name} missing:\n{text}");
+        }
+        drop(guard);
+        assert!(m.encode().contains("mcp_proxy_sse_streams_open 0"));
+    }
+}
