@@ -33,12 +33,12 @@ pub use serve::{Role, Serving, serve};
 pub use sessions::short as short_id;
 
 use self::checks::Accepts;
-use self::sessions::SessionRef;
+use self::sessions::{Dialect, SessionRef};
 use crate::config::{Config, HEALTH_PATH, Secret};
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind};
+use crate::jsonrpc::{Envelope, Kind, raw_str};
 use crate::mcp::headers::MCP_SESSION_ID;
-use crate::mcp::meta::{Payload, SessionMeta};
+use crate::mcp::meta::{MetaError, Payload, SessionMeta};
 use crate::metrics::{Metrics, Outcome, method_label};
 use crate::session::{Sessions, is_issued_shape};
 use crate::upstream::{Binding, HttpUpstream, Media};
@@ -228,25 +228,57 @@ async fn dispatch(
         Some(raw) => Payload::open(raw)?.map(|payload| (raw, payload)),
         None => None,
     };
-    let named = match &payload {
-        Some((_, payload)) => payload.session()?,
+    let params = payload.as_ref().map(|(_, p)| p);
+    let named = match params {
+        Some(payload) => payload.session()?,
         None => None,
+    };
+    // SEP-1364: a top-level `sessionId` (`null` before a session exists).
+    let (dialect, top_level) = match envelope.session_id {
+        None => (Dialect::DataLayer, None),
+        Some(raw) if raw.get() == "null" => (Dialect::Sep1364, None),
+        Some(raw) => match raw_str(raw) {
+            Some(id) => (Dialect::Sep1364, Some(id)),
+            None => return Err(ProxyError::Meta(MetaError::MalformedSession)),
+        },
     };
     let request_id = envelope.id.filter(|_| envelope.kind == Kind::Request);
     let method = envelope.method();
-    if let (Some(id), "sessions/create") = (request_id, method) {
-        return sessions::create(app, headers, id, payload.as_ref().map(|(_, p)| p)).await;
+    // SEP-1364 names the session to end in `params.sessionId`.
+    let ending = matches!(method, "sessions/delete" | "session/delete" | "terminate");
+    let in_params = if (ending && dialect == Dialect::Sep1364) || method == "terminate" {
+        params.and_then(|p| p.member("sessionId")).and_then(raw_str)
+    } else {
+        None
+    };
+    let session = session_ref(named, top_level.or(in_params), headers.get(&MCP_SESSION_ID))?;
+    match (request_id, method) {
+        (Some(id), "sessions/create") => {
+            let dialect = match params.and_then(|p| p.member("capabilities")) {
+                Some(_) => Dialect::Sep1364,
+                None => dialect,
+            };
+            return sessions::create(app, headers, id, params, dialect).await;
+        }
+        (Some(id), "initialize") if dialect == Dialect::Sep1364 => {
+            return sessions::initialize(app, headers, id, params, session.as_ref()).await;
+        }
+        _ => {}
     }
-    let session = session_ref(named, headers.get(&MCP_SESSION_ID))?;
     match (session, request_id) {
-        (Some(session), Some(id)) if method == "sessions/delete" => {
-            sessions::delete(app, id, &session).await
+        (Some(session), Some(id)) if ending => sessions::delete(app, id, &session).await,
+        // The proxy initialized the upstream connection itself.
+        (Some(_), None) if method == "notifications/initialized" => {
+            Ok(respond::status(StatusCode::ACCEPTED))
         }
         (Some(session), _) => {
             let payload = payload.as_ref().map(|(raw, p)| (*raw, p));
-            sessions::forward(app, headers, body, envelope, payload, &session, accepts).await
+            sessions::forward(
+                app, headers, body, envelope, payload, &session, dialect, accepts,
+            )
+            .await
         }
-        (None, Some(_)) if method == "sessions/delete" => Err(ProxyError::DeleteWithoutSession),
+        (None, Some(_)) if ending => Err(ProxyError::DeleteWithoutSession),
         (None, _) if app.require_session => Err(ProxyError::SessionRequired {
             method: method.to_owned(),
         }),
@@ -254,24 +286,40 @@ async fn dispatch(
     }
 }
 
-/// The session a message names. `_meta` is authoritative; an `Mcp-Session-Id` header must
-/// agree with it, and alone names a data-layer session only when it has the shape of a
-/// proxy-issued id (any other is an upstream's own id from a legacy client).
+/// The session a message names. `_meta` (or SEP-1364's top-level `sessionId`) is
+/// authoritative; when both are given they must agree, and an `Mcp-Session-Id` header must
+/// agree with them. A header alone names a data-layer session only when it has the shape
+/// of a proxy-issued id (any other is an upstream's own id from a legacy client).
 fn session_ref<'a>(
     named: Option<SessionMeta<'a>>,
+    top_level: Option<Cow<'a, str>>,
     header: Option<&'a HeaderValue>,
 ) -> Result<Option<SessionRef<'a>>, ProxyError> {
-    match (named, header) {
-        (Some(meta), Some(header)) if header.as_bytes() != meta.session_id.as_bytes() => {
-            Err(ProxyError::SessionHeaderMismatch {
-                header: String::from_utf8_lossy(header.as_bytes()).into_owned(),
+    let session = match (named, top_level) {
+        (Some(meta), Some(top)) if meta.session_id != top => {
+            return Err(ProxyError::SessionHeaderMismatch {
+                header: top.into_owned(),
                 meta: meta.session_id.into_owned(),
-            })
+            });
         }
-        (Some(meta), _) => Ok(Some(SessionRef {
+        (Some(meta), _) => Some(SessionRef {
             id: meta.session_id,
             state: meta.state,
-        })),
+        }),
+        (None, Some(top)) => Some(SessionRef {
+            id: top,
+            state: None,
+        }),
+        (None, None) => None,
+    };
+    match (session, header) {
+        (Some(session), Some(header)) if header.as_bytes() != session.id.as_bytes() => {
+            Err(ProxyError::SessionHeaderMismatch {
+                header: String::from_utf8_lossy(header.as_bytes()).into_owned(),
+                meta: session.id.into_owned(),
+            })
+        }
+        (Some(session), _) => Ok(Some(session)),
         (None, Some(header)) => {
             Ok(header
                 .to_str()
@@ -288,7 +336,7 @@ fn session_ref<'a>(
 
 /// The data-layer session a bare `Mcp-Session-Id` names, if it names one.
 fn header_session(headers: &HeaderMap) -> Option<SessionRef<'_>> {
-    session_ref(None, headers.get(&MCP_SESSION_ID))
+    session_ref(None, None, headers.get(&MCP_SESSION_ID))
         .ok()
         .flatten()
 }

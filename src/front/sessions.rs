@@ -14,13 +14,14 @@ use super::checks::Accepts;
 use super::headers;
 use super::respond;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind, range_in, write_json_str};
+use crate::jsonrpc::{Envelope, Kind, RawObject, range_in, write_json_str};
 use crate::mcp::headers::{JSON, LAST_EVENT_ID, MCP_SESSION_ID};
+use crate::mcp::initialize::Negotiated;
 use crate::mcp::meta::{self, Payload};
 use crate::metrics::Rejection;
 use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
-use crate::rewrite::to_upstream::strip_session;
-use crate::session::{Lease, SessionError, rfc3339};
+use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
+use crate::session::{Issued, Lease, SessionError, rfc3339};
 use crate::sse::RewriteBody;
 use crate::upstream::{
     Binding, Media, UpstreamError, media_type, read_body, read_response_from_sse, says_session_lost,
@@ -98,17 +99,143 @@ pub fn short(id: &str) -> String {
     out
 }
 
-/// `sessions/create`: open an upstream connection, then record the session.
+/// How a client asked for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// Seed 000: `sessions/create`, session in `_meta`.
+    DataLayer,
+    /// SEP-1364: a top-level `sessionId`, `params.capabilities` on `sessions/create`,
+    /// `initialize` carrying a `sessionId`, `terminate`.
+    Sep1364,
+}
+
+/// `sessions/create`: open an upstream connection, then record the session. The
+/// client's identity and capabilities come from the request's `_meta` (or, in SEP-1364's
+/// shape, from `params.capabilities`).
 pub async fn create(
     app: &App,
     client_headers: &HeaderMap,
     id: &RawValue,
     payload: Option<&Payload<'_>>,
+    dialect: Dialect,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let created = open(app, client_headers, id, payload).await;
-    match &created {
-        Ok(_) => {
+    if payload.and_then(|p| p.meta(meta::SESSION)).is_some() {
+        app.metrics.rejected(Rejection::Invalid);
+        return Err(ProxyError::CreateInSession);
+    }
+    let client_info = payload.and_then(|p| p.meta(meta::CLIENT_INFO));
+    let capabilities = payload
+        .and_then(|p| p.meta(meta::CLIENT_CAPABILITIES))
+        .or_else(|| payload.and_then(|p| p.member("capabilities")));
+    let issued = open_session(app, client_headers, client_info, capabilities).await?;
+
+    let mut body = Vec::with_capacity(256);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    body.extend_from_slice(id.get().as_bytes());
+    if dialect == Dialect::Sep1364 {
+        body.extend_from_slice(br#","sessionId":"#);
+        write_json_str(&mut body, &issued.id);
+        body.extend_from_slice(br#","result":{"sessionId":"#);
+        write_json_str(&mut body, &issued.id);
+        body.extend_from_slice(br#","session":{"sessionId":"#);
+    } else {
+        body.extend_from_slice(br#","result":{"session":{"sessionId":"#);
+    }
+    write_json_str(&mut body, &issued.id);
+    body.extend_from_slice(br#","expiresAt":"#);
+    write_json_str(&mut body, &rfc3339(issued.expires_at));
+    body.extend_from_slice(br#","state":"#);
+    write_json_str(&mut body, &issued.state);
+    body.extend_from_slice(b"}}}");
+    Ok(with_session_header(
+        respond::json(StatusCode::OK, Bytes::from(body)),
+        &issued.id,
+    ))
+}
+
+/// SEP-1364 alternative 2: `initialize` carrying a top-level `sessionId`. `null` opens a
+/// new session (the upstream is initialized with the client's own clientInfo and
+/// capabilities); a known id answers again for that session. The result is the
+/// upstream's `InitializeResult` with `sessions: {required: false}` added.
+pub async fn initialize(
+    app: &App,
+    client_headers: &HeaderMap,
+    id: &RawValue,
+    params: Option<&Payload<'_>>,
+    session: Option<&SessionRef<'_>>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let (session_id, negotiated) = match session {
+        None => {
+            let client_info = params.and_then(|p| p.member("clientInfo"));
+            let capabilities = params.and_then(|p| p.member("capabilities"));
+            let issued = open_session(app, client_headers, client_info, capabilities).await?;
+            (issued.id, issued.negotiated)
+        }
+        Some(session) => {
+            let lease = app.lease(session).await?;
+            (session.id.to_string(), lease.record.negotiated)
+        }
+    };
+    let mut body = Vec::with_capacity(512);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    body.extend_from_slice(id.get().as_bytes());
+    body.extend_from_slice(br#","sessionId":"#);
+    write_json_str(&mut body, &session_id);
+    body.extend_from_slice(br#","result":"#);
+    body.extend_from_slice(&initialize_result(&negotiated, br#"{"required":false}"#));
+    body.push(b'}');
+    Ok(with_session_header(
+        respond::json(StatusCode::OK, Bytes::from(body)),
+        &session_id,
+    ))
+}
+
+/// An `InitializeResult` from what the upstream negotiated, with `sessions` set to
+/// `sessions` in its capabilities.
+fn initialize_result(negotiated: &Negotiated, sessions: &[u8]) -> Vec<u8> {
+    let mut capabilities = Vec::with_capacity(negotiated.capabilities.get().len() + 32);
+    match RawObject::parse(&negotiated.capabilities) {
+        Some(mut object) => {
+            object.remove("sessions");
+            object.write(&mut capabilities, &[("sessions", sessions)]);
+        }
+        None => capabilities.extend_from_slice(negotiated.capabilities.get().as_bytes()),
+    }
+    let mut out = Vec::with_capacity(capabilities.len() + 256);
+    out.extend_from_slice(br#"{"protocolVersion":"#);
+    write_json_str(&mut out, negotiated.protocol_version);
+    out.extend_from_slice(br#","capabilities":"#);
+    out.extend_from_slice(&capabilities);
+    out.extend_from_slice(br#","serverInfo":"#);
+    out.extend_from_slice(negotiated.server_info.get().as_bytes());
+    if let Some(instructions) = &negotiated.instructions {
+        out.extend_from_slice(br#","instructions":"#);
+        write_json_str(&mut out, instructions);
+    }
+    out.push(b'}');
+    out
+}
+
+fn with_session_header(mut response: Response<ProxyBody>, id: &str) -> Response<ProxyBody> {
+    if let Ok(value) = HeaderValue::from_str(id) {
+        response.headers_mut().insert(MCP_SESSION_ID.clone(), value);
+    }
+    response
+}
+
+/// Opens an upstream connection and records a session for it; counts the outcome.
+async fn open_session(
+    app: &App,
+    client_headers: &HeaderMap,
+    client_info: Option<&RawValue>,
+    capabilities: Option<&RawValue>,
+) -> Result<Issued, ProxyError> {
+    let opened = admit_new(app, client_headers, client_info, capabilities).await;
+    match &opened {
+        Ok(issued) => {
             app.metrics.sessions_created.inc();
+            tracing::Span::current().record("session", short(&issued.id));
+            tracing::info!("session created");
         }
         Err(e) => app.metrics.rejected(match e {
             ProxyError::SessionLimit { .. } => Rejection::Limit,
@@ -117,20 +244,15 @@ pub async fn create(
             _ => Rejection::Invalid,
         }),
     }
-    created
+    opened
 }
 
-async fn open(
+async fn admit_new(
     app: &App,
     client_headers: &HeaderMap,
-    id: &RawValue,
-    payload: Option<&Payload<'_>>,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    if payload.and_then(|p| p.meta(meta::SESSION)).is_some() {
-        return Err(ProxyError::CreateInSession);
-    }
-    let client_info = payload.and_then(|p| p.meta(meta::CLIENT_INFO));
-    let capabilities = payload.and_then(|p| p.meta(meta::CLIENT_CAPABILITIES));
+    client_info: Option<&RawValue>,
+    capabilities: Option<&RawValue>,
+) -> Result<Issued, ProxyError> {
     for (key, value) in [
         (meta::CLIENT_INFO, client_info),
         (meta::CLIENT_CAPABILITIES, capabilities),
@@ -151,35 +273,17 @@ async fn open(
         .map_err(|e| app.upstream_error(e))?;
     let upstream_session = opened.session_id.clone();
     let protocol_version = opened.negotiated.protocol_version;
-    let issued = match app
+    match app
         .sessions
         .admit(slot, opened.session_id, opened.negotiated)
         .await
     {
-        Ok(issued) => issued,
+        Ok(issued) => Ok(issued),
         Err(e) => {
             app.end_upstream(upstream_session.map(Into::into), protocol_version);
-            return Err(app.session_error(e, ""));
+            Err(app.session_error(e, ""))
         }
-    };
-    tracing::Span::current().record("session", short(&issued.id));
-    tracing::info!("session created");
-
-    let mut body = Vec::with_capacity(200);
-    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
-    body.extend_from_slice(id.get().as_bytes());
-    body.extend_from_slice(br#","result":{"session":{"sessionId":"#);
-    write_json_str(&mut body, &issued.id);
-    body.extend_from_slice(br#","expiresAt":"#);
-    write_json_str(&mut body, &rfc3339(issued.expires_at));
-    body.extend_from_slice(br#","state":"#);
-    write_json_str(&mut body, &issued.state);
-    body.extend_from_slice(b"}}}");
-    let mut response = respond::json(StatusCode::OK, Bytes::from(body));
-    if let Ok(value) = HeaderValue::from_str(&issued.id) {
-        response.headers_mut().insert(MCP_SESSION_ID.clone(), value);
     }
-    Ok(response)
 }
 
 /// Ends session `id` here and upstream. `Ok(false)` when there was no such session.
@@ -245,14 +349,18 @@ pub async fn forward(
     envelope: &Envelope<'_>,
     payload: Option<(&RawValue, &Payload<'_>)>,
     session: &SessionRef<'_>,
+    dialect: Dialect,
     accepts: Accepts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     tracing::Span::current().record("session", short(&session.id));
     let lease = app.lease(session).await?;
-    let upstream_body = match payload {
+    let mut upstream_body = match payload {
         Some((raw, payload)) => strip_session(body, raw, payload),
         None => body.clone(),
     };
+    if dialect == Dialect::Sep1364 {
+        upstream_body = strip_top_level_session(upstream_body);
+    }
     let forwarded = headers::to_upstream_in_session(client_headers);
     let response = match app
         .upstream
@@ -273,6 +381,11 @@ pub async fn forward(
                 &lease.state,
                 &rfc3339(lease.expires_at),
             )),
+            top_level: (dialect == Dialect::Sep1364).then(|| {
+                let mut id = Vec::with_capacity(session.id.len() + 2);
+                write_json_str(&mut id, &session.id);
+                Bytes::from(id)
+            }),
         }),
         _ => None,
     };

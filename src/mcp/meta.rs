@@ -60,6 +60,11 @@ impl<'a> Payload<'a> {
         Ok(Some(Payload { members, meta }))
     }
 
+    /// The raw value of a top-level member of the payload.
+    pub fn member(&self, key: &str) -> Option<&'a RawValue> {
+        self.members.get(key)
+    }
+
     /// The raw value of `_meta[key]`.
     pub fn meta(&self, key: &str) -> Option<&'a RawValue> {
         self.meta.as_ref()?.get(key)

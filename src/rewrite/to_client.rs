@@ -22,6 +22,9 @@ pub struct Stamp {
     pub request_id: Bytes,
     /// `{"sessionId":…,"state":…,"expiresAt":…}`.
     pub session: Bytes,
+    /// SEP-1364's dialect: the sessionId (a JSON string) to echo as a top-level member
+    /// of the response.
+    pub top_level: Option<Bytes>,
 }
 
 /// What [`stamp_message`] found.
@@ -46,14 +49,34 @@ pub fn stamp_message(message: &[u8], stamp: &Stamp) -> Stamped {
     if !ours {
         return Stamped::Other;
     }
-    let Some(result) = envelope.result else {
-        return Stamped::Response(None);
-    };
-    let Ok(Some(payload)) = Payload::open(result) else {
-        return Stamped::Response(None);
-    };
-    let stamped = payload.with_meta(meta::SESSION, &stamp.session);
-    Stamped::Response(splice(message, result, &stamped))
+    let stamped = envelope.result.and_then(|result| {
+        let payload = Payload::open(result).ok()??;
+        splice(
+            message,
+            result,
+            &payload.with_meta(meta::SESSION, &stamp.session),
+        )
+    });
+    match &stamp.top_level {
+        Some(id) => {
+            let message = stamped.as_deref().unwrap_or(message);
+            Stamped::Response(with_top_level_session(message, id))
+        }
+        None => Stamped::Response(stamped),
+    }
+}
+
+/// `message` with `"sessionId":<id>` as its first member (SEP-1364: responses carry the
+/// session at the top level).
+fn with_top_level_session(message: &[u8], id: &[u8]) -> Option<Vec<u8>> {
+    let open = message.iter().position(|&b| b == b'{')?;
+    let mut out = Vec::with_capacity(message.len() + id.len() + 16);
+    out.extend_from_slice(&message[..=open]);
+    out.extend_from_slice(br#""sessionId":"#);
+    out.extend_from_slice(id);
+    out.push(b',');
+    out.extend_from_slice(&message[open + 1..]);
+    Some(out)
 }
 
 /// Stamps the response inside an event stream, event by event.

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::splice;
+use crate::jsonrpc::{RawObject, splice};
 use crate::mcp::meta::{self, Payload};
 
 /// `body` without the session key in the `_meta` of `payload` (the `params` of a request
@@ -22,6 +22,25 @@ pub fn strip_session(body: &Bytes, payload_raw: &RawValue, payload: &Payload<'_>
         None => body.clone(),
     }
 }
+
+/// `message` without its top-level `sessionId` (SEP-1364's dialect): a 2025-11-25 server
+/// knows no such member. Returns `message` itself when it has none.
+pub fn strip_top_level_session(message: Bytes) -> Bytes {
+    let Ok(raw) = serde_json::from_slice::<&RawValue>(&message) else {
+        return message;
+    };
+    let Some(mut object) = RawObject::parse(raw) else {
+        return message;
+    };
+    if object.remove(SESSION_ID).is_none() {
+        return message;
+    }
+    let mut out = Vec::with_capacity(message.len());
+    object.write(&mut out, &[]);
+    Bytes::from(out)
+}
+
+const SESSION_ID: &str = "sessionId";
 
 #[cfg(test)]
 mod tests {
@@ -62,6 +81,19 @@ mod tests {
     fn a_message_without_session_meta_is_passed_unchanged() {
         let body = r#"{ "jsonrpc" : "2.0", "id":1, "method":"ping", "params":{"_meta":{"progressToken":1}} }"#;
         assert_eq!(strip(body), body);
+    }
+
+    #[test]
+    fn sep_1364_top_level_session_ids_are_removed() {
+        let out = strip_top_level_session(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":1,"sessionId":"s","method":"tools/list","params":{}}"#,
+        ));
+        assert_eq!(
+            out,
+            &br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#[..]
+        );
+        let plain = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        assert_eq!(strip_top_level_session(plain.clone()), plain);
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct Issued {
     pub id: String,
     pub state: String,
     pub expires_at: Millis,
+    /// What its upstream connection negotiated.
+    pub negotiated: Arc<Negotiated>,
 }
 
 /// One use of a session: its record and the state and expiry to hand back.
@@ -121,9 +123,10 @@ impl Sessions {
     ) -> Result<Issued, SessionError> {
         let now = now_millis();
         let expires_at = self.expiry_from(now);
+        let negotiated = self.share(negotiated);
         let record = SessionRecord {
             upstream_session: upstream_session.map(Arc::from),
-            negotiated: self.share(negotiated),
+            negotiated: negotiated.clone(),
             created_at: now,
             expires_at,
             seq: 0,
@@ -136,6 +139,7 @@ impl Sessions {
             id,
             state,
             expires_at,
+            negotiated,
         })
     }
 

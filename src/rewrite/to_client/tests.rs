@@ -8,7 +8,34 @@ fn stamp() -> Stamp {
             "eyJrIjoidjIifQ==",
             "2026-03-01T00:00:00Z",
         )),
+        top_level: None,
     }
+}
+
+#[test]
+fn the_sep_1364_dialect_gets_the_session_at_the_top_level_too() {
+    let s = Stamp {
+        top_level: Some(Bytes::from_static(br#""sess-abc123""#)),
+        ..stamp()
+    };
+    let Stamped::Response(Some(out)) =
+        stamp_message(br#"{"jsonrpc":"2.0","id":2,"result":{}}"#, &s)
+    else {
+        panic!("not stamped")
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["sessionId"], "sess-abc123");
+    assert_eq!(
+        v["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
+        "sess-abc123"
+    );
+    let Stamped::Response(Some(out)) = stamp_message(
+        br#"{"jsonrpc":"2.0","id":2,"error":{"code":1,"message":"x"}}"#,
+        &s,
+    ) else {
+        panic!("errors are echoed too")
+    };
+    assert!(out.starts_with(br#"{"sessionId":"sess-abc123","jsonrpc""#));
 }
 
 #[test]
