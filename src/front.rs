@@ -33,7 +33,7 @@ pub use serve::{Role, Serving, serve};
 pub use sessions::short as short_id;
 
 use self::checks::Accepts;
-use self::sessions::{Dialect, SessionRef};
+use self::sessions::{Dialect, Message, SessionRef};
 use crate::config::{Config, HEALTH_PATH, Secret};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, raw_str};
@@ -272,11 +272,15 @@ async fn dispatch(
             Ok(respond::status(StatusCode::ACCEPTED))
         }
         (Some(session), _) => {
-            let payload = payload.as_ref().map(|(raw, p)| (*raw, p));
-            sessions::forward(
-                app, headers, body, envelope, payload, &session, dialect, accepts,
-            )
-            .await
+            let message = Message {
+                headers,
+                body,
+                envelope,
+                payload: payload.as_ref().map(|(raw, p)| (*raw, p)),
+                dialect,
+                accepts,
+            };
+            sessions::forward(app, &message, &session).await
         }
         (None, Some(_)) if ending => Err(ProxyError::DeleteWithoutSession),
         (None, _) if app.require_session => Err(ProxyError::SessionRequired {

@@ -99,6 +99,19 @@ pub fn short(id: &str) -> String {
     out
 }
 
+/// One client message as the routes see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'m, 'b> {
+    pub headers: &'m HeaderMap,
+    /// The body as received.
+    pub body: &'m Bytes,
+    pub envelope: &'m Envelope<'b>,
+    /// `params` (or a response's `result`), raw and opened.
+    pub payload: Option<(&'b RawValue, &'m Payload<'b>)>,
+    pub dialect: Dialect,
+    pub accepts: Accepts,
+}
+
 /// How a client asked for a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -344,14 +357,17 @@ pub async fn delete_by_header(
 /// connection, and stamp the response on its way back.
 pub async fn forward(
     app: &App,
-    client_headers: &HeaderMap,
-    body: &Bytes,
-    envelope: &Envelope<'_>,
-    payload: Option<(&RawValue, &Payload<'_>)>,
+    message: &Message<'_, '_>,
     session: &SessionRef<'_>,
-    dialect: Dialect,
-    accepts: Accepts,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let Message {
+        headers: client_headers,
+        body,
+        envelope,
+        payload,
+        dialect,
+        accepts,
+    } = *message;
     tracing::Span::current().record("session", short(&session.id));
     let lease = app.lease(session).await?;
     let mut upstream_body = match payload {
