@@ -13,6 +13,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use http::Uri;
 
+pub use crate::upstream::CommandSpec;
+
 pub use raw::RawConfig;
 
 /// The health endpoint: the process is alive and serving. The MCP path may not take it.
@@ -63,8 +65,17 @@ pub struct SessionConfig {
 
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
-    /// `None`: run the embedded demo server and proxy to it.
+    /// A Streamable HTTP upstream. With neither `url` nor `command`, the embedded demo
+    /// server runs and is proxied to.
     pub url: Option<Uri>,
+    /// A stdio upstream: a child process per upstream session.
+    pub command: Option<CommandSpec>,
+    /// Started and initialized stdio children kept ready, per client identity.
+    pub pool_size: usize,
+    /// stdio children alive at once.
+    pub max_children: usize,
+    /// Time between the steps of stopping a stdio child.
+    pub stop_grace: Duration,
     /// Requests without a data-layer session get -32044 instead of being passed through.
     pub require_session: bool,
     pub connect_timeout: Duration,
@@ -104,6 +115,8 @@ pub struct Overrides {
     pub upstream: Option<String>,
     /// `text` or `json`.
     pub log_format: Option<String>,
+    /// A stdio server to run: program, then its arguments.
+    pub command: Vec<String>,
 }
 
 /// Why the configuration cannot be used. Each line names the key and what is wrong.
@@ -168,6 +181,11 @@ pub fn load_from(overrides: &Overrides, env: Env) -> Result<Config, ConfigError>
     }
     if let Some(url) = &overrides.upstream {
         figment = figment.merge(Serialized::default("upstream.url", url));
+    }
+    if let Some((program, args)) = overrides.command.split_first() {
+        figment = figment
+            .merge(Serialized::default("upstream.command", program))
+            .merge(Serialized::default("upstream.args", args));
     }
     if let Some(format) = &overrides.log_format {
         figment = figment.merge(Serialized::default("log.format", format));

@@ -178,6 +178,7 @@ impl ProxyError {
             E::Upstream { upstream, source } => {
                 let status = match source {
                     UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+                    UpstreamError::Exhausted(_) => StatusCode::SERVICE_UNAVAILABLE,
                     UpstreamError::Unreachable(_)
                     | UpstreamError::SessionGone
                     | UpstreamError::Refused { .. }

@@ -14,6 +14,7 @@ mod checks;
 mod headers;
 mod ops;
 mod passthrough;
+mod relay;
 mod respond;
 mod serve;
 mod sessions;
@@ -41,7 +42,7 @@ use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::meta::{MetaError, Payload, SessionMeta};
 use crate::metrics::{Metrics, Outcome, method_label};
 use crate::session::{Sessions, is_issued_shape};
-use crate::upstream::{Binding, HttpUpstream, Media};
+use crate::upstream::{Binding, Media, Upstream};
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -51,7 +52,7 @@ pub struct App {
     allowed_origins: Vec<String>,
     require_session: bool,
     sse_idle_timeout: Duration,
-    upstream: HttpUpstream,
+    upstream: Upstream,
     sessions: Arc<Sessions>,
     metrics: Arc<Metrics>,
     serve_metrics: bool,
@@ -61,7 +62,7 @@ pub struct App {
 impl App {
     pub fn new(
         config: &Config,
-        upstream: HttpUpstream,
+        upstream: Upstream,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
     ) -> Self {
@@ -89,7 +90,7 @@ impl App {
         ProxyBody::Stream { body, open }
     }
 
-    pub fn upstream(&self) -> &HttpUpstream {
+    pub fn upstream(&self) -> &Upstream {
         &self.upstream
     }
 
@@ -263,6 +264,10 @@ async fn dispatch(
         (Some(id), "initialize") if dialect == Dialect::Sep1364 => {
             return sessions::initialize(app, headers, id, params, session.as_ref()).await;
         }
+        // A legacy client in front of a stdio server: the proxy is its transport.
+        (Some(id), "initialize") if session.is_none() && app.upstream.http().is_none() => {
+            return sessions::initialize_legacy(app, headers, id, params).await;
+        }
         _ => {}
     }
     match (session, request_id) {
@@ -280,7 +285,7 @@ async fn dispatch(
                 dialect,
                 accepts,
             };
-            sessions::forward(app, &message, &session).await
+            relay::forward(app, &message, &session).await
         }
         (None, Some(_)) if ending => Err(ProxyError::DeleteWithoutSession),
         (None, _) if app.require_session => Err(ProxyError::SessionRequired {
@@ -349,7 +354,7 @@ async fn get(app: &App, request: Request<Incoming>) -> Result<Response<ProxyBody
     let headers = request.headers();
     checks::origin(headers, &app.allowed_origins)?;
     match header_session(headers) {
-        Some(session) => sessions::listen(app, headers, &session).await,
+        Some(session) => relay::listen(app, headers, &session).await,
         None if app.require_session => Err(ProxyError::SessionRequired {
             method: "GET".into(),
         }),

@@ -29,7 +29,7 @@ use crate::demo::{DemoOptions, DemoServer};
 use crate::front::{App, Role, Serving, serve, short_id};
 use crate::metrics::Metrics;
 use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
-use crate::upstream::HttpUpstream;
+use crate::upstream::{HttpUpstream, StdioSettings, StdioUpstream, Upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +52,7 @@ pub struct Running {
     operations: Option<Serving>,
     app: Arc<App>,
     reaper: ReaperHandle,
+    deaths: tokio::task::JoinHandle<()>,
     demo: Option<DemoServer>,
     path: String,
 }
@@ -59,33 +60,35 @@ pub struct Running {
 /// Starts the proxy: the embedded demo server when no upstream is configured, the
 /// session reaper, and the listener.
 pub async fn start(config: Config) -> Result<Running, StartError> {
-    let demo = match config.upstream.url {
-        Some(_) => None,
-        None => Some(
-            DemoServer::start(DemoOptions::default())
-                .await
-                .map_err(StartError::Demo)?,
-        ),
-    };
-    let url = match (&config.upstream.url, &demo) {
-        (Some(url), _) => url.clone(),
-        (None, Some(demo)) => demo
-            .url()
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| StartError::DemoUrl(e.to_string()))?,
-        (None, None) => return Err(StartError::DemoUrl("no upstream".into())),
-    };
     let metrics = Arc::new(Metrics::new());
-    let latency = metrics.upstream_histogram(&url.to_string());
-    let upstream = HttpUpstream::new(
-        upstream::Settings {
-            url,
-            connect_timeout: config.upstream.connect_timeout,
-            timeout: config.upstream.timeout,
-            max_message_bytes: config.upstream.max_message_bytes,
-        },
-        Some(latency),
-    );
+    let (deaths_tx, deaths) = tokio::sync::mpsc::unbounded_channel();
+    let (upstream, demo) = match (&config.upstream.url, &config.upstream.command) {
+        (_, Some(command)) => {
+            let stdio = StdioUpstream::new(
+                StdioSettings {
+                    command: command.clone(),
+                    timeout: config.upstream.timeout,
+                    max_message_bytes: config.upstream.max_message_bytes,
+                    stop_grace: config.upstream.stop_grace,
+                    pool_size: config.upstream.pool_size,
+                    max_children: config.upstream.max_children,
+                },
+                deaths_tx,
+            );
+            (Upstream::Stdio(stdio), None)
+        }
+        (Some(url), None) => (http_upstream(&config, url.clone(), &metrics), None),
+        (None, None) => {
+            let demo = DemoServer::start(DemoOptions::default())
+                .await
+                .map_err(StartError::Demo)?;
+            let url = demo
+                .url()
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| StartError::DemoUrl(e.to_string()))?;
+            (http_upstream(&config, url, &metrics), Some(demo))
+        }
+    };
     let signer = match &config.session.state_key {
         Some(key) => StateSigner::new(&key.0),
         None => StateSigner::generate(),
@@ -99,6 +102,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
     ));
     let app = Arc::new(App::new(&config, upstream, sessions.clone(), metrics));
+    let deaths = spawn_death_watch(app.clone(), deaths);
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
         let app = app.clone();
         move |id, record| {
@@ -121,8 +125,53 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         operations,
         app,
         reaper,
+        deaths,
         demo,
         path: config.path,
+    })
+}
+
+fn http_upstream(config: &Config, url: http::Uri, metrics: &Metrics) -> Upstream {
+    let latency = metrics.upstream_histogram(&url.to_string());
+    Upstream::Http(Arc::new(HttpUpstream::new(
+        upstream::Settings {
+            url,
+            connect_timeout: config.upstream.connect_timeout,
+            timeout: config.upstream.timeout,
+            max_message_bytes: config.upstream.max_message_bytes,
+        },
+        Some(latency),
+    )))
+}
+
+/// A stdio server that dies on its own takes its session with it: the session is
+/// forgotten at once (its client gets -32043), not at its next use or expiry.
+fn spawn_death_watch(
+    app: Arc<App>,
+    mut deaths: tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(key) = deaths.recv().await {
+            if let Some(stdio) = app.upstream().stdio() {
+                stdio.forget(&key);
+            }
+            let sessions = match app.sessions().list(usize::MAX).await {
+                Ok(sessions) => sessions,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not look up the session of a dead stdio server");
+                    continue;
+                }
+            };
+            let owner = sessions
+                .into_iter()
+                .find(|(_, record)| record.upstream_session.as_deref() == Some(key.as_str()));
+            if let Some((id, _)) = owner
+                && let Ok(Some(_)) = app.sessions().end(&id).await
+            {
+                app.metrics().sessions_lost.inc();
+                tracing::info!(session = %short_id(&id), "session ended: its stdio server died");
+            }
+        }
     })
 }
 
@@ -171,6 +220,7 @@ impl Running {
             operations.shutdown().await;
         }
         drop(self.reaper);
+        self.deaths.abort();
         match self.app.sessions().take_all().await {
             Ok(all) => {
                 let upstream = self.app.upstream();
@@ -190,6 +240,7 @@ impl Running {
             }
             Err(e) => tracing::warn!(error = %e, "could not read sessions at shutdown"),
         }
+        self.app.upstream().shutdown().await;
         if let Some(demo) = self.demo {
             demo.stop().await;
         }

@@ -38,6 +38,10 @@ struct Layers {
     /// Log format: text (default) or json.
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<String>,
+    /// A stdio MCP server to run instead of an HTTP upstream, one process per session:
+    /// `mcp-session-proxy -- npx -y some-mcp-server --flag`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -66,6 +70,7 @@ impl Layers {
             listen: self.listen,
             upstream: self.upstream,
             log_format: self.log_format,
+            command: self.command,
         }
     }
 }
@@ -82,14 +87,14 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Check { layers }) => match load(layers) {
             Ok(config) => {
+                let upstream = match (&config.upstream.url, &config.upstream.command) {
+                    (Some(url), _) => url.to_string(),
+                    (None, Some(command)) => format!("stdio: {}", command.program),
+                    (None, None) => "the embedded demo server".to_owned(),
+                };
                 println!(
-                    "configuration OK: listen {}{}, upstream {}",
-                    config.listen,
-                    config.path,
-                    config
-                        .upstream
-                        .url
-                        .map_or_else(|| "embedded demo server".to_owned(), |u| u.to_string())
+                    "configuration OK: listen {}{}, upstream {upstream}",
+                    config.listen, config.path,
                 );
                 ExitCode::SUCCESS
             }

@@ -117,6 +117,7 @@ pub struct Metrics {
     pub upstream_latency: Family<UpstreamLabels, Histogram>,
     pub sse_streams_open: Gauge,
     pub pool_size: Family<PoolLabels, Gauge>,
+    pub stdio_children: Gauge,
 }
 
 impl Default for Metrics {
@@ -143,6 +144,7 @@ impl Metrics {
             }),
             sse_streams_open: Gauge::default(),
             pool_size: Family::default(),
+            stdio_children: Gauge::default(),
         };
         registry.register(
             "sessions_active",
@@ -194,6 +196,11 @@ impl Metrics {
             "Idle upstream connections or processes ready in a pool",
             m.pool_size.clone(),
         );
+        registry.register(
+            "stdio_children",
+            "stdio server processes alive, pooled or in a session",
+            m.stdio_children.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -216,6 +223,11 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels { method, outcome })
             .inc();
+    }
+
+    /// The size gauge of one pool.
+    pub fn pool_size(&self, pool: &'static str) -> Gauge {
+        self.pool_size.get_or_create_owned(&PoolLabels { pool })
     }
 
     pub fn rejected(&self, reason: Rejection) {

@@ -33,6 +33,15 @@ pub struct RawSession {
 pub struct RawUpstream {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    pub pool_size: u64,
+    pub max_children: u64,
+    pub stop_grace: String,
     pub require_session: bool,
     pub connect_timeout: String,
     pub timeout: String,
@@ -87,6 +96,13 @@ impl Default for RawUpstream {
     fn default() -> Self {
         RawUpstream {
             url: None,
+            command: None,
+            args: Vec::new(),
+            env: std::collections::BTreeMap::new(),
+            cwd: None,
+            pool_size: 2,
+            max_children: 1000,
+            stop_grace: "2s".into(),
             require_session: false,
             connect_timeout: "5s".into(),
             timeout: "60s".into(),

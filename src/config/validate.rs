@@ -9,7 +9,8 @@ use http::Uri;
 use super::HEALTH_PATH;
 use super::raw::RawConfig;
 use super::{
-    AdminConfig, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig, UpstreamConfig,
+    AdminConfig, CommandSpec, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
+    UpstreamConfig,
 };
 
 struct Problems(Vec<String>);
@@ -117,6 +118,41 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
                 None
             }
         });
+    let command = u
+        .command
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(|program| CommandSpec {
+            program: program.to_owned(),
+            args: u.args.clone(),
+            env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            cwd: u.cwd.as_deref().filter(|c| !c.is_empty()).map(Into::into),
+        });
+    if url.is_some() && command.is_some() {
+        p.add(
+            "upstream",
+            "set either url (a Streamable HTTP server) or command (a stdio server), not both",
+        );
+    }
+    if command.is_none() && !u.args.is_empty() {
+        p.add("upstream.args", "arguments without upstream.command");
+    }
+    if let Some(cwd) = command.as_ref().and_then(|c| c.cwd.as_ref())
+        && !cwd.is_dir()
+    {
+        p.add(
+            "upstream.cwd",
+            format!("{} is not a directory", cwd.display()),
+        );
+    }
+    let pool_size = p.size("upstream.pool_size", u.pool_size, 0);
+    let max_children = p.size("upstream.max_children", u.max_children, 1);
+    let stop_grace = p.duration(
+        "upstream.stop_grace",
+        &u.stop_grace,
+        Duration::from_millis(10),
+    );
     let connect_timeout = p.duration(
         "upstream.connect_timeout",
         &u.connect_timeout,
@@ -182,6 +218,10 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         },
         upstream: UpstreamConfig {
             url,
+            command,
+            pool_size,
+            max_children,
+            stop_grace,
             require_session: u.require_session,
             connect_timeout,
             timeout,

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 
 use crate::metrics::StreamGuard;
 use crate::rewrite::to_client::StampEvents;
-use crate::sse::RewriteBody;
+use crate::sse::{MessageStream, RewriteBody, Unchanged};
 
 pin_project! {
     #[project = Projection]
@@ -23,6 +23,10 @@ pin_project! {
         Stream { #[pin] body: Incoming, open: Option<StreamGuard> },
         /// An upstream event stream, stamped event by event.
         Stamped { #[pin] body: RewriteBody<Incoming, StampEvents>, open: StreamGuard },
+        /// A stdio child's messages for a request, as events, the response stamped.
+        Messages { #[pin] body: MessageStream<StampEvents>, open: StreamGuard },
+        /// A stdio child's messages, as events, untouched.
+        Listen { #[pin] body: MessageStream<Unchanged>, open: StreamGuard },
     }
 }
 
@@ -52,6 +56,10 @@ impl Body for ProxyBody {
             Projection::Full { body } => body.poll_frame(cx).map_err(|never| match never {}),
             Projection::Stream { body, .. } => body.poll_frame(cx),
             Projection::Stamped { body, .. } => body.poll_frame(cx).map_err(|never| match never {}),
+            Projection::Messages { body, .. } => {
+                body.poll_frame(cx).map_err(|never| match never {})
+            }
+            Projection::Listen { body, .. } => body.poll_frame(cx).map_err(|never| match never {}),
         }
     }
 
@@ -59,7 +67,9 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full { body } => body.is_end_stream(),
             ProxyBody::Stream { body, .. } => body.is_end_stream(),
-            ProxyBody::Stamped { .. } => false,
+            ProxyBody::Stamped { .. } | ProxyBody::Messages { .. } | ProxyBody::Listen { .. } => {
+                false
+            }
         }
     }
 
@@ -67,7 +77,9 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full { body } => body.size_hint(),
             ProxyBody::Stream { body, .. } => body.size_hint(),
-            ProxyBody::Stamped { .. } => SizeHint::default(),
+            ProxyBody::Stamped { .. } | ProxyBody::Messages { .. } | ProxyBody::Listen { .. } => {
+                SizeHint::default()
+            }
         }
     }
 }

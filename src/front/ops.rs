@@ -2,8 +2,6 @@
 //! API (`/admin/sessions`). None of them shows a usable sessionId: sessions are named by
 //! a 64-bit hash (the same tag the logs use).
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
@@ -20,8 +18,8 @@ use crate::upstream::Binding;
 const READY_PATH: &str = "/readyz";
 const METRICS_PATH: &str = "/metrics";
 const ADMIN_SESSIONS: &str = "/admin/sessions";
-/// The upstream counts as reachable if it answered anything this recently.
-const RECENT_ANSWER: Duration = Duration::from_secs(10);
+/// The `pool` label of the stdio warm pool.
+const POOL_STDIO: &str = "stdio";
 
 /// Answers an operations request, or `None` when the path is not one of them.
 pub async fn route<B>(app: &App, request: &Request<B>) -> Option<Response<ProxyBody>> {
@@ -49,7 +47,7 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
 /// Ready when the configuration loaded (it did, or the proxy would not run), the
 /// upstream is reachable and the session store answers.
 async fn ready(app: &App) -> Response<ProxyBody> {
-    let upstream = app.upstream.reachable(RECENT_ANSWER).await;
+    let upstream = app.upstream.reachable().await;
     let store = app.sessions.store_reachable().await;
     let word = |ok: bool| if ok { "ok" } else { "failing" };
     let status = if upstream && store {
@@ -73,6 +71,10 @@ async fn ready(app: &App) -> Response<ProxyBody> {
 
 fn metrics(app: &App) -> Response<ProxyBody> {
     app.metrics.sessions_active.set(app.sessions.live() as i64);
+    if let Some(stdio) = app.upstream.stdio() {
+        app.metrics.pool_size(POOL_STDIO).set(stdio.pooled() as i64);
+        app.metrics.stdio_children.set(stdio.live_children() as i64);
+    }
     let mut response = Response::new(ProxyBody::full(app.metrics.encode()));
     response.headers_mut().insert(
         CONTENT_TYPE,

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::HeaderValue;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::value::RawValue;
 
@@ -14,18 +14,13 @@ use super::checks::Accepts;
 use super::headers;
 use super::respond;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind, RawObject, range_in, write_json_str};
-use crate::mcp::headers::{JSON, LAST_EVENT_ID, MCP_SESSION_ID};
+use crate::jsonrpc::{Envelope, RawObject, write_json_str};
+use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::meta::{self, Payload};
 use crate::metrics::Rejection;
-use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
-use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::session::{Issued, Lease, SessionError, rfc3339};
-use crate::sse::RewriteBody;
-use crate::upstream::{
-    Binding, Media, UpstreamError, media_type, read_body, read_response_from_sse, says_session_lost,
-};
+use crate::upstream::{Binding, UpstreamError};
 
 /// The session a message names, from `_meta` or from the `Mcp-Session-Id` header.
 #[derive(Debug, Clone)]
@@ -48,14 +43,14 @@ impl App {
         }
     }
 
-    fn upstream_error(&self, source: UpstreamError) -> ProxyError {
+    pub(super) fn upstream_error(&self, source: UpstreamError) -> ProxyError {
         ProxyError::Upstream {
             upstream: self.upstream.label().to_string(),
             source,
         }
     }
 
-    async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
+    pub(super) async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
         self.sessions
             .lease(&session.id, session.state.as_deref())
             .await
@@ -64,7 +59,7 @@ impl App {
 
     /// A lease's upstream connection is gone: forget the session so the client is told
     /// -32043 and starts a new one, never attached to some other upstream session.
-    async fn upstream_lost(&self, id: &str) -> ProxyError {
+    pub(super) async fn upstream_lost(&self, id: &str) -> ProxyError {
         match self.sessions.end(id).await {
             Ok(Some(_)) => {
                 self.metrics.sessions_lost.inc();
@@ -79,7 +74,7 @@ impl App {
     }
 }
 
-fn binding(lease: &Lease) -> Binding<'_> {
+pub(super) fn binding(lease: &Lease) -> Binding<'_> {
     Binding {
         session_id: lease.record.upstream_session.as_deref(),
         protocol_version: lease.record.negotiated.protocol_version,
@@ -140,7 +135,7 @@ pub async fn create(
     let capabilities = payload
         .and_then(|p| p.meta(meta::CLIENT_CAPABILITIES))
         .or_else(|| payload.and_then(|p| p.member("capabilities")));
-    let issued = open_session(app, client_headers, client_info, capabilities).await?;
+    let issued = open_session(app, client_headers, client_info, capabilities, false).await?;
 
     let mut body = Vec::with_capacity(256);
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
@@ -181,7 +176,8 @@ pub async fn initialize(
         None => {
             let client_info = params.and_then(|p| p.member("clientInfo"));
             let capabilities = params.and_then(|p| p.member("capabilities"));
-            let issued = open_session(app, client_headers, client_info, capabilities).await?;
+            let issued =
+                open_session(app, client_headers, client_info, capabilities, false).await?;
             (issued.id, issued.negotiated)
         }
         Some(session) => {
@@ -195,7 +191,10 @@ pub async fn initialize(
     body.extend_from_slice(br#","sessionId":"#);
     write_json_str(&mut body, &session_id);
     body.extend_from_slice(br#","result":"#);
-    body.extend_from_slice(&initialize_result(&negotiated, br#"{"required":false}"#));
+    body.extend_from_slice(&initialize_result(
+        &negotiated,
+        Some(br#"{"required":false}"#),
+    ));
     body.push(b'}');
     Ok(with_session_header(
         respond::json(StatusCode::OK, Bytes::from(body)),
@@ -203,16 +202,41 @@ pub async fn initialize(
     ))
 }
 
-/// An `InitializeResult` from what the upstream negotiated, with `sessions` set to
-/// `sessions` in its capabilities.
-fn initialize_result(negotiated: &Negotiated, sessions: &[u8]) -> Vec<u8> {
+/// A legacy client's `initialize` when the proxy is its transport (a stdio upstream has
+/// no Streamable HTTP of its own): a child is opened with the client's own clientInfo and
+/// capabilities, and the answer is the child's `InitializeResult` with the proxy's
+/// `Mcp-Session-Id`, as a 2025-11-25 server would give them.
+pub async fn initialize_legacy(
+    app: &App,
+    client_headers: &HeaderMap,
+    id: &RawValue,
+    params: Option<&Payload<'_>>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let client_info = params.and_then(|p| p.member("clientInfo"));
+    let capabilities = params.and_then(|p| p.member("capabilities"));
+    let issued = open_session(app, client_headers, client_info, capabilities, true).await?;
+    let mut body = Vec::with_capacity(512);
+    body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    body.extend_from_slice(id.get().as_bytes());
+    body.extend_from_slice(br#","result":"#);
+    body.extend_from_slice(&initialize_result(&issued.negotiated, None));
+    body.push(b'}');
+    Ok(with_session_header(
+        respond::json(StatusCode::OK, Bytes::from(body)),
+        &issued.id,
+    ))
+}
+
+/// An `InitializeResult` from what the upstream negotiated, with `sessions` (when given)
+/// set in its capabilities.
+fn initialize_result(negotiated: &Negotiated, sessions: Option<&[u8]>) -> Vec<u8> {
     let mut capabilities = Vec::with_capacity(negotiated.capabilities.get().len() + 32);
-    match RawObject::parse(&negotiated.capabilities) {
-        Some(mut object) => {
+    match (sessions, RawObject::parse(&negotiated.capabilities)) {
+        (Some(sessions), Some(mut object)) => {
             object.remove("sessions");
             object.write(&mut capabilities, &[("sessions", sessions)]);
         }
-        None => capabilities.extend_from_slice(negotiated.capabilities.get().as_bytes()),
+        _ => capabilities.extend_from_slice(negotiated.capabilities.get().as_bytes()),
     }
     let mut out = Vec::with_capacity(capabilities.len() + 256);
     out.extend_from_slice(br#"{"protocolVersion":"#);
@@ -242,8 +266,9 @@ async fn open_session(
     client_headers: &HeaderMap,
     client_info: Option<&RawValue>,
     capabilities: Option<&RawValue>,
+    legacy: bool,
 ) -> Result<Issued, ProxyError> {
-    let opened = admit_new(app, client_headers, client_info, capabilities).await;
+    let opened = admit_new(app, client_headers, client_info, capabilities, legacy).await;
     match &opened {
         Ok(issued) => {
             app.metrics.sessions_created.inc();
@@ -265,6 +290,7 @@ async fn admit_new(
     client_headers: &HeaderMap,
     client_info: Option<&RawValue>,
     capabilities: Option<&RawValue>,
+    legacy: bool,
 ) -> Result<Issued, ProxyError> {
     for (key, value) in [
         (meta::CLIENT_INFO, client_info),
@@ -288,7 +314,7 @@ async fn admit_new(
     let protocol_version = opened.negotiated.protocol_version;
     match app
         .sessions
-        .admit(slot, opened.session_id, opened.negotiated)
+        .admit(slot, opened.session_id, opened.negotiated, legacy)
         .await
     {
         Ok(issued) => Ok(issued),
@@ -351,184 +377,4 @@ pub async fn delete_by_header(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     end(app, session).await?;
     Ok(respond::status(StatusCode::NO_CONTENT))
-}
-
-/// Any other message in a session: strip the session, send it on the session's upstream
-/// connection, and stamp the response on its way back.
-pub async fn forward(
-    app: &App,
-    message: &Message<'_, '_>,
-    session: &SessionRef<'_>,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let Message {
-        headers: client_headers,
-        body,
-        envelope,
-        payload,
-        dialect,
-        accepts,
-    } = *message;
-    tracing::Span::current().record("session", short(&session.id));
-    let lease = app.lease(session).await?;
-    let mut upstream_body = match payload {
-        Some((raw, payload)) => strip_session(body, raw, payload),
-        None => body.clone(),
-    };
-    if dialect == Dialect::Sep1364 {
-        upstream_body = strip_top_level_session(upstream_body);
-    }
-    let forwarded = headers::to_upstream_in_session(client_headers);
-    let response = match app
-        .upstream
-        .post(Some(binding(&lease)), upstream_body, &forwarded)
-        .await
-    {
-        Ok(response) => response,
-        Err(UpstreamError::SessionGone) => return Err(app.upstream_lost(&session.id).await),
-        Err(e) => return Err(app.upstream_error(e)),
-    };
-    let stamp = match (envelope.kind, envelope.id) {
-        (Kind::Request, Some(id)) => Some(Stamp {
-            request_id: range_in(body, id)
-                .map(|r| body.slice(r))
-                .unwrap_or_else(|| Bytes::copy_from_slice(id.get().as_bytes())),
-            session: Bytes::from(meta::session_stamp(
-                &session.id,
-                &lease.state,
-                &rfc3339(lease.expires_at),
-            )),
-            top_level: (dialect == Dialect::Sep1364).then(|| {
-                let mut id = Vec::with_capacity(session.id.len() + 2);
-                write_json_str(&mut id, &session.id);
-                Bytes::from(id)
-            }),
-        }),
-        _ => None,
-    };
-    let in_upstream_session = lease.record.upstream_session.is_some();
-    relay(
-        app,
-        response,
-        stamp,
-        accepts,
-        &session.id,
-        in_upstream_session,
-    )
-    .await
-}
-
-/// Passes the upstream's answer to the client, stamping the response to the request.
-async fn relay(
-    app: &App,
-    response: Response<hyper::body::Incoming>,
-    stamp: Option<Stamp>,
-    accepts: Accepts,
-    session_id: &str,
-    in_upstream_session: bool,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let (mut parts, incoming) = response.into_parts();
-    let settings = app.upstream.settings();
-    let media = media_type(&parts.headers);
-    parts.headers = headers::to_client_in_session(&parts.headers);
-    if let Ok(value) = HeaderValue::from_str(session_id) {
-        parts.headers.insert(MCP_SESSION_ID.clone(), value);
-    }
-    let body = match (media, stamp) {
-        (Media::EventStream, Some(stamp)) if accepts.sse => ProxyBody::Stamped {
-            body: RewriteBody::new(
-                incoming,
-                StampEvents::new(stamp, app.upstream.label().clone()),
-                settings.max_message_bytes,
-                app.sse_idle_timeout,
-            ),
-            open: app.metrics.stream_opened(),
-        },
-        (Media::EventStream, Some(stamp)) => {
-            // The client takes JSON only: wait for the response and send just that.
-            // Notifications on the way are dropped; server-to-client requests cannot be
-            // answered by such a client anyway.
-            let request_id = String::from_utf8_lossy(&stamp.request_id).into_owned();
-            let message = read_response_from_sse(
-                incoming,
-                &request_id,
-                settings.max_message_bytes,
-                settings.timeout,
-            )
-            .await
-            .map_err(|e| app.upstream_error(e))?;
-            parts
-                .headers
-                .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-            ProxyBody::full(stamped(message, &stamp))
-        }
-        (Media::EventStream, None) => app.untouched(incoming, media),
-        (Media::Json, stamp) => {
-            let message = read_body(incoming, settings.max_message_bytes, settings.timeout)
-                .await
-                .map_err(|e| app.upstream_error(e))?;
-            if in_upstream_session && says_session_lost(parts.status, &message) {
-                return Err(app.upstream_lost(session_id).await);
-            }
-            match stamp {
-                Some(stamp) => ProxyBody::full(stamped(message, &stamp)),
-                None => ProxyBody::full(message),
-            }
-        }
-        (Media::Other, _) if parts.status.is_success() => app.untouched(incoming, media),
-        (Media::Other, _) => {
-            let status = parts.status;
-            let detail = read_body(incoming, 512, settings.timeout)
-                .await
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
-            return Err(app.upstream_error(UpstreamError::Refused { status, detail }));
-        }
-    };
-    Ok(Response::from_parts(parts, body))
-}
-
-fn stamped(message: Bytes, stamp: &Stamp) -> Bytes {
-    match stamp_message(&message, stamp) {
-        Stamped::Response(Some(rewritten)) => Bytes::from(rewritten),
-        Stamped::Response(None) | Stamped::Other => message,
-    }
-}
-
-/// `GET` with a data-layer `Mcp-Session-Id`: the session's upstream GET stream (server
-/// notifications and requests not tied to a client request), passed through as it is.
-pub async fn listen(
-    app: &App,
-    client_headers: &HeaderMap,
-    session: &SessionRef<'_>,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let lease = app.lease(session).await?;
-    let mut forwarded = headers::to_upstream_in_session(client_headers);
-    if let Some(last) = client_headers.get(&LAST_EVENT_ID) {
-        forwarded.insert(LAST_EVENT_ID.clone(), last.clone());
-    }
-    forwarded.insert(
-        http::header::ACCEPT,
-        HeaderValue::from_static(crate::mcp::headers::SSE),
-    );
-    let request = app
-        .upstream
-        .request(
-            http::Method::GET,
-            Some(binding(&lease)),
-            &forwarded,
-            Default::default(),
-        )
-        .map_err(|e| app.upstream_error(e))?;
-    let response = match app.upstream.send(request, Some(binding(&lease))).await {
-        Ok(response) => response,
-        Err(UpstreamError::SessionGone) => return Err(app.upstream_lost(&session.id).await),
-        Err(e) => return Err(app.upstream_error(e)),
-    };
-    let (mut parts, incoming) = response.into_parts();
-    let body = app.untouched(incoming, media_type(&parts.headers));
-    parts.headers = headers::to_client_in_session(&parts.headers);
-    if let Ok(value) = HeaderValue::from_str(&session.id) {
-        parts.headers.insert(MCP_SESSION_ID.clone(), value);
-    }
-    Ok(Response::from_parts(parts, body))
 }

@@ -14,7 +14,7 @@ pub const REQUEST_ID: &str = "\"mcp-session-proxy-initialize\"";
 pub const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
 /// What the upstream said about itself in its `InitializeResult`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Negotiated {
     /// The version the upstream chose; always one of [`version::STATEFUL`].
     pub protocol_version: &'static str,

@@ -120,6 +120,7 @@ impl Sessions {
         mut slot: Slot<'_>,
         upstream_session: Option<String>,
         negotiated: Negotiated,
+        legacy: bool,
     ) -> Result<Issued, SessionError> {
         let now = now_millis();
         let expires_at = self.expiry_from(now);
@@ -130,6 +131,7 @@ impl Sessions {
             created_at: now,
             expires_at,
             seq: 0,
+            legacy,
         };
         let id = id::generate();
         self.store.insert(&id, record).await?;

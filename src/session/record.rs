@@ -33,4 +33,7 @@ pub struct SessionRecord {
     pub expires_at: Millis,
     /// Bumped by every use and sealed into `state`, so states are ordered.
     pub seq: u64,
+    /// Opened by a legacy client's `initialize` (the proxy is its transport, as for a
+    /// stdio upstream), not by `sessions/create`: its answers carry no session `_meta`.
+    pub legacy: bool,
 }

@@ -19,4 +19,7 @@ pub enum UpstreamError {
     Refused { status: StatusCode, detail: String },
     #[error("the upstream answered something the proxy cannot use: {0}")]
     Protocol(String),
+    /// No more upstream connections may be opened (e.g. `max_children` stdio servers).
+    #[error("no upstream connection is available: {0}")]
+    Exhausted(String),
 }

@@ -27,7 +27,12 @@ fn sessions(max: usize, ttl: Duration) -> Sessions {
 async fn a_lease_renews_and_advances_the_state() {
     let s = sessions(10, Duration::from_secs(60));
     let issued = s
-        .admit(s.reserve().unwrap(), Some("up-1".into()), negotiated())
+        .admit(
+            s.reserve().unwrap(),
+            Some("up-1".into()),
+            negotiated(),
+            false,
+        )
         .await
         .unwrap();
     let first = s.lease(&issued.id, Some(&issued.state)).await.unwrap();
@@ -45,11 +50,11 @@ async fn a_lease_renews_and_advances_the_state() {
 async fn a_state_from_another_session_is_refused_without_renewing() {
     let s = sessions(10, Duration::from_secs(60));
     let a = s
-        .admit(s.reserve().unwrap(), None, negotiated())
+        .admit(s.reserve().unwrap(), None, negotiated(), false)
         .await
         .unwrap();
     let b = s
-        .admit(s.reserve().unwrap(), None, negotiated())
+        .admit(s.reserve().unwrap(), None, negotiated(), false)
         .await
         .unwrap();
     assert!(matches!(
@@ -68,11 +73,11 @@ async fn a_state_from_another_session_is_refused_without_renewing() {
 async fn sessions_negotiating_the_same_thing_share_it() {
     let s = sessions(10, Duration::from_secs(60));
     let a = s
-        .admit(s.reserve().unwrap(), None, negotiated())
+        .admit(s.reserve().unwrap(), None, negotiated(), false)
         .await
         .unwrap();
     let b = s
-        .admit(s.reserve().unwrap(), None, negotiated())
+        .admit(s.reserve().unwrap(), None, negotiated(), false)
         .await
         .unwrap();
     let ra = s.lease(&a.id, None).await.unwrap().record;
@@ -97,14 +102,14 @@ async fn unknown_and_invisible_ids_are_not_found() {
 async fn the_cap_counts_reserved_and_live_sessions() {
     let s = sessions(2, Duration::from_secs(60));
     let a = s
-        .admit(s.reserve().unwrap(), None, negotiated())
+        .admit(s.reserve().unwrap(), None, negotiated(), false)
         .await
         .unwrap();
     let pending = s.reserve().unwrap();
     assert!(matches!(s.reserve(), Err(SessionError::Full { max: 2 })));
     drop(pending);
     let b = s
-        .admit(s.reserve().unwrap(), None, negotiated())
+        .admit(s.reserve().unwrap(), None, negotiated(), false)
         .await
         .unwrap();
     assert_eq!(s.live(), 2);
@@ -119,7 +124,7 @@ async fn the_cap_counts_reserved_and_live_sessions() {
 async fn expired_sessions_are_not_leased_and_are_reaped() {
     let s = sessions(10, Duration::from_millis(1));
     let a = s
-        .admit(s.reserve().unwrap(), Some("up".into()), negotiated())
+        .admit(s.reserve().unwrap(), Some("up".into()), negotiated(), false)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -136,7 +141,7 @@ async fn expired_sessions_are_not_leased_and_are_reaped() {
 #[tokio::test]
 async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
     let s = Arc::new(sessions(10, Duration::from_millis(1)));
-    s.admit(s.reserve().unwrap(), Some("up".into()), negotiated())
+    s.admit(s.reserve().unwrap(), Some("up".into()), negotiated(), false)
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

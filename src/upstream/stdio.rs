@@ -1,0 +1,397 @@
+//! stdio upstreams: every upstream session is its own child process (seed 002 describes
+//! an MCP server as `command` + `args` + `env` + a working directory).
+//!
+//! Start-up latency is hidden by a warm pool: children started and initialized ahead of
+//! time, kept per client identity (clientInfo + capabilities, which a server learns only
+//! at `initialize`), refilled in the background after each use. `max_children` bounds
+//! every child alive, pooled or in a session.
+
+mod child;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+
+use self::child::Child;
+use super::Opened;
+use super::error::UpstreamError;
+use crate::jsonrpc::{Envelope, Kind};
+use crate::mcp::initialize::{self, Negotiated};
+
+/// How to start the server (seed 002's `command`, `args`, `env`, plus `cwd`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
+/// How stdio children are run.
+#[derive(Debug, Clone)]
+pub struct StdioSettings {
+    pub command: CommandSpec,
+    /// Time allowed for `initialize`, and for the first message of each answer.
+    pub timeout: Duration,
+    /// Longest line accepted from a child.
+    pub max_message_bytes: usize,
+    /// Time between the steps of stopping a child (stdin closed, SIGTERM, SIGKILL).
+    pub stop_grace: Duration,
+    /// Children kept started and initialized per client identity.
+    pub pool_size: usize,
+    /// Children alive at once, pooled or not.
+    pub max_children: usize,
+}
+
+/// Identities whose pools are kept; the least recently used beyond this are dropped.
+const POOLED_IDENTITIES: usize = 4;
+
+/// The stdio upstream: a command, its children, its warm pool.
+#[derive(Debug)]
+pub struct StdioUpstream {
+    settings: StdioSettings,
+    label: Arc<str>,
+    /// Children serving a session, by key (the upstream session id the proxy records).
+    children: DashMap<String, Warm>,
+    /// Started and initialized children waiting for a session, by identity.
+    pool: Mutex<Pool>,
+    /// Children alive (spawned and not yet reaped).
+    live: Arc<AtomicUsize>,
+    next_key: AtomicU64,
+    deaths: mpsc::UnboundedSender<String>,
+    /// Whether the last attempt to start a child worked.
+    spawn_ok: std::sync::atomic::AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Pool {
+    /// Most recently used identity last.
+    identities: VecDeque<String>,
+    warm: HashMap<String, Vec<Warm>>,
+    /// Refills under way, by identity.
+    filling: HashMap<String, usize>,
+}
+
+#[derive(Debug, Clone)]
+struct Warm {
+    child: Arc<Child>,
+    negotiated: Arc<Negotiated>,
+}
+
+/// The identity a child is initialized with.
+#[derive(Debug, Clone)]
+struct Identity {
+    key: String,
+    client_info: Option<Box<RawValue>>,
+    capabilities: Option<Box<RawValue>>,
+}
+
+impl Identity {
+    fn of(client_info: Option<&RawValue>, capabilities: Option<&RawValue>) -> Identity {
+        let key = format!(
+            "{}|{}",
+            client_info.map_or("", RawValue::get),
+            capabilities.map_or("{}", RawValue::get)
+        );
+        Identity {
+            key,
+            client_info: client_info.map(ToOwned::to_owned),
+            capabilities: capabilities.map(ToOwned::to_owned),
+        }
+    }
+}
+
+impl StdioUpstream {
+    /// A stdio upstream; `deaths` receives the key of every child that dies on its own.
+    pub fn new(settings: StdioSettings, deaths: mpsc::UnboundedSender<String>) -> Arc<Self> {
+        let mut label = format!("stdio:{}", settings.command.program);
+        for arg in &settings.command.args {
+            label.push(' ');
+            label.push_str(arg);
+        }
+        let upstream = Arc::new(StdioUpstream {
+            settings,
+            label: label.into(),
+            children: DashMap::new(),
+            pool: Mutex::new(Pool::default()),
+            live: Arc::new(AtomicUsize::new(0)),
+            next_key: AtomicU64::new(1),
+            deaths,
+            spawn_ok: std::sync::atomic::AtomicBool::new(true),
+        });
+        // The proxy's own identity is what a client without clientInfo/capabilities gets.
+        upstream.clone().refill(Identity::of(None, None));
+        upstream
+    }
+
+    pub fn label(&self) -> &Arc<str> {
+        &self.label
+    }
+
+    pub fn settings(&self) -> &StdioSettings {
+        &self.settings
+    }
+
+    /// Children alive, pooled or in a session.
+    pub fn live_children(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Started children waiting in the pool.
+    pub fn pooled(&self) -> usize {
+        self.pool.lock().warm.values().map(Vec::len).sum()
+    }
+
+    /// Whether children can be started (the last attempt worked).
+    pub fn healthy(&self) -> bool {
+        self.spawn_ok.load(Ordering::Acquire)
+    }
+
+    /// A child for a new session: a warm one of this identity if there is one, else a new
+    /// one, started and initialized now.
+    pub async fn open(
+        self: &Arc<Self>,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+    ) -> Result<Opened, UpstreamError> {
+        let identity = Identity::of(client_info, capabilities);
+        let warm = self.take_warm(&identity.key);
+        self.clone().refill(identity.clone());
+        let warm = match warm {
+            Some(warm) => warm,
+            None => self.start(&identity).await?,
+        };
+        // The child's tag is the upstream session id: a death reported by tag finds it.
+        let key = warm.child.tag.clone();
+        let negotiated = Negotiated::clone(&warm.negotiated);
+        self.children.insert(key.clone(), warm);
+        Ok(Opened {
+            session_id: Some(key),
+            negotiated,
+        })
+    }
+
+    /// Sends one message to the child behind `key`: a request gets its messages back,
+    /// anything else is just delivered.
+    pub async fn exchange(&self, key: &str, message: Bytes) -> Result<StdioReply, UpstreamError> {
+        let child = self.child(key)?;
+        let is_request = Envelope::parse(&message).is_ok_and(|e| e.kind == Kind::Request);
+        if is_request {
+            Ok(StdioReply::Messages(child.request(&message).await?))
+        } else {
+            child.send(message).await?;
+            Ok(StdioReply::Delivered)
+        }
+    }
+
+    /// Messages of the child behind `key` that no request claims.
+    pub fn listen(&self, key: &str) -> Result<mpsc::Receiver<Bytes>, UpstreamError> {
+        self.child(key)?.listen()
+    }
+
+    /// Stops the child behind `key` and waits until it is reaped.
+    pub async fn terminate(&self, key: &str) {
+        if let Some((_, warm)) = self.children.remove(key) {
+            warm.child.stop().await;
+        }
+    }
+
+    /// Forgets a child that died on its own (its process is already reaped).
+    pub fn forget(&self, key: &str) {
+        self.children.remove(key);
+    }
+
+    /// Stops every child, pooled or in a session.
+    pub async fn shutdown(&self) {
+        let mut all: Vec<Arc<Child>> = self.children.iter().map(|e| e.child.clone()).collect();
+        self.children.clear();
+        {
+            let mut pool = self.pool.lock();
+            for (_, warm) in pool.warm.drain() {
+                all.extend(warm.into_iter().map(|w| w.child));
+            }
+            pool.identities.clear();
+        }
+        let stops = all.iter().map(|child| child.stop());
+        for stop in stops.collect::<Vec<_>>() {
+            stop.await;
+        }
+    }
+
+    fn child(&self, key: &str) -> Result<Arc<Child>, UpstreamError> {
+        let child = self
+            .children
+            .get(key)
+            .map(|warm| warm.child.clone())
+            .ok_or(UpstreamError::SessionGone)?;
+        if child.is_alive() {
+            Ok(child)
+        } else {
+            self.children.remove(key);
+            Err(UpstreamError::SessionGone)
+        }
+    }
+
+    fn take_warm(&self, identity: &str) -> Option<Warm> {
+        let mut pool = self.pool.lock();
+        pool.identities.retain(|i| i != identity);
+        pool.identities.push_back(identity.to_owned());
+        let warm = pool.warm.get_mut(identity)?;
+        while let Some(candidate) = warm.pop() {
+            if candidate.child.is_alive() {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// Tops the pool of `identity` up to `pool_size` in the background; drops the pools
+    /// of identities beyond the few most recently used.
+    fn refill(self: Arc<Self>, identity: Identity) {
+        let size = self.settings.pool_size;
+        if size == 0 {
+            return;
+        }
+        let (missing, evicted) = {
+            let mut pool = self.pool.lock();
+            if !pool.identities.contains(&identity.key) {
+                pool.identities.push_back(identity.key.clone());
+            }
+            let mut evicted = Vec::new();
+            while pool.identities.len() > POOLED_IDENTITIES {
+                if let Some(old) = pool.identities.pop_front() {
+                    evicted.extend(pool.warm.remove(&old).unwrap_or_default());
+                    pool.filling.remove(&old);
+                }
+            }
+            let have = pool.warm.get(&identity.key).map_or(0, Vec::len);
+            let filling = pool.filling.get(&identity.key).copied().unwrap_or(0);
+            let missing = size.saturating_sub(have + filling);
+            if missing > 0 {
+                *pool.filling.entry(identity.key.clone()).or_default() += missing;
+            }
+            (missing, evicted)
+        };
+        for warm in evicted {
+            tokio::spawn(async move { warm.child.stop().await });
+        }
+        for _ in 0..missing {
+            let upstream = self.clone();
+            let identity = identity.clone();
+            tokio::spawn(async move {
+                let started = upstream.start(&identity).await;
+                let unwanted = {
+                    let mut pool = upstream.pool.lock();
+                    if let Some(filling) = pool.filling.get_mut(&identity.key) {
+                        *filling = filling.saturating_sub(1);
+                    }
+                    match started {
+                        Ok(warm) if pool.identities.contains(&identity.key) => {
+                            pool.warm.entry(identity.key).or_default().push(warm);
+                            None
+                        }
+                        Ok(warm) => Some(warm),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not start a pooled stdio server");
+                            None
+                        }
+                    }
+                };
+                if let Some(warm) = unwanted {
+                    warm.child.stop().await;
+                }
+            });
+        }
+    }
+
+    /// Starts a child and runs the 2025-11-25 handshake over its stdio.
+    async fn start(&self, identity: &Identity) -> Result<Warm, UpstreamError> {
+        if self.live.load(Ordering::Acquire) >= self.settings.max_children {
+            return Err(UpstreamError::Exhausted(format!(
+                "{} stdio server processes are running, the configured maximum",
+                self.settings.max_children
+            )));
+        }
+        let tag = format!("child-{}", self.next_key.fetch_add(1, Ordering::Relaxed));
+        let child = Child::spawn(
+            &self.settings.command,
+            tag,
+            self.settings.max_message_bytes,
+            self.settings.stop_grace,
+            self.deaths.clone(),
+            self.live.clone(),
+        )
+        .inspect_err(|_| self.spawn_ok.store(false, Ordering::Release))?;
+        match tokio::time::timeout(self.settings.timeout, handshake(&child, identity)).await {
+            Ok(Ok(negotiated)) => {
+                self.spawn_ok.store(true, Ordering::Release);
+                Ok(Warm {
+                    child,
+                    negotiated: Arc::new(negotiated),
+                })
+            }
+            Ok(Err(e)) => {
+                self.spawn_ok.store(false, Ordering::Release);
+                child.stop().await;
+                Err(e)
+            }
+            Err(_) => {
+                self.spawn_ok.store(false, Ordering::Release);
+                child.stop().await;
+                Err(UpstreamError::Timeout(self.settings.timeout))
+            }
+        }
+    }
+}
+
+/// What a child answered.
+#[derive(Debug)]
+pub enum StdioReply {
+    /// A request's messages; the last is its response.
+    Messages(mpsc::Receiver<Bytes>),
+    /// A notification or response was written to the child.
+    Delivered,
+}
+
+/// `initialize`, then `notifications/initialized`.
+async fn handshake(child: &Child, identity: &Identity) -> Result<Negotiated, UpstreamError> {
+    let body = initialize::request_body(
+        identity.client_info.as_deref(),
+        identity.capabilities.as_deref(),
+    );
+    let mut messages = child.request(&body).await?;
+    while let Some(message) = messages.recv().await {
+        let Ok(envelope) = Envelope::parse(&message) else {
+            continue;
+        };
+        if envelope.kind != Kind::Response {
+            continue;
+        }
+        if let Some(error) = envelope.error {
+            return Err(UpstreamError::Refused {
+                status: http::StatusCode::BAD_GATEWAY,
+                detail: format!("initialize failed: {}", error.get()),
+            });
+        }
+        let result = envelope
+            .result
+            .ok_or_else(|| UpstreamError::Protocol("initialize returned no result".into()))?;
+        let negotiated =
+            initialize::parse_result(result).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        child
+            .send(Bytes::from_static(initialize::INITIALIZED))
+            .await?;
+        return Ok(negotiated);
+    }
+    Err(UpstreamError::Unreachable(
+        "the stdio server ended before answering initialize".into(),
+    ))
+}

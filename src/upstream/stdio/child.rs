@@ -1,0 +1,453 @@
+//! One stdio MCP server process, owned by a set of tasks (2025-11-25 "Transports",
+//! stdio): newline-delimited JSON-RPC on stdin/stdout, free-form logging on stderr.
+//!
+//! The proxy gives every request it writes a fresh numeric id, so requests from different
+//! clients (or two with the same id) never collide on the child, and puts the client's id
+//! back on the response. Messages the child sends are routed to the request they belong
+//! to: a response by its id, `notifications/progress` by its token, anything else to the
+//! only request in flight, else to the session's listen stream, else to the oldest
+//! request in flight.
+//!
+//! Ending a child: close stdin, wait `grace`, SIGTERM its process group, wait `grace`,
+//! SIGKILL. A child that exits, or writes a line that is not JSON-RPC, or a line longer
+//! than the limit, is dead: its in-flight requests get a JSON-RPC error, later use is
+//! refused, and the process is stopped and reaped.
+
+use std::collections::{HashMap, VecDeque};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use parking_lot::Mutex;
+use serde_json::json;
+use serde_json::value::RawValue;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::{mpsc, watch};
+
+use super::CommandSpec;
+use crate::jsonrpc::{Envelope, ErrorObject, Kind, RawObject, code, error_response, splice};
+use crate::upstream::UpstreamError;
+
+/// Messages queued for one request (or the listen stream) before the client reads them.
+const QUEUE: usize = 64;
+
+/// One child process and the state of its conversation.
+#[derive(Debug)]
+pub struct Child {
+    /// How logs name it.
+    pub tag: String,
+    pid: Option<u32>,
+    stdin: mpsc::Sender<Bytes>,
+    /// Tells the stdin writer to close the pipe.
+    close_stdin: watch::Sender<bool>,
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    exited: watch::Receiver<bool>,
+    /// Time between the steps of stopping the child.
+    grace: Duration,
+    /// Where to report that the child died on its own (crashed, broke the protocol).
+    deaths: mpsc::UnboundedSender<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pending: HashMap<u64, Pending>,
+    /// Proxy ids of requests in flight, oldest first.
+    order: VecDeque<u64>,
+    listen: Option<mpsc::Sender<Bytes>>,
+    /// Why the child is unusable, once it is.
+    dead: Option<String>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    /// The client's id, raw JSON.
+    original_id: Bytes,
+    progress_token: Option<String>,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Child {
+    /// Starts the process and the tasks that own its pipes.
+    pub fn spawn(
+        spec: &CommandSpec,
+        tag: String,
+        max_line: usize,
+        grace: Duration,
+        deaths: mpsc::UnboundedSender<String>,
+        live: Arc<AtomicUsize>,
+    ) -> Result<Arc<Child>, UpstreamError> {
+        let mut command = Command::new(&spec.program);
+        command
+            .args(&spec.args)
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group, so that stopping it also stops what it started
+            // (`npx` runs the server as a grandchild).
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(cwd) = &spec.cwd {
+            command.current_dir(cwd);
+        }
+        let mut process = command.spawn().map_err(|e| {
+            UpstreamError::Unreachable(format!("cannot start {}: {e}", spec.program))
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) = (
+            process.stdin.take(),
+            process.stdout.take(),
+            process.stderr.take(),
+        ) else {
+            return Err(UpstreamError::Unreachable(
+                "the child's pipes are missing".into(),
+            ));
+        };
+        let pid = process.id();
+        let (stdin_tx, mut stdin_rx) = mpsc::channel::<Bytes>(QUEUE);
+        let (close_stdin, mut closing) = watch::channel(false);
+        let (exited_tx, exited) = watch::channel(false);
+        let child = Arc::new(Child {
+            tag,
+            pid,
+            stdin: stdin_tx,
+            close_stdin,
+            state: Mutex::new(State::default()),
+            next_id: AtomicU64::new(1),
+            exited,
+            grace,
+            deaths,
+        });
+        live.fetch_add(1, Ordering::AcqRel);
+
+        // stdin: one writer; the pipe closes when the writer ends.
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            loop {
+                let line = tokio::select! {
+                    line = stdin_rx.recv() => line,
+                    _ = closing.wait_for(|close| *close) => None,
+                };
+                let Some(line) = line else { break };
+                if stdin.write_all(&line).await.is_err()
+                    || stdin.write_all(b"\n").await.is_err()
+                    || stdin.flush().await.is_err()
+                {
+                    break;
+                }
+            }
+        });
+
+        // stdout: every line is one message.
+        let reader = child.clone();
+        tokio::spawn(async move {
+            let mut stdout = BufReader::new(stdout);
+            let mut line = Vec::new();
+            let why = loop {
+                match read_line(&mut stdout, &mut line, max_line).await {
+                    Ok(true) => {
+                        if line.iter().all(u8::is_ascii_whitespace) {
+                            continue;
+                        }
+                        if let Err(why) = reader.dispatch(&line) {
+                            break why;
+                        }
+                    }
+                    Ok(false) => {
+                        reader.die("the server closed its stdout".to_owned(), true);
+                        return;
+                    }
+                    Err(why) => break why,
+                }
+            };
+            // A broken protocol: the child cannot be trusted with another message.
+            reader.die(why, true);
+            reader.stop().await;
+        });
+
+        // stderr: free-form logging, tagged with the session.
+        let tag = child.tag.clone();
+        tokio::spawn(async move {
+            let mut stderr = BufReader::new(stderr);
+            let mut line = Vec::new();
+            while let Ok(true) = read_line(&mut stderr, &mut line, 16 * 1024).await {
+                let text = String::from_utf8_lossy(&line);
+                tracing::info!(target: "upstream::stderr", session = %tag, "{}", text.trim_end());
+            }
+        });
+
+        // The process itself: reaped as soon as it exits, whatever the reason.
+        let waiter = child.clone();
+        tokio::spawn(async move {
+            let status = process.wait().await;
+            let why = match status {
+                Ok(status) => format!("the server exited ({status})"),
+                Err(e) => format!("the server could not be waited for: {e}"),
+            };
+            waiter.die(why, true);
+            live.fetch_sub(1, Ordering::AcqRel);
+            let _ = exited_tx.send(true);
+        });
+        Ok(child)
+    }
+
+    /// Whether the child can take messages.
+    pub fn is_alive(&self) -> bool {
+        self.state.lock().dead.is_none()
+    }
+
+    /// Sends a request; its messages (the last being the response) arrive on the returned
+    /// channel. `message` must be a JSON-RPC request.
+    pub async fn request(&self, message: &[u8]) -> Result<mpsc::Receiver<Bytes>, UpstreamError> {
+        let envelope = Envelope::parse(message)
+            .map_err(|e| UpstreamError::Protocol(format!("not a request: {e}")))?;
+        let Some(id) = envelope.id else {
+            return Err(UpstreamError::Protocol("a request without an id".into()));
+        };
+        let proxy_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = splice(message, id, proxy_id.to_string().as_bytes()).ok_or_else(|| {
+            UpstreamError::Protocol("the request id could not be rewritten".into())
+        })?;
+        let progress_token = envelope
+            .params
+            .and_then(RawObject::parse)
+            .and_then(|params| params.get("_meta").and_then(RawObject::parse))
+            .and_then(|meta| meta.get("progressToken"))
+            .map(|token| token.get().to_owned());
+        let (tx, rx) = mpsc::channel(QUEUE);
+        {
+            let mut state = self.state.lock();
+            if let Some(why) = &state.dead {
+                return Err(UpstreamError::Unreachable(why.clone()));
+            }
+            state.pending.insert(
+                proxy_id,
+                Pending {
+                    original_id: Bytes::copy_from_slice(id.get().as_bytes()),
+                    progress_token,
+                    tx,
+                },
+            );
+            state.order.push_back(proxy_id);
+        }
+        if self.stdin.send(Bytes::from(line)).await.is_err() {
+            self.forget(proxy_id);
+            return Err(UpstreamError::Unreachable(
+                "the server's stdin is closed".into(),
+            ));
+        }
+        Ok(rx)
+    }
+
+    /// Sends a notification, or a response to one of the child's own requests.
+    pub async fn send(&self, message: Bytes) -> Result<(), UpstreamError> {
+        if let Some(why) = &self.state.lock().dead {
+            return Err(UpstreamError::Unreachable(why.clone()));
+        }
+        self.stdin
+            .send(message)
+            .await
+            .map_err(|_| UpstreamError::Unreachable("the server's stdin is closed".into()))
+    }
+
+    /// The session's listen stream: messages no request claims. A new one replaces the
+    /// previous one.
+    pub fn listen(&self) -> Result<mpsc::Receiver<Bytes>, UpstreamError> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let mut state = self.state.lock();
+        if let Some(why) = &state.dead {
+            return Err(UpstreamError::Unreachable(why.clone()));
+        }
+        state.listen = Some(tx);
+        Ok(rx)
+    }
+
+    /// Ends the process: stdin closed, then SIGTERM, then SIGKILL, `grace` apart. Returns
+    /// once it has exited and been reaped (or after the last step's grace).
+    pub async fn stop(&self) {
+        self.die("the session ended".into(), false);
+        let mut exited = self.exited.clone();
+        // Closing stdin is how a stdio client asks its server to exit.
+        let _ = self.close_stdin.send(true);
+        if wait_exit(&mut exited, self.grace).await {
+            return;
+        }
+        self.signal(Signal::SIGTERM);
+        if wait_exit(&mut exited, self.grace).await {
+            return;
+        }
+        self.signal(Signal::SIGKILL);
+        let _ = wait_exit(&mut exited, self.grace).await;
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+            // The child leads its own process group (see `spawn`).
+            let _ = killpg(Pid::from_raw(pid), signal);
+        }
+    }
+
+    fn forget(&self, proxy_id: u64) {
+        let mut state = self.state.lock();
+        state.pending.remove(&proxy_id);
+        state.order.retain(|id| *id != proxy_id);
+    }
+
+    /// Marks the child unusable and fails every request in flight; `report`s a death
+    /// the proxy did not ask for.
+    fn die(&self, why: String, report: bool) {
+        let pending = {
+            let mut state = self.state.lock();
+            if state.dead.is_some() {
+                return;
+            }
+            if report {
+                tracing::warn!(session = %self.tag, reason = %why, "stdio server died");
+                let _ = self.deaths.send(self.tag.clone());
+            }
+            state.dead = Some(why.clone());
+            state.listen = None;
+            state.order.clear();
+            std::mem::take(&mut state.pending)
+        };
+        for (_, request) in pending {
+            let id = serde_json::from_slice::<Box<RawValue>>(&request.original_id).ok();
+            let error = ErrorObject {
+                code: code::INTERNAL_ERROR,
+                message: format!("The stdio server stopped before answering: {why}"),
+                data: Some(json!({ "upstream": "stdio" })),
+            };
+            let _ = request.tx.try_send(error_response(id.as_deref(), &error));
+        }
+    }
+
+    /// Routes one line from the child. An error means the child broke the protocol.
+    fn dispatch(&self, line: &[u8]) -> Result<(), String> {
+        let envelope = Envelope::parse(line)
+            .map_err(|e| format!("the server wrote a line that is not JSON-RPC ({e})"))?;
+        let mut state = self.state.lock();
+        match envelope.kind {
+            Kind::Response => {
+                let proxy_id = envelope
+                    .id
+                    .and_then(|id| id.get().parse::<u64>().ok())
+                    .filter(|id| state.pending.contains_key(id));
+                let Some(proxy_id) = proxy_id else {
+                    tracing::debug!(session = %self.tag, "response to no request in flight; dropped");
+                    return Ok(());
+                };
+                state.order.retain(|id| *id != proxy_id);
+                let Some(request) = state.pending.remove(&proxy_id) else {
+                    return Ok(());
+                };
+                drop(state);
+                let message = match envelope
+                    .id
+                    .and_then(|id| splice(line, id, &request.original_id))
+                {
+                    Some(message) => Bytes::from(message),
+                    None => Bytes::copy_from_slice(line),
+                };
+                let _ = request.tx.try_send(message);
+            }
+            Kind::Request | Kind::Notification => {
+                let message = Bytes::copy_from_slice(line);
+                let by_token = (envelope.method() == "notifications/progress")
+                    .then(|| {
+                        let token = envelope
+                            .params
+                            .and_then(RawObject::parse)
+                            .and_then(|p| p.get("progressToken"))
+                            .map(RawValue::get)?;
+                        state
+                            .pending
+                            .values()
+                            .find(|p| p.progress_token.as_deref() == Some(token))
+                            .map(|p| p.tx.clone())
+                    })
+                    .flatten();
+                let target = by_token
+                    .or_else(|| {
+                        (state.order.len() == 1)
+                            .then(|| state.order.front().and_then(|id| state.pending.get(id)))
+                            .flatten()
+                            .map(|p| p.tx.clone())
+                    })
+                    .or_else(|| state.listen.clone())
+                    .or_else(|| {
+                        state
+                            .order
+                            .front()
+                            .and_then(|id| state.pending.get(id))
+                            .map(|p| p.tx.clone())
+                    });
+                drop(state);
+                match target {
+                    // A slow reader loses messages rather than stalling the child's other
+                    // requests.
+                    Some(tx) => {
+                        if tx.try_send(message).is_err() {
+                            tracing::debug!(session = %self.tag, "a message for a slow or gone reader was dropped");
+                        }
+                    }
+                    None => {
+                        tracing::debug!(session = %self.tag, "a message with nowhere to go was dropped")
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn wait_exit(exited: &mut watch::Receiver<bool>, within: Duration) -> bool {
+    tokio::time::timeout(within, exited.wait_for(|gone| *gone))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+/// Reads one line (without its `\n`) of at most `max` bytes. `Ok(false)` at the end of
+/// the stream; an error for a line that is too long or a failed read.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> Result<bool, String> {
+    line.clear();
+    loop {
+        let available = reader
+            .fill_buf()
+            .await
+            .map_err(|e| format!("reading the server's output failed: {e}"))?;
+        if available.is_empty() {
+            return Ok(!line.is_empty());
+        }
+        match memchr::memchr(b'\n', available) {
+            Some(end) => {
+                line.extend_from_slice(&available[..end]);
+                reader.consume(end + 1);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return if line.len() > max {
+                    Err(format!("the server wrote a line longer than {max} bytes"))
+                } else {
+                    Ok(true)
+                };
+            }
+            None => {
+                let n = available.len();
+                line.extend_from_slice(available);
+                reader.consume(n);
+                if line.len() > max {
+                    return Err(format!("the server wrote a line longer than {max} bytes"));
+                }
+            }
+        }
+    }
+}
