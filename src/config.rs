@@ -41,6 +41,18 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub log: LogConfig,
     pub admin: AdminConfig,
+    pub stateless: StatelessConfig,
+}
+
+/// Serving stateless (2026-07-28) clients.
+#[derive(Debug, Clone)]
+pub struct StatelessConfig {
+    /// Upstream sessions the pool keeps open at once.
+    pub max_pooled: usize,
+    /// A pooled upstream session idle this long is ended.
+    pub pool_idle_ttl: Duration,
+    /// How long an `input_required` call waits for its retry (the `requestState` lifetime).
+    pub request_state_ttl: Duration,
 }
 
 /// Operations endpoints: `/metrics`, `/readyz`, `/admin/sessions`.

@@ -9,7 +9,24 @@ use serde_json::json;
 use crate::jsonrpc::{EnvelopeError, ErrorObject, code};
 use crate::mcp::meta::MetaError;
 use crate::session::StoreError;
+use crate::stateless::{Reject, RequestStateError, SUPPORTED_VERSIONS};
 use crate::upstream::UpstreamError;
+
+fn describe_reject(reject: &Reject) -> String {
+    match reject {
+        Reject::HeaderMismatch(why) => format!("Header mismatch: {why}"),
+        Reject::MissingMeta(keys) => format!(
+            "Invalid params: the request's _meta lacks {} (required on every 2026-07-28 request)",
+            keys.join(" and ")
+        ),
+        Reject::UnsupportedVersion(requested) => format!(
+            "Unsupported protocol version {requested:?}; supported: {}",
+            SUPPORTED_VERSIONS.join(", ")
+        ),
+        Reject::MethodNotFound(method) => format!("Method not found: {method}"),
+        Reject::InvalidParams(why) => format!("Invalid params: {why}"),
+    }
+}
 
 /// Whose fault an error is: decides its log level and whether it counts against the
 /// upstream's or the proxy's health.
@@ -64,6 +81,17 @@ pub enum ProxyError {
     SessionLimit { max: usize },
     #[error("Session store unavailable")]
     Store(#[from] StoreError),
+    /// A stateless (2026-07-28) request refused by its rules.
+    #[error("{}", describe_reject(.0))]
+    Stateless(Reject),
+    #[error("Missing required client capability: the request needs {}", .capabilities)]
+    MissingCapability { capabilities: serde_json::Value },
+    #[error("Invalid params: {0}")]
+    RequestState(#[from] RequestStateError),
+    #[error("Invalid params: {0}")]
+    InvalidInputResponses(&'static str),
+    #[error("Invalid Request: a client of the stateless protocol does not send responses")]
+    StatelessResponse,
     #[error("Upstream error: {source}")]
     Upstream {
         upstream: String,
@@ -174,6 +202,56 @@ impl ProxyError {
                 code::INTERNAL_ERROR,
                 None,
                 Fault::Proxy,
+            ),
+            E::Stateless(reject) => match reject {
+                Reject::HeaderMismatch(_) => (
+                    StatusCode::BAD_REQUEST,
+                    code::HEADER_MISMATCH,
+                    None,
+                    Fault::Client,
+                ),
+                Reject::MissingMeta(keys) => (
+                    StatusCode::BAD_REQUEST,
+                    code::INVALID_PARAMS,
+                    Some(json!({ "missing": keys })),
+                    Fault::Client,
+                ),
+                Reject::UnsupportedVersion(requested) => (
+                    StatusCode::BAD_REQUEST,
+                    code::UNSUPPORTED_PROTOCOL_VERSION,
+                    Some(json!({ "supported": SUPPORTED_VERSIONS, "requested": requested })),
+                    Fault::Client,
+                ),
+                Reject::MethodNotFound(method) => (
+                    StatusCode::NOT_FOUND,
+                    code::METHOD_NOT_FOUND,
+                    Some(json!({ "method": method })),
+                    Fault::Client,
+                ),
+                Reject::InvalidParams(_) => (
+                    StatusCode::BAD_REQUEST,
+                    code::INVALID_PARAMS,
+                    None,
+                    Fault::Client,
+                ),
+            },
+            E::MissingCapability { capabilities } => (
+                StatusCode::BAD_REQUEST,
+                code::MISSING_CLIENT_CAPABILITY,
+                Some(json!({ "requiredCapabilities": capabilities })),
+                Fault::Client,
+            ),
+            E::RequestState(_) | E::InvalidInputResponses(_) => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                None,
+                Fault::Client,
+            ),
+            E::StatelessResponse => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                None,
+                Fault::Client,
             ),
             E::Upstream { upstream, source } => {
                 let status = match source {

@@ -18,6 +18,7 @@ mod relay;
 mod respond;
 mod serve;
 mod sessions;
+mod stateless;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -42,7 +43,8 @@ use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::meta::{MetaError, Payload, SessionMeta};
 use crate::metrics::{Metrics, Outcome, method_label};
 use crate::session::{Sessions, is_issued_shape};
-use crate::upstream::{Binding, Media, Upstream};
+use crate::stateless::Sealer;
+use crate::upstream::{Binding, Media, Pool, PoolSettings, Upstream};
 
 /// Everything a request needs, shared by all connections.
 #[derive(Debug)]
@@ -57,6 +59,7 @@ pub struct App {
     metrics: Arc<Metrics>,
     serve_metrics: bool,
     admin_token: Option<Secret>,
+    calls: stateless::Calls,
 }
 
 impl App {
@@ -65,7 +68,22 @@ impl App {
         upstream: Upstream,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
+        key: &[u8],
     ) -> Self {
+        let pool = Pool::new(
+            upstream.clone(),
+            PoolSettings {
+                max_open: config.stateless.max_pooled,
+                max_idle_per_key: config.stateless.max_pooled,
+                idle_ttl: config.stateless.pool_idle_ttl,
+            },
+        );
+        let calls = stateless::Calls {
+            pool,
+            sealer: Sealer::new(key, config.stateless.request_state_ttl),
+            parked: Default::default(),
+            gather: Duration::from_millis(50),
+        };
         App {
             path: config.path.clone(),
             max_body_bytes: config.max_body_bytes,
@@ -77,11 +95,17 @@ impl App {
             metrics,
             serve_metrics: config.admin.metrics,
             admin_token: config.admin.token.clone(),
+            calls,
         }
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The pool of upstream sessions serving stateless clients.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.calls.pool
     }
 
     /// An upstream body passed on untouched, counted while open if it is a stream.
@@ -136,7 +160,7 @@ pub async fn handle(app: Arc<App>, request: Request<Incoming>, role: Role) -> Re
 
 /// The MCP endpoint, observed: one span per request (method, session tag, upstream,
 /// status, latency) and the request counter.
-async fn mcp(app: &App, request: Request<Incoming>) -> Response<ProxyBody> {
+async fn mcp(app: &Arc<App>, request: Request<Incoming>) -> Response<ProxyBody> {
     let started = Instant::now();
     let span = tracing::info_span!(
         "request",
@@ -184,7 +208,7 @@ fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
 }
 
 /// A POST: one JSON-RPC message. Returns the answer and the method's metric label.
-async fn post(app: &App, request: Request<Incoming>) -> (Response<ProxyBody>, &'static str) {
+async fn post(app: &Arc<App>, request: Request<Incoming>) -> (Response<ProxyBody>, &'static str) {
     let (parts, body) = request.into_parts();
     let checked = checks::origin(&parts.headers, &app.allowed_origins)
         .and_then(|()| checks::content_type(&parts.headers))
@@ -215,7 +239,7 @@ async fn post(app: &App, request: Request<Incoming>) -> (Response<ProxyBody>, &'
 }
 
 async fn dispatch(
-    app: &App,
+    app: &Arc<App>,
     headers: &HeaderMap,
     body: &Bytes,
     envelope: &Envelope<'_>,
@@ -253,6 +277,17 @@ async fn dispatch(
         None
     };
     let session = session_ref(named, top_level.or(in_params), headers.get(&MCP_SESSION_ID))?;
+    if session.is_none() && crate::stateless::detect(headers, method, params) {
+        let message = Message {
+            headers,
+            body,
+            envelope,
+            payload: payload.as_ref().map(|(raw, p)| (*raw, p)),
+            dialect,
+            accepts,
+        };
+        return stateless::handle(app, &message).await;
+    }
     match (request_id, method) {
         (Some(id), "sessions/create") => {
             let dialect = match params.and_then(|p| p.member("capabilities")) {

@@ -20,6 +20,14 @@ pub mod code {
     pub const METHOD_NOT_FOUND: i32 = -32601;
     pub const INVALID_PARAMS: i32 = -32602;
     pub const INTERNAL_ERROR: i32 = -32603;
+    /// 2026-07-28: an HTTP header is missing or disagrees with the body.
+    pub const HEADER_MISMATCH: i32 = -32020;
+    /// 2026-07-28: the request needs a client capability the client did not declare.
+    pub const MISSING_CLIENT_CAPABILITY: i32 = -32021;
+    /// 2026-07-28: the requested protocol version is not supported.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+    /// 2025-11-25: resource not found (2026-07-28 uses -32602 instead).
+    pub const RESOURCE_NOT_FOUND: i32 = -32002;
     /// Data-layer sessions draft: the session is unknown, expired or revoked.
     pub const SESSION_NOT_FOUND: i32 = -32043;
     /// Data-layer sessions draft: the operation needs a session and got none.

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod rewrite;
 pub mod session;
 pub mod sse;
+pub mod stateless;
 pub mod upstream;
 
 use std::future::Future;
@@ -53,6 +54,7 @@ pub struct Running {
     app: Arc<App>,
     reaper: ReaperHandle,
     deaths: tokio::task::JoinHandle<()>,
+    pool_reaper: tokio::task::JoinHandle<()>,
     demo: Option<DemoServer>,
     path: String,
 }
@@ -89,10 +91,16 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             (http_upstream(&config, url, &metrics), Some(demo))
         }
     };
-    let signer = match &config.session.state_key {
-        Some(key) => StateSigner::new(&key.0),
-        None => StateSigner::generate(),
+    // One key seals session `state` and stateless `requestState` (domain-separated).
+    let key = match &config.session.state_key {
+        Some(key) => key.0.clone(),
+        None => {
+            let mut key = vec![0u8; 32];
+            rand::fill(key.as_mut_slice());
+            key
+        }
     };
+    let signer = StateSigner::new(&key);
     let sessions = Arc::new(Sessions::new(
         Store::Memory(MemoryStore::new()),
         signer,
@@ -101,7 +109,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             max_sessions: config.session.max_sessions,
         },
     ));
-    let app = Arc::new(App::new(&config, upstream, sessions.clone(), metrics));
+    let app = Arc::new(App::new(&config, upstream, sessions.clone(), metrics, &key));
+    let pool_reaper = spawn_pool_reaper(app.clone(), config.stateless.pool_idle_ttl);
     let deaths = spawn_death_watch(app.clone(), deaths);
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
         let app = app.clone();
@@ -126,8 +135,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         app,
         reaper,
         deaths,
+        pool_reaper,
         demo,
         path: config.path,
+    })
+}
+
+/// Ends pooled upstream sessions that have been idle too long.
+fn spawn_pool_reaper(app: Arc<App>, idle_ttl: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval((idle_ttl / 4).max(Duration::from_millis(250)));
+        loop {
+            tick.tick().await;
+            app.pool().reap();
+        }
     })
 }
 
@@ -221,6 +242,8 @@ impl Running {
         }
         drop(self.reaper);
         self.deaths.abort();
+        self.pool_reaper.abort();
+        self.app.pool().close().await;
         match self.app.sessions().take_all().await {
             Ok(all) => {
                 let upstream = self.app.upstream();

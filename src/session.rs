@@ -16,5 +16,5 @@ pub use manager::{
 };
 pub use memory::MemoryStore;
 pub use record::{Millis, SessionRecord, now_millis, rfc3339};
-pub use state::StateSigner;
+pub use state::{StateSigner, keyed_hmac};
 pub use store::{SessionStore, Store, StoreError};

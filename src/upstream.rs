@@ -9,6 +9,7 @@
 mod client;
 mod error;
 mod handshake;
+mod messages;
 mod pool;
 mod read;
 mod stdio;
@@ -24,6 +25,7 @@ use tokio::sync::mpsc;
 pub use client::{Binding, HttpUpstream, Settings};
 pub use error::UpstreamError;
 pub use handshake::Opened;
+pub use messages::Messages;
 pub use pool::{Checkout, Pool, PoolSettings, capabilities_key};
 pub use read::{Media, media_type, read_body, read_response_from_sse, says_session_lost};
 pub use stdio::{CommandSpec, StdioSettings, StdioUpstream};

@@ -16,6 +16,25 @@ pub struct RawConfig {
     pub upstream: RawUpstream,
     pub log: RawLog,
     pub admin: RawAdmin,
+    pub stateless: RawStateless,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStateless {
+    pub max_pooled: u64,
+    pub pool_idle_ttl: String,
+    pub request_state_ttl: String,
+}
+
+impl Default for RawStateless {
+    fn default() -> Self {
+        RawStateless {
+            max_pooled: 100,
+            pool_idle_ttl: "5m".into(),
+            request_state_ttl: "5m".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,6 +96,7 @@ impl Default for RawConfig {
             upstream: RawUpstream::default(),
             log: RawLog::default(),
             admin: RawAdmin::default(),
+            stateless: RawStateless::default(),
         }
     }
 }

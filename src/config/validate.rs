@@ -9,7 +9,7 @@ use http::Uri;
 use super::HEALTH_PATH;
 use super::raw::RawConfig;
 use super::{
-    AdminConfig, CommandSpec, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
+    AdminConfig, CommandSpec, StatelessConfig, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
     UpstreamConfig,
 };
 
@@ -201,6 +201,17 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     });
 
+    let st = &raw.stateless;
+    let stateless = StatelessConfig {
+        max_pooled: p.size("stateless.max_pooled", st.max_pooled, 1),
+        pool_idle_ttl: p.duration("stateless.pool_idle_ttl", &st.pool_idle_ttl, Duration::from_secs(1)),
+        request_state_ttl: p.duration(
+            "stateless.request_state_ttl",
+            &st.request_state_ttl,
+            Duration::from_secs(1),
+        ),
+    };
+
     if !p.0.is_empty() {
         return Err(ConfigError { problems: p.0 });
     }
@@ -237,6 +248,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             metrics: a.metrics,
             token,
         },
+        stateless,
     })
 }
 

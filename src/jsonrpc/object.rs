@@ -48,6 +48,11 @@ impl<'a> RawObject<'a> {
         self.entries.is_empty()
     }
 
+    /// The members, in order.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &'a RawValue)> {
+        self.entries.iter().map(|(k, v)| (k.as_ref(), *v))
+    }
+
     /// Writes the object, then `extra` members (key, raw JSON value) at its end.
     pub fn write(&self, out: &mut Vec<u8>, extra: &[(&str, &[u8])]) {
         out.push(b'{');

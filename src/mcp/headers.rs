@@ -21,3 +21,8 @@ pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 pub fn is_visible_ascii(id: &str) -> bool {
     !id.is_empty() && id.bytes().all(|b| (0x21..=0x7e).contains(&b))
 }
+
+/// `Mcp-Method` (SEP-2243, 2026-07-28): the JSON-RPC method of the request.
+pub static MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+/// `Mcp-Name` (SEP-2243): the tool, prompt or resource a request targets.
+pub static MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");

@@ -18,6 +18,12 @@ pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// Per-request protocol version (2026-07-28).
 pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// Per-request log level (2026-07-28); absent means no log notifications.
+pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The server's identity on results (2026-07-28).
+pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// The listen request a notification belongs to (2026-07-28 `subscriptions/listen`).
+pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 const META: &str = "_meta";
 
@@ -116,6 +122,39 @@ impl<'a> Payload<'a> {
         members.remove(META);
         let mut out = Vec::with_capacity(meta_bytes.len() + 256);
         members.write(&mut out, &[(META, &meta_bytes)]);
+        out
+    }
+}
+
+impl<'a> Payload<'a> {
+    /// The payload with members and `_meta` keys dropped and added (added ones replace
+    /// any of the same name). `_meta` is left out when it ends up empty.
+    pub fn edited(
+        &self,
+        drop_members: &[&str],
+        drop_meta: &[&str],
+        add_members: &[(&str, &[u8])],
+        add_meta: &[(&str, &[u8])],
+    ) -> Vec<u8> {
+        let mut members = self.members.clone();
+        members.remove(META);
+        for key in drop_members.iter().chain(add_members.iter().map(|(k, _)| k)) {
+            members.remove(key);
+        }
+        let mut meta = self.meta.clone().unwrap_or_default();
+        for key in drop_meta.iter().chain(add_meta.iter().map(|(k, _)| k)) {
+            meta.remove(key);
+        }
+        let mut meta_bytes = Vec::new();
+        if !meta.is_empty() || !add_meta.is_empty() {
+            meta.write(&mut meta_bytes, add_meta);
+        }
+        let mut extra: Vec<(&str, &[u8])> = add_members.to_vec();
+        if !meta_bytes.is_empty() {
+            extra.push((META, &meta_bytes));
+        }
+        let mut out = Vec::with_capacity(256 + meta_bytes.len());
+        members.write(&mut out, &extra);
         out
     }
 }

@@ -19,6 +19,20 @@ const TAG_LEN: usize = 16;
 const TOKEN_LEN: usize = 1 + 8 + TAG_LEN;
 const DOMAIN: &[u8] = b"mcp-session-proxy/state/v1\0";
 
+/// HMAC-SHA256 keyed with `key`. RFC 2104 §2: a key longer than the hash block is hashed
+/// first, a shorter one is padded with zeros; doing that here keeps construction
+/// infallible.
+pub fn keyed_hmac(key: &[u8]) -> Hmac<Sha256> {
+    let mut block = hmac::digest::Key::<HmacSha256>::default();
+    if key.len() <= block.len() {
+        block[..key.len()].copy_from_slice(key);
+    } else {
+        let digest = Sha256::digest(key);
+        block[..digest.len()].copy_from_slice(&digest);
+    }
+    HmacSha256::new(&block)
+}
+
 /// Issues and checks `state` tokens with one key.
 #[derive(Clone)]
 pub struct StateSigner {
@@ -34,17 +48,8 @@ impl fmt::Debug for StateSigner {
 impl StateSigner {
     /// A signer with `key` (any length; configuration asks for at least 32 bytes).
     pub fn new(key: &[u8]) -> Self {
-        // RFC 2104 §2: a key longer than the hash block is hashed first, a shorter one is
-        // padded with zeros; doing that here keeps construction infallible.
-        let mut block = hmac::digest::Key::<HmacSha256>::default();
-        if key.len() <= block.len() {
-            block[..key.len()].copy_from_slice(key);
-        } else {
-            let digest = Sha256::digest(key);
-            block[..digest.len()].copy_from_slice(&digest);
-        }
         StateSigner {
-            keyed: HmacSha256::new(&block),
+            keyed: keyed_hmac(key),
         }
     }
 

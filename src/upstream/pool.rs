@@ -172,17 +172,39 @@ impl Pool {
             Ok(Opened {
                 session_id,
                 negotiated,
-            }) => Ok(Checkout {
-                pool: self.clone(),
-                key,
-                session_id,
-                negotiated: Arc::new(negotiated),
-                broken: false,
-            }),
+            }) => {
+                let checkout = Checkout {
+                    pool: self.clone(),
+                    key,
+                    session_id,
+                    negotiated: Arc::new(negotiated),
+                    broken: false,
+                };
+                self.hear_every_log(&checkout, forwarded).await;
+                Ok(checkout)
+            }
             Err(e) => {
                 self.open.fetch_sub(1, Ordering::AcqRel);
                 Err(e)
             }
+        }
+    }
+
+    /// Pooled sessions serve requests with different log levels; the pool asks the
+    /// upstream for everything (`logging/setLevel debug`) and the caller filters.
+    async fn hear_every_log(&self, checkout: &Checkout, forwarded: &HeaderMap) {
+        let has_logging = crate::jsonrpc::RawObject::parse(&checkout.negotiated.capabilities)
+            .is_some_and(|caps| caps.get("logging").is_some());
+        if !has_logging {
+            return;
+        }
+        let request = bytes::Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-log-level","method":"logging/setLevel","params":{"level":"debug"}}"#,
+        );
+        if let Ok(reply) = self.upstream.exchange(checkout.binding(), request, forwarded).await
+            && let Ok((_, mut messages)) = super::Messages::of(reply, 64 * 1024, Duration::from_secs(5)).await
+        {
+            while let Some(Ok(_)) = messages.next().await {}
         }
     }
 

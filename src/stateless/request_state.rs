@@ -1,0 +1,251 @@
+//! `requestState` for multi-round-trip requests (SEP-2322), and the calls parked while
+//! their client answers.
+//!
+//! A retry names the parked call only through its `requestState`, which clients control,
+//! so the token is sealed: HMAC-SHA256 over a random park id, an expiry, a hash of the
+//! caller (its `Authorization` header) and a digest of the method and params of the
+//! original request. A token that was changed, has expired, comes from another caller, or
+//! arrives with another request is refused; a good token can be used once (the parked
+//! call is taken out of the table).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use dashmap::DashMap;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use crate::session::keyed_hmac;
+
+const VERSION: u8 = 1;
+const DOMAIN: &[u8] = b"mcp-session-proxy/request-state/v1\0";
+/// version · park id · expiry (ms) · caller · request digest · tag
+const LEN: usize = 1 + 16 + 8 + 8 + 16 + 16;
+
+/// Why a `requestState` is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequestStateError {
+    #[error("the requestState was not issued by this server or was changed")]
+    Tampered,
+    #[error("the requestState has expired")]
+    Expired,
+    #[error("the requestState was issued to another caller")]
+    OtherCaller,
+    #[error("the requestState belongs to another request (method or params differ)")]
+    OtherRequest,
+    #[error("the requestState was already used, or its call has ended")]
+    Unknown,
+}
+
+/// Seals and opens `requestState` tokens.
+#[derive(Clone)]
+pub struct Sealer {
+    keyed: Hmac<Sha256>,
+    ttl: Duration,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sealer(<key hidden>)")
+    }
+}
+
+/// What a token binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding<'a> {
+    /// Who may use it: e.g. the request's `Authorization` header, or empty.
+    pub caller: &'a [u8],
+    pub method: &'a str,
+    /// The request's params, canonical, without `_meta`, `inputResponses` and
+    /// `requestState`.
+    pub params: &'a str,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn first_bytes<const N: usize>(data: &[u8]) -> [u8; N] {
+    let digest = Sha256::digest(data);
+    let mut out = [0u8; N];
+    out.copy_from_slice(&digest[..N]);
+    out
+}
+
+impl Sealer {
+    /// A sealer with `key`; tokens live `ttl`.
+    pub fn new(key: &[u8], ttl: Duration) -> Self {
+        Sealer {
+            keyed: keyed_hmac(key),
+            ttl,
+        }
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// A token for park `id`, bound to `binding`.
+    pub fn seal(&self, id: [u8; 16], binding: Binding<'_>) -> String {
+        let mut raw = Vec::with_capacity(LEN);
+        raw.push(VERSION);
+        raw.extend_from_slice(&id);
+        raw.extend_from_slice(&(now_ms() + self.ttl.as_millis() as u64).to_be_bytes());
+        raw.extend_from_slice(&first_bytes::<8>(binding.caller));
+        raw.extend_from_slice(&request_digest(binding));
+        let tag = self.tag(&raw);
+        raw.extend_from_slice(&tag);
+        URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    /// The park id in `token`, if it is intact, current, and bound to `binding`.
+    pub fn open(&self, token: &str, binding: Binding<'_>) -> Result<[u8; 16], RequestStateError> {
+        if token.len() > 128 {
+            return Err(RequestStateError::Tampered);
+        }
+        let raw = URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| RequestStateError::Tampered)?;
+        if raw.len() != LEN || raw[0] != VERSION {
+            return Err(RequestStateError::Tampered);
+        }
+        let (body, tag) = raw.split_at(LEN - 16);
+        let mut mac = self.keyed.clone();
+        mac.update(DOMAIN);
+        mac.update(body);
+        mac.verify_truncated_left(tag)
+            .map_err(|_| RequestStateError::Tampered)?;
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&body[1..17]);
+        let mut expiry = [0u8; 8];
+        expiry.copy_from_slice(&body[17..25]);
+        if u64::from_be_bytes(expiry) < now_ms() {
+            return Err(RequestStateError::Expired);
+        }
+        if body[25..33] != first_bytes::<8>(binding.caller) {
+            return Err(RequestStateError::OtherCaller);
+        }
+        if body[33..49] != request_digest(binding) {
+            return Err(RequestStateError::OtherRequest);
+        }
+        Ok(id)
+    }
+
+    fn tag(&self, body: &[u8]) -> [u8; 16] {
+        let mut mac = self.keyed.clone();
+        mac.update(DOMAIN);
+        mac.update(body);
+        let full = mac.finalize().into_bytes();
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&full[..16]);
+        tag
+    }
+}
+
+fn request_digest(binding: Binding<'_>) -> [u8; 16] {
+    let mut hasher = Sha256::new();
+    hasher.update(binding.method.as_bytes());
+    hasher.update([0]);
+    hasher.update(binding.params.as_bytes());
+    let digest = hasher.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&digest[..16]);
+    out
+}
+
+/// Calls waiting for their client's answers, by park id. Taking one out is how a token
+/// is used up.
+#[derive(Debug)]
+pub struct Parked<T> {
+    calls: DashMap<[u8; 16], T>,
+}
+
+impl<T> Default for Parked<T> {
+    fn default() -> Self {
+        Parked {
+            calls: DashMap::new(),
+        }
+    }
+}
+
+impl<T> Parked<T> {
+    /// Parks `call`; returns its fresh random id.
+    pub fn park(&self, call: T) -> [u8; 16] {
+        let mut id = [0u8; 16];
+        rand::fill(&mut id);
+        self.calls.insert(id, call);
+        id
+    }
+
+    /// Takes the call out (once).
+    pub fn take(&self, id: &[u8; 16]) -> Option<T> {
+        self.calls.remove(id).map(|(_, call)| call)
+    }
+
+    pub fn len(&self) -> usize {
+        self.calls.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding<'a>(caller: &'a [u8], params: &'a str) -> Binding<'a> {
+        Binding {
+            caller,
+            method: "tools/call",
+            params,
+        }
+    }
+
+    #[test]
+    fn a_token_opens_only_for_its_caller_and_request() {
+        let sealer = Sealer::new(b"k", Duration::from_secs(60));
+        let id = [7u8; 16];
+        let token = sealer.seal(id, binding(b"Bearer a", r#"{"name":"x"}"#));
+        assert_eq!(sealer.open(&token, binding(b"Bearer a", r#"{"name":"x"}"#)), Ok(id));
+        assert_eq!(
+            sealer.open(&token, binding(b"Bearer b", r#"{"name":"x"}"#)),
+            Err(RequestStateError::OtherCaller)
+        );
+        assert_eq!(
+            sealer.open(&token, binding(b"Bearer a", r#"{"name":"y"}"#)),
+            Err(RequestStateError::OtherRequest)
+        );
+        let tampered = format!("{token}-TAMPERED");
+        assert_eq!(
+            sealer.open(&tampered, binding(b"Bearer a", r#"{"name":"x"}"#)),
+            Err(RequestStateError::Tampered)
+        );
+        let other_key = Sealer::new(b"other", Duration::from_secs(60));
+        assert_eq!(
+            other_key.open(&token, binding(b"Bearer a", r#"{"name":"x"}"#)),
+            Err(RequestStateError::Tampered)
+        );
+    }
+
+    #[test]
+    fn an_expired_token_is_refused() {
+        let sealer = Sealer::new(b"k", Duration::ZERO);
+        let token = sealer.seal([1; 16], binding(b"", "{}"));
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(sealer.open(&token, binding(b"", "{}")), Err(RequestStateError::Expired));
+    }
+
+    #[test]
+    fn a_parked_call_is_taken_once() {
+        let parked = Parked::default();
+        let id = parked.park("call");
+        assert_eq!(parked.take(&id), Some("call"));
+        assert_eq!(parked.take(&id), None);
+    }
+}
