@@ -10,7 +10,8 @@
 //!
 //! Tools: `echo`, `counter` (per upstream session), `slow` (progress and log
 //! notifications over SSE), `sample` (asks the client for sampling), `sleep` (answers
-//! late), `whoami` (its own session id), `announce` (a notification on the GET stream).
+//! late), `whoami` (its own session id), `announce` (a notification on the GET stream),
+//! `change_tools` (`notifications/tools/list_changed` on every session's GET stream).
 
 mod http;
 mod journal;

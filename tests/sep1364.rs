@@ -39,7 +39,10 @@ async fn initialize_with_a_null_session_id_opens_a_session() {
         body["result"]["capabilities"]["sessions"],
         json!({"required": false})
     );
-    assert_eq!(body["result"]["capabilities"]["tools"], json!({}));
+    assert_eq!(
+        body["result"]["capabilities"]["tools"],
+        json!({"listChanged": true})
+    );
     assert_eq!(
         body["result"]["serverInfo"]["name"],
         "mcp-session-proxy-demo"

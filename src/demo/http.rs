@@ -62,6 +62,8 @@ pub struct DemoServer {
 
 #[derive(Debug)]
 pub(super) struct State {
+    /// Every session's open GET streams, for notifications to all clients.
+    pub(super) everyone: Mutex<Vec<mpsc::Sender<Bytes>>>,
     /// The only `Host` accepted (DNS-rebinding protection, as FastMCP does).
     authority: String,
     always_sse: bool,
@@ -89,6 +91,7 @@ impl DemoServer {
         let listener = TcpListener::bind(options.addr).await?;
         let local_addr = listener.local_addr()?;
         let state = Arc::new(State {
+            everyone: Mutex::new(Vec::new()),
             authority: local_addr.to_string(),
             always_sse: options.always_sse,
             sessions: DashMap::new(),
@@ -439,7 +442,7 @@ fn initialize(state: &State, message: &Value, id: Value) -> Response<DemoBody> {
     );
     let result = json!({
         "protocolVersion": protocol_version,
-        "capabilities": {"tools": {}, "logging": {}},
+        "capabilities": {"tools": {"listChanged": true}, "logging": {}},
         "serverInfo": {"name": "mcp-session-proxy-demo", "version": env!("CARGO_PKG_VERSION")},
         "instructions": "A demo server: echo, counter, slow, sample, sleep, whoami, announce.",
     });
@@ -473,7 +476,7 @@ fn request(
     message: &Value,
 ) -> Response<DemoBody> {
     let params = message.get("params").cloned().unwrap_or(Value::Null);
-    match tools::dispatch(session, method, &params) {
+    match tools::dispatch(state, session, method, &params) {
         Outcome::Result(result) => {
             let response = json!({"jsonrpc": "2.0", "id": id, "result": result});
             if state.always_sse {
@@ -543,7 +546,8 @@ fn get(state: &State, headers: &HeaderMap) -> Response<DemoBody> {
     let (tx, rx) = mpsc::channel(16);
     // A priming event with an id, as 2025-11-25 servers send first.
     let _ = tx.try_send(Bytes::from_static(b"id: 0\ndata: \n\n"));
-    session.listeners.lock().push(tx);
+    session.listeners.lock().push(tx.clone());
+    state.everyone.lock().push(tx);
     reply(
         StatusCode::OK,
         Some("text/event-stream"),

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::http::{Session, sse_event};
+use super::http::{Session, State, sse_event};
 
 type Running = Pin<Box<dyn Future<Output = Value> + Send>>;
 
@@ -65,13 +65,26 @@ fn tool_list() -> Value {
         {"name": "whoami", "description": "The upstream Mcp-Session-Id of this session.", "inputSchema": object(json!({}))},
         {"name": "announce", "description": "Sends a log notification on this session's GET streams.",
          "inputSchema": object(json!({"text": {"type": "string"}}))},
+        {"name": "change_tools", "description": "Sends notifications/tools/list_changed on every GET stream.",
+         "inputSchema": object(json!({}))},
     ]})
 }
 
-pub(super) fn dispatch(session: &Arc<Session>, method: &str, params: &Value) -> Outcome {
+pub(super) fn dispatch(
+    state: &State,
+    session: &Arc<Session>,
+    method: &str,
+    params: &Value,
+) -> Outcome {
     match method {
         "ping" => Outcome::Result(json!({})),
         "tools/list" => Outcome::Result(tool_list()),
+        "tools/call" if params.get("name").and_then(Value::as_str) == Some("change_tools") => {
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+            let mut everyone = state.everyone.lock();
+            everyone.retain(|tx| tx.try_send(sse_event(&note)).is_ok());
+            Outcome::Result(text(format!("told {} stream(s)", everyone.len())))
+        }
         "tools/call" => call(session, params),
         _ => Outcome::Error(-32601, format!("Method not found: {method}")),
     }

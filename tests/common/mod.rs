@@ -436,3 +436,90 @@ impl SessionClient {
         post_json(&self.http, &self.url, &body, &self.headers()).await
     }
 }
+
+/// A client of the stateless protocol (2026-07-28): per-request `_meta` and headers.
+pub struct StatelessClient {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub capabilities: Value,
+    pub log_level: Option<&'static str>,
+    next_id: u64,
+}
+
+pub const STATELESS_VERSION: &str = "2026-07-28";
+
+impl StatelessClient {
+    pub fn new(url: String) -> Self {
+        StatelessClient {
+            url,
+            http: http_client(),
+            capabilities: json!({}),
+            log_level: None,
+            next_id: 0,
+        }
+    }
+
+    pub fn with_capabilities(mut self, capabilities: Value) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// `params` with the per-request `_meta` a stateless client sends.
+    pub fn params(&self, mut params: Value) -> Value {
+        if !params.is_object() {
+            params = json!({});
+        }
+        let meta = params
+            .as_object_mut()
+            .unwrap()
+            .entry("_meta")
+            .or_insert_with(|| json!({}));
+        meta["io.modelcontextprotocol/protocolVersion"] = json!(STATELESS_VERSION);
+        meta["io.modelcontextprotocol/clientInfo"] =
+            json!({"name": "stateless-test", "version": "1"});
+        meta["io.modelcontextprotocol/clientCapabilities"] = self.capabilities.clone();
+        if let Some(level) = self.log_level {
+            meta["io.modelcontextprotocol/logLevel"] = json!(level);
+        }
+        params
+    }
+
+    /// The headers 2026-07-28 requires for `method` with `params`.
+    pub fn headers(method: &str, params: &Value) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static(STATELESS_VERSION),
+        );
+        headers.insert("mcp-method", HeaderValue::from_str(method).unwrap());
+        let name = match method {
+            "tools/call" | "prompts/get" => params.get("name"),
+            "resources/read" => params.get("uri"),
+            _ => None,
+        };
+        if let Some(name) = name.and_then(Value::as_str) {
+            headers.insert("mcp-name", HeaderValue::from_str(name).unwrap());
+        }
+        headers
+    }
+
+    /// Sends a request with complete `_meta` and headers; returns the response unread.
+    pub async fn send(&mut self, method: &str, params: Value) -> reqwest::Response {
+        self.next_id += 1;
+        let params = self.params(params);
+        let headers = Self::headers(method, &params);
+        let body =
+            json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
+        post_streaming(&self.http, &self.url, &body, &headers).await
+    }
+
+    /// Sends a request and reads the whole answer.
+    pub async fn request(&mut self, method: &str, params: Value) -> Reply {
+        let response = self.send(method, params).await;
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            text: response.text().await.unwrap(),
+        }
+    }
+}

@@ -1,0 +1,492 @@
+//! Stateless clients (MCP 2026-07-28) in front of the strict legacy demo server (issue 3,
+//! "Modern stateless clients in front of legacy servers").
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+fn client(h: &Harness) -> StatelessClient {
+    StatelessClient::new(h.url())
+}
+
+#[tokio::test]
+async fn discover_answers_from_the_upstreams_initialize_result() {
+    let h = Harness::start().await;
+    let reply = client(&h).request("server/discover", json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let result = &reply.json()["result"];
+    assert_eq!(result["resultType"], "complete");
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(
+        result["capabilities"]["tools"],
+        json!({"listChanged": true})
+    );
+    assert_eq!(result["capabilities"]["sessions"], json!({}));
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcp-session-proxy-demo"
+    );
+    assert!(result["ttlMs"].as_u64().unwrap() > 0);
+    assert!(matches!(
+        result["cacheScope"].as_str(),
+        Some("public" | "private")
+    ));
+    assert!(result["instructions"].is_string());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn results_carry_result_type_caching_hints_and_server_info() {
+    let h = Harness::start().await;
+    let mut c = client(&h);
+    let list = c.request("tools/list", json!({})).await.json();
+    assert_eq!(list["result"]["resultType"], "complete");
+    assert_eq!(list["result"]["ttlMs"], 0);
+    assert_eq!(list["result"]["cacheScope"], "private");
+    assert!(list["result"]["tools"].as_array().unwrap().len() >= 5);
+    let call = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"msg": "hi"}}),
+        )
+        .await
+        .json();
+    assert_eq!(call["result"]["content"][0]["text"], "hi");
+    assert_eq!(call["result"]["resultType"], "complete");
+    assert!(call["result"].get("ttlMs").is_none());
+    assert_eq!(
+        call["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mcp-session-proxy-demo"
+    );
+    // The legacy server never saw 2026 _meta.
+    for seen in h.upstream_saw("tools/call") {
+        assert!(seen.body.unwrap()["params"].get("_meta").is_none());
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn calls_share_pooled_upstream_sessions_by_capabilities() {
+    let h = Harness::start().await;
+    let mut plain = client(&h);
+    for _ in 0..3 {
+        plain.request("tools/list", json!({})).await;
+    }
+    assert_eq!(
+        h.upstream_saw("initialize").len(),
+        1,
+        "one pooled session serves calls one after another"
+    );
+    let mut sampler = client(&h).with_capabilities(json!({"sampling": {}}));
+    sampler.request("tools/list", json!({})).await;
+    let inits = h.upstream_saw("initialize");
+    assert_eq!(
+        inits.len(),
+        2,
+        "other capabilities, another upstream session"
+    );
+    assert_eq!(
+        inits[1].body.as_ref().unwrap()["params"]["capabilities"],
+        json!({"sampling": {}})
+    );
+    // The pool asked each session for every log level, to filter per request.
+    assert_eq!(h.upstream_saw("logging/setLevel").len(), 2);
+    h.stop().await;
+}
+
+/// The conformance suite's order: header, _meta, header vs _meta, version, method.
+#[tokio::test]
+async fn bad_requests_are_refused_with_2026_codes_and_statuses() {
+    let h = Harness::start().await;
+    let c = client(&h);
+    let meta = c.params(json!({}));
+    let send = |method: &'static str, params: Value, headers: HeaderMap, id: u64| {
+        let (http, url) = (c.http.clone(), c.url.clone());
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            post_json(&http, &url, &body, &headers).await
+        }
+    };
+    let std_headers = |method: &'static str| StatelessClient::headers(method, &json!({}));
+
+    let missing = send(
+        "server/discover",
+        json!({}),
+        std_headers("server/discover"),
+        101,
+    )
+    .await;
+    assert_eq!(
+        (missing.status, missing.error_code()),
+        (400, Some(-32602)),
+        "{}",
+        missing.text
+    );
+    assert_eq!(missing.json()["id"], 101);
+
+    let mut no_version = std_headers("tools/list");
+    no_version.remove("mcp-protocol-version");
+    let r = send("tools/list", meta.clone(), no_version, 102).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)));
+
+    let mut other = meta.clone();
+    other["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    let r = send(
+        "server/discover",
+        other.clone(),
+        std_headers("server/discover"),
+        302,
+    )
+    .await;
+    assert_eq!(
+        (r.status, r.error_code()),
+        (400, Some(-32020)),
+        "header mismatch comes first"
+    );
+
+    let mut v999 = std_headers("server/discover");
+    v999.insert("mcp-protocol-version", HeaderValue::from_static("v999.0.0"));
+    let r = send("server/discover", other, v999, 301).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32022)));
+    assert_eq!(
+        r.json()["error"]["data"],
+        json!({"supported": ["2026-07-28"], "requested": "v999.0.0"})
+    );
+    assert_eq!(r.json()["id"], 301);
+
+    let mut wrong_method = std_headers("tools/list");
+    wrong_method.insert("mcp-method", HeaderValue::from_static("prompts/list"));
+    let r = send("tools/list", meta.clone(), wrong_method, 5).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)));
+
+    let call = c.params(json!({"name": "echo", "arguments": {"msg": "x"}}));
+    let mut wrong_name = StatelessClient::headers("tools/call", &call);
+    wrong_name.insert("mcp-name", HeaderValue::from_static("other"));
+    let r = send("tools/call", call, wrong_name, 6).await;
+    assert_eq!((r.status, r.error_code()), (400, Some(-32020)));
+
+    for (method, id) in [
+        ("initialize", 500u64),
+        ("ping", 501),
+        ("logging/setLevel", 502),
+        ("resources/subscribe", 503),
+        ("resources/unsubscribe", 504),
+        ("unknown/method", 601),
+    ] {
+        let r = send(method, meta.clone(), std_headers(method), id).await;
+        assert_eq!((r.status, r.error_code()), (404, Some(-32601)), "{method}");
+        assert_eq!(r.json()["id"], id);
+    }
+    assert!(h.upstream_saw("ping").is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn log_notifications_follow_the_requests_log_level() {
+    let h = Harness::start().await;
+    let count_logs = |reply: &Reply| {
+        reply
+            .events()
+            .iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .count()
+    };
+    let mut quiet = client(&h);
+    let reply = quiet
+        .request("tools/call", json!({"name": "slow", "arguments": {"steps": 2, "interval_ms": 20}, "_meta": {"progressToken": "p"}}))
+        .await;
+    let final_message = final_message(&reply);
+    assert_eq!(
+        final_message["result"]["content"][0]["text"],
+        "done after 2 steps"
+    );
+    let progress = reply
+        .events()
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count();
+    assert_eq!(progress, 2, "progress still flows");
+    assert_eq!(count_logs(&reply), 0, "no logLevel, no logs");
+
+    let mut info = client(&h);
+    info.log_level = Some("info");
+    let reply = info
+        .request(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": 2, "interval_ms": 20}}),
+        )
+        .await;
+    assert_eq!(count_logs(&reply), 2, "info logs at level info");
+
+    let mut errors_only = client(&h);
+    errors_only.log_level = Some("error");
+    let reply = errors_only
+        .request(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": 2, "interval_ms": 20}}),
+        )
+        .await;
+    assert_eq!(count_logs(&reply), 0, "info logs are below level error");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_upstream_request_becomes_input_required_and_the_retry_completes_the_call() {
+    let h = Harness::start().await;
+    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let first = c
+        .request(
+            "tools/call",
+            json!({"name": "sample", "arguments": {"prompt": "Say cheese"}}),
+        )
+        .await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let result = first.json()["result"].clone();
+    assert_eq!(result["resultType"], "input_required");
+    let request = &result["inputRequests"]["sample-1"];
+    assert_eq!(request["method"], "sampling/createMessage");
+    assert_eq!(
+        request["params"]["messages"][0]["content"]["text"],
+        "Say cheese"
+    );
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    // The upstream call is waiting, not finished.
+    assert!(h.upstream_saw("tools/call").len() == 1);
+
+    let retry = json!({"name": "sample", "arguments": {"prompt": "Say cheese"},
+        "inputResponses": {"sample-1": {"role": "assistant", "content": {"type": "text", "text": "cheese"}, "model": "m"}},
+        "requestState": state});
+    let second = c.request("tools/call", retry.clone()).await;
+    assert_eq!(second.status, 200, "{}", second.text);
+    let done = second.json();
+    assert_eq!(done["id"], 2, "the retry's id");
+    assert_eq!(done["result"]["resultType"], "complete");
+    assert_eq!(
+        done["result"]["content"][0]["text"],
+        "the client said: cheese"
+    );
+    // The upstream got the client's answer as a response to its own request.
+    let answers: Vec<_> = h
+        .upstream_posts()
+        .into_iter()
+        .filter(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["id"] == "sample-1" && b.get("result").is_some())
+        })
+        .collect();
+    assert_eq!(answers.len(), 1);
+    // requestState is single-use.
+    let again = c.request("tools/call", retry).await;
+    assert_eq!((again.status, again.error_code()), (400, Some(-32602)));
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_tampered_or_misapplied_request_state_is_refused() {
+    let h = Harness::start().await;
+    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let first = c
+        .request(
+            "tools/call",
+            json!({"name": "sample", "arguments": {"prompt": "a"}}),
+        )
+        .await
+        .json();
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    let answer = json!({"sample-1": {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m"}});
+    let tampered = c
+        .request("tools/call", json!({"name": "sample", "arguments": {"prompt": "a"}, "inputResponses": answer, "requestState": format!("{state}-TAMPERED")}))
+        .await;
+    assert_eq!(
+        (tampered.status, tampered.error_code()),
+        (400, Some(-32602))
+    );
+    let other_params = c
+        .request("tools/call", json!({"name": "sample", "arguments": {"prompt": "b"}, "inputResponses": answer, "requestState": state}))
+        .await;
+    assert_eq!(
+        (other_params.status, other_params.error_code()),
+        (400, Some(-32602))
+    );
+    // Another caller (Authorization) cannot use it either.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": c.params(json!({"name": "sample", "arguments": {"prompt": "a"}, "inputResponses": answer, "requestState": state}))});
+    let mut headers = StatelessClient::headers("tools/call", &body["params"]);
+    headers.insert(
+        "authorization",
+        HeaderValue::from_static("Bearer someone-else"),
+    );
+    let stolen = post_json(&c.http, &c.url, &body, &headers).await;
+    assert_eq!((stolen.status, stolen.error_code()), (400, Some(-32602)));
+    // The rightful retry still works: the refusals did not use the state up.
+    let ok = c
+        .request("tools/call", json!({"name": "sample", "arguments": {"prompt": "a"}, "inputResponses": answer, "requestState": state}))
+        .await
+        .json();
+    assert_eq!(ok["result"]["content"][0]["text"], "the client said: x");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_undeclared_capability_is_refused_upstream_and_reported_as_32021() {
+    let h = Harness::start().await;
+    let mut c = client(&h);
+    let reply = c
+        .request(
+            "tools/call",
+            json!({"name": "sample", "arguments": {"prompt": "a"}}),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    let error = &reply.json()["error"];
+    assert_eq!(error["code"], -32021);
+    assert_eq!(
+        error["data"]["requiredCapabilities"],
+        json!({"sampling": {}})
+    );
+    // The upstream's request was answered with an error by the proxy.
+    let refused = || {
+        h.upstream_posts().iter().any(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["id"] == "sample-1" && b.get("error").is_some())
+        })
+    };
+    assert!(eventually(Duration::from_secs(2), refused).await);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_input_responses_are_invalid_params() {
+    let h = Harness::start().await;
+    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    for bad in [json!(12345), json!(null), json!({"k": 5})] {
+        let reply = c
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"msg": "x"}, "inputResponses": bad}),
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (400, Some(-32602)),
+            "{bad}"
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn input_responses_given_up_front_answer_the_upstream_at_once() {
+    let h = Harness::start().await;
+    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let reply = c
+        .request("tools/call", json!({"name": "sample", "arguments": {"prompt": "a"},
+            "inputResponses": {"sample-1": {"role": "assistant", "content": {"type": "text", "text": "early"}, "model": "m"}, "unused": {"x": 1}}}))
+        .await;
+    assert_eq!(
+        final_message(&reply)["result"]["content"][0]["text"],
+        "the client said: early"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() {
+    let h = Harness::start().await;
+    let mut listener = client(&h);
+    let response = listener
+        .send(
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut stream = EventReader::new(response);
+    let ack = stream.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    // The demo server has tools.listChanged, not prompts: only tools is honoured.
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true})
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        1
+    );
+    let mut trigger = client(&h);
+    trigger
+        .request(
+            "tools/call",
+            json!({"name": "change_tools", "arguments": {}}),
+        )
+        .await;
+    let change = stream.next().await.unwrap();
+    assert_eq!(change["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        1
+    );
+
+    // A stream that did not opt in gets no tools notification (nor the demo's logs).
+    let mut other = client(&h);
+    let response = other
+        .send(
+            "subscriptions/listen",
+            json!({"notifications": {"promptsListChanged": true}}),
+        )
+        .await;
+    let mut narrow = EventReader::new(response);
+    assert_eq!(
+        narrow.next().await.unwrap()["params"]["notifications"],
+        json!({})
+    );
+    trigger
+        .request(
+            "tools/call",
+            json!({"name": "change_tools", "arguments": {}}),
+        )
+        .await;
+    let leaked = tokio::time::timeout(Duration::from_millis(400), narrow.next()).await;
+    assert!(leaked.is_err(), "a tools notification leaked: {leaked:?}");
+
+    // Closing the stream ends its upstream session.
+    let before = h.demo.live_sessions();
+    drop(stream);
+    drop(narrow);
+    assert!(
+        eventually(Duration::from_secs(3), || h.demo.live_sessions()
+            <= before - 2)
+        .await
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_restarted_upstream_is_invisible_to_stateless_clients() {
+    let h = Harness::start().await;
+    let mut c = client(&h);
+    assert_eq!(c.request("tools/list", json!({})).await.status, 200);
+    h.demo.forget_sessions();
+    let reply = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"msg": "again"}}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["result"]["content"][0]["text"], "again");
+    h.stop().await;
+}
