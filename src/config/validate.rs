@@ -9,8 +9,8 @@ use http::Uri;
 use super::HEALTH_PATH;
 use super::raw::RawConfig;
 use super::{
-    AdminConfig, CommandSpec, StatelessConfig, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
-    UpstreamConfig,
+    AdminConfig, CommandSpec, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
+    StatelessConfig, UpstreamConfig,
 };
 
 struct Problems(Vec<String>);
@@ -204,7 +204,11 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     let st = &raw.stateless;
     let stateless = StatelessConfig {
         max_pooled: p.size("stateless.max_pooled", st.max_pooled, 1),
-        pool_idle_ttl: p.duration("stateless.pool_idle_ttl", &st.pool_idle_ttl, Duration::from_secs(1)),
+        pool_idle_ttl: p.duration(
+            "stateless.pool_idle_ttl",
+            &st.pool_idle_ttl,
+            Duration::from_secs(1),
+        ),
         request_state_ttl: p.duration(
             "stateless.request_state_ttl",
             &st.request_state_ttl,

@@ -29,13 +29,13 @@ use super::headers;
 use super::respond;
 use super::sessions::Message;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Kind, RawObject, raw_str, range_in, write_json_str};
+use crate::jsonrpc::{Kind, RawObject, range_in, raw_str, write_json_str};
 use crate::mcp::headers::SSE;
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::meta::{self, Payload};
+use crate::sse::{MessageStream, Unchanged};
 use crate::stateless::request_state::Binding as StateBinding;
 use crate::stateless::{Context, LogLevel, Parked, Sealer, validate};
-use crate::sse::{MessageStream, Unchanged};
 use crate::upstream::{Messages, Pool, UpstreamError, capabilities_key, says_session_lost};
 
 pub use driver::Resume;
@@ -66,7 +66,10 @@ const STATELESS_META: [&str; 4] = [
 ];
 
 /// Serves one stateless message.
-pub async fn handle(app: &Arc<App>, message: &Message<'_, '_>) -> Result<Response<ProxyBody>, ProxyError> {
+pub async fn handle(
+    app: &Arc<App>,
+    message: &Message<'_, '_>,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let envelope = message.envelope;
     match envelope.kind {
         // Over HTTP a stateless client cancels by closing the stream; a notification has
@@ -180,7 +183,9 @@ fn bound_params(params: Option<&Payload<'_>>) -> String {
 }
 
 /// `inputResponses`: an object whose values are objects (SEP-2322). Returns the entries.
-fn input_responses(params: Option<&Payload<'_>>) -> Result<Vec<(String, Box<RawValue>)>, ProxyError> {
+fn input_responses(
+    params: Option<&Payload<'_>>,
+) -> Result<Vec<(String, Box<RawValue>)>, ProxyError> {
     let Some(raw) = params.and_then(|p| p.member("inputResponses")) else {
         return Ok(Vec::new());
     };
@@ -223,9 +228,9 @@ async fn call(
         params: &bound,
     };
     let (first_tx, first_rx) = oneshot::channel();
-    let request_state = params.and_then(|p| p.member("requestState")).map(|raw| {
-        raw_str(raw).map(|s| s.into_owned()).unwrap_or_default()
-    });
+    let request_state = params
+        .and_then(|p| p.member("requestState"))
+        .map(|raw| raw_str(raw).map(|s| s.into_owned()).unwrap_or_default());
     if let Some(token) = request_state {
         let park = app.calls.sealer.open(&token, binding)?;
         let resume = app
@@ -245,7 +250,12 @@ async fn call(
     } else {
         let upstream_body = match message.payload {
             Some((raw, payload)) => {
-                let stripped = payload.edited(&["inputResponses", "requestState"], &STATELESS_META, &[], &[]);
+                let stripped = payload.edited(
+                    &["inputResponses", "requestState"],
+                    &STATELESS_META,
+                    &[],
+                    &[],
+                );
                 crate::jsonrpc::splice(message.body, raw, &stripped)
                     .map(Bytes::from)
                     .unwrap_or_else(|| message.body.clone())
@@ -319,7 +329,11 @@ async fn start(
             .await;
         let lost = match reply {
             Ok(reply) => match Messages::of(reply, limit, timeout).await {
-                Ok((status, Messages::One(Some(message)))) if says_session_lost(status, &message) => true,
+                Ok((status, Messages::One(Some(message))))
+                    if says_session_lost(status, &message) =>
+                {
+                    true
+                }
                 Ok((_, messages)) => return Ok((checkout, messages)),
                 Err(e) => {
                     checkout.discard();

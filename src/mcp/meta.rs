@@ -138,7 +138,10 @@ impl<'a> Payload<'a> {
     ) -> Vec<u8> {
         let mut members = self.members.clone();
         members.remove(META);
-        for key in drop_members.iter().chain(add_members.iter().map(|(k, _)| k)) {
+        for key in drop_members
+            .iter()
+            .chain(add_members.iter().map(|(k, _)| k))
+        {
             members.remove(key);
         }
         let mut meta = self.meta.clone().unwrap_or_default();

@@ -212,7 +212,10 @@ mod tests {
         let sealer = Sealer::new(b"k", Duration::from_secs(60));
         let id = [7u8; 16];
         let token = sealer.seal(id, binding(b"Bearer a", r#"{"name":"x"}"#));
-        assert_eq!(sealer.open(&token, binding(b"Bearer a", r#"{"name":"x"}"#)), Ok(id));
+        assert_eq!(
+            sealer.open(&token, binding(b"Bearer a", r#"{"name":"x"}"#)),
+            Ok(id)
+        );
         assert_eq!(
             sealer.open(&token, binding(b"Bearer b", r#"{"name":"x"}"#)),
             Err(RequestStateError::OtherCaller)
@@ -238,7 +241,10 @@ mod tests {
         let sealer = Sealer::new(b"k", Duration::ZERO);
         let token = sealer.seal([1; 16], binding(b"", "{}"));
         std::thread::sleep(Duration::from_millis(5));
-        assert_eq!(sealer.open(&token, binding(b"", "{}")), Err(RequestStateError::Expired));
+        assert_eq!(
+            sealer.open(&token, binding(b"", "{}")),
+            Err(RequestStateError::Expired)
+        );
     }
 
     #[test]

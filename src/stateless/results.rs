@@ -56,7 +56,11 @@ pub fn log_passes(notification: &Envelope<'_>, wanted: Option<LogLevel>) -> bool
 pub fn is_cacheable(method: &str) -> bool {
     matches!(
         method,
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
+        "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
     )
 }
 
@@ -176,8 +180,16 @@ mod tests {
         assert_eq!(v["resultType"], "complete");
         assert_eq!(v["ttlMs"], 0);
         assert_eq!(v["cacheScope"], "private");
-        assert_eq!(v["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "s");
-        let out = complete(&raw(r#"{"content":[],"_meta":{"x":1}}"#), "tools/call", &info).unwrap();
+        assert_eq!(
+            v["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "s"
+        );
+        let out = complete(
+            &raw(r#"{"content":[],"_meta":{"x":1}}"#),
+            "tools/call",
+            &info,
+        )
+        .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert!(v.get("ttlMs").is_none());
         assert_eq!(v["_meta"]["x"], 1);
@@ -199,10 +211,17 @@ mod tests {
         assert_eq!(key_of(&raw("7")), "7");
         let request = br#"{"jsonrpc":"2.0","id":"user_name","method":"elicitation/create","params":{"message":"?"}}"#;
         let env = Envelope::parse(request).unwrap();
-        let out = input_required(&[(key_of(env.id.unwrap()), input_request(&env))], "st", &raw("{}"));
+        let out = input_required(
+            &[(key_of(env.id.unwrap()), input_request(&env))],
+            "st",
+            &raw("{}"),
+        );
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["resultType"], "input_required");
-        assert_eq!(v["inputRequests"]["user_name"]["method"], "elicitation/create");
+        assert_eq!(
+            v["inputRequests"]["user_name"]["method"],
+            "elicitation/create"
+        );
         assert_eq!(v["requestState"], "st");
     }
 }

@@ -87,7 +87,9 @@ pub fn validate<'a>(
     let header_version = headers
         .get(&MCP_PROTOCOL_VERSION)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .ok_or_else(|| Reject::HeaderMismatch("the MCP-Protocol-Version header is missing".into()))?;
+        .ok_or_else(|| {
+            Reject::HeaderMismatch("the MCP-Protocol-Version header is missing".into())
+        })?;
     let meta_version = params.and_then(|p| p.meta(meta::PROTOCOL_VERSION));
     let capabilities = params.and_then(|p| p.meta(meta::CLIENT_CAPABILITIES));
     let mut missing = Vec::new();
@@ -101,7 +103,10 @@ pub fn validate<'a>(
         return Err(Reject::MissingMeta(missing));
     };
     let meta_version = raw_str(meta_version).ok_or_else(|| {
-        Reject::InvalidParams(format!("_meta[\"{}\"] must be a string", meta::PROTOCOL_VERSION))
+        Reject::InvalidParams(format!(
+            "_meta[\"{}\"] must be a string",
+            meta::PROTOCOL_VERSION
+        ))
     })?;
     if meta_version != header_version {
         return Err(Reject::HeaderMismatch(format!(
@@ -109,7 +114,11 @@ pub fn validate<'a>(
             meta::PROTOCOL_VERSION
         )));
     }
-    let Some(version) = SUPPORTED_VERSIONS.iter().copied().find(|v| *v == meta_version) else {
+    let Some(version) = SUPPORTED_VERSIONS
+        .iter()
+        .copied()
+        .find(|v| *v == meta_version)
+    else {
         return Err(Reject::UnsupportedVersion(meta_version.into_owned()));
     };
     if !capabilities.get().starts_with('{') {
@@ -121,9 +130,16 @@ pub fn validate<'a>(
     let client_info = params.and_then(|p| p.meta(meta::CLIENT_INFO));
     let log_level = match params.and_then(|p| p.meta(meta::LOG_LEVEL)) {
         None => None,
-        Some(raw) => Some(raw_str(raw).and_then(|l| LogLevel::parse(&l)).ok_or_else(|| {
-            Reject::InvalidParams(format!("_meta[\"{}\"] is not a log level", meta::LOG_LEVEL))
-        })?),
+        Some(raw) => Some(
+            raw_str(raw)
+                .and_then(|l| LogLevel::parse(&l))
+                .ok_or_else(|| {
+                    Reject::InvalidParams(format!(
+                        "_meta[\"{}\"] is not a log level",
+                        meta::LOG_LEVEL
+                    ))
+                })?,
+        ),
     };
     check_method_headers(headers, method, params)?;
     if !METHODS.contains(&method) {
@@ -144,9 +160,14 @@ fn check_method_headers(
     method: &str,
     params: Option<&Payload<'_>>,
 ) -> Result<(), Reject> {
-    match headers.get(&MCP_METHOD).map(|v| decode_header(v.as_bytes())) {
+    match headers
+        .get(&MCP_METHOD)
+        .map(|v| decode_header(v.as_bytes()))
+    {
         None => {
-            return Err(Reject::HeaderMismatch("the Mcp-Method header is missing".into()));
+            return Err(Reject::HeaderMismatch(
+                "the Mcp-Method header is missing".into(),
+            ));
         }
         Some(value) if value != method => {
             return Err(Reject::HeaderMismatch(format!(
@@ -161,10 +182,14 @@ fn check_method_headers(
         _ => return Ok(()),
     };
     let Some(name) = params.and_then(|p| p.member(member)).and_then(raw_str) else {
-        return Err(Reject::InvalidParams(format!("{method} needs a string params.{member}")));
+        return Err(Reject::InvalidParams(format!(
+            "{method} needs a string params.{member}"
+        )));
     };
     match headers.get(&MCP_NAME).map(|v| decode_header(v.as_bytes())) {
-        None => Err(Reject::HeaderMismatch("the Mcp-Name header is missing".into())),
+        None => Err(Reject::HeaderMismatch(
+            "the Mcp-Name header is missing".into(),
+        )),
         Some(value) if value != name => Err(Reject::HeaderMismatch(format!(
             "the Mcp-Name header ({value:?}) differs from params.{member} ({name:?})"
         ))),

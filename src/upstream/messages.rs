@@ -41,7 +41,9 @@ impl Messages {
     ) -> Result<(http::StatusCode, Messages), UpstreamError> {
         let response = match reply {
             Reply::Http(response) => response,
-            Reply::Messages(messages) => return Ok((http::StatusCode::OK, Messages::Channel(messages))),
+            Reply::Messages(messages) => {
+                return Ok((http::StatusCode::OK, Messages::Channel(messages)));
+            }
             Reply::Delivered => return Ok((http::StatusCode::ACCEPTED, Messages::Nothing)),
         };
         let status = response.status();
@@ -84,7 +86,9 @@ impl Messages {
                     Ok(frame) => frame,
                     Err(e) => return Some(Err(UpstreamError::Unreachable(e.to_string()))),
                 };
-                let Ok(data) = frame.into_data() else { continue };
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
                 let mut items = Vec::new();
                 if let Err(e) = decoder.feed(&data, &mut items) {
                     return Some(Err(UpstreamError::Protocol(e.to_string())));

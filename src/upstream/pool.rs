@@ -161,7 +161,9 @@ impl Pool {
         let max = self.settings.max_open;
         if self
             .open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .is_err()
         {
             return Err(UpstreamError::Exhausted(format!(
@@ -201,8 +203,12 @@ impl Pool {
         let request = bytes::Bytes::from_static(
             br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-log-level","method":"logging/setLevel","params":{"level":"debug"}}"#,
         );
-        if let Ok(reply) = self.upstream.exchange(checkout.binding(), request, forwarded).await
-            && let Ok((_, mut messages)) = super::Messages::of(reply, 64 * 1024, Duration::from_secs(5)).await
+        if let Ok(reply) = self
+            .upstream
+            .exchange(checkout.binding(), request, forwarded)
+            .await
+            && let Ok((_, mut messages)) =
+                super::Messages::of(reply, 64 * 1024, Duration::from_secs(5)).await
         {
             while let Some(Ok(_)) = messages.next().await {}
         }
@@ -230,7 +236,12 @@ impl Pool {
 
     /// Ends every idle session (shutdown).
     pub async fn close(&self) {
-        let all: Vec<Idle> = self.idle.lock().drain().flat_map(|(_, list)| list).collect();
+        let all: Vec<Idle> = self
+            .idle
+            .lock()
+            .drain()
+            .flat_map(|(_, list)| list)
+            .collect();
         for idle in all {
             let binding = Binding {
                 session_id: idle.session_id.as_deref(),
@@ -262,8 +273,11 @@ mod tests {
 
     #[test]
     fn the_same_capabilities_in_another_order_share_a_key() {
-        let a = RawValue::from_string(r#"{"sampling":{},"roots":{"listChanged":true}}"#.into()).unwrap();
-        let b = RawValue::from_string(r#"{ "roots": {"listChanged": true}, "sampling": {} }"#.into()).unwrap();
+        let a = RawValue::from_string(r#"{"sampling":{},"roots":{"listChanged":true}}"#.into())
+            .unwrap();
+        let b =
+            RawValue::from_string(r#"{ "roots": {"listChanged": true}, "sampling": {} }"#.into())
+                .unwrap();
         assert_eq!(capabilities_key(Some(&a)), capabilities_key(Some(&b)));
         assert_eq!(capabilities_key(None), "{}");
         let c = RawValue::from_string(r#"{"sampling":{}}"#.into()).unwrap();

@@ -126,7 +126,8 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
     let gather = call.app.calls.gather;
     loop {
         let deciding = !pending.is_empty() || !missing.is_empty();
-        let next = tokio::time::timeout(if deciding { gather } else { idle }, call.messages.next()).await;
+        let next =
+            tokio::time::timeout(if deciding { gather } else { idle }, call.messages.next()).await;
         let message = match next {
             Err(_) if !pending.is_empty() => {
                 if park(&mut call, &mut out, &mut pending).await {
@@ -148,7 +149,12 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
                 break;
             }
             Ok(None) => {
-                fail(&mut out, &call, "the upstream ended its answer without a response").await;
+                fail(
+                    &mut out,
+                    &call,
+                    "the upstream ended its answer without a response",
+                )
+                .await;
                 call.checkout.discard();
                 break;
             }
@@ -244,7 +250,11 @@ async fn answer(call: &Call, message: Vec<u8>) {
     let reply = call
         .app
         .upstream
-        .exchange(call.checkout.binding(), Bytes::from(message), &call.forwarded)
+        .exchange(
+            call.checkout.binding(),
+            Bytes::from(message),
+            &call.forwarded,
+        )
         .await;
     if let Err(e) = reply {
         tracing::warn!(error = %e, "could not answer an upstream request");
@@ -320,8 +330,11 @@ async fn fail(out: &mut Out, call: &Call, why: &str) {
         message: format!("Upstream error: {why}"),
         data: Some(json!({ "upstream": call.app.upstream.label().as_ref() })),
     };
-    out.finish(StatusCode::BAD_GATEWAY, error_response(id.as_deref(), &error))
-        .await;
+    out.finish(
+        StatusCode::BAD_GATEWAY,
+        error_response(id.as_deref(), &error),
+    )
+    .await;
 }
 
 fn missing_capability(client_id: &[u8], missing: &[&'static str]) -> Bytes {

@@ -57,7 +57,8 @@ impl Wanted {
             list.push(b']');
             members.push(("resourceSubscriptions", list));
         }
-        let borrowed: Vec<(&str, &[u8])> = members.iter().map(|(k, v)| (*k, v.as_slice())).collect();
+        let borrowed: Vec<(&str, &[u8])> =
+            members.iter().map(|(k, v)| (*k, v.as_slice())).collect();
         RawObject::default().write(out, &borrowed);
     }
 }
@@ -138,10 +139,14 @@ pub async fn open(
     let mut get = forwarded.clone();
     get.insert(http::header::ACCEPT, HeaderValue::from_static(SSE));
     let stream = match app.upstream.listen(binding, &get).await {
-        Ok(reply) => Messages::of(reply, app.upstream.max_message_bytes(), app.upstream.timeout())
-            .await
-            .map(|(_, messages)| messages)
-            .unwrap_or(Messages::Nothing),
+        Ok(reply) => Messages::of(
+            reply,
+            app.upstream.max_message_bytes(),
+            app.upstream.timeout(),
+        )
+        .await
+        .map(|(_, messages)| messages)
+        .unwrap_or(Messages::Nothing),
         Err(e) => {
             end(app);
             return Err(app.upstream_error(e));
@@ -152,8 +157,12 @@ pub async fn open(
         request.extend_from_slice(br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-subscribe","method":"resources/subscribe","params":{"uri":"#);
         write_json_str(&mut request, uri);
         request.extend_from_slice(b"}}");
-        if let Ok(reply) = app.upstream.exchange(binding, Bytes::from(request), forwarded).await
-            && let Ok((_, mut answer)) = Messages::of(reply, 64 * 1024, app.upstream.timeout()).await
+        if let Ok(reply) = app
+            .upstream
+            .exchange(binding, Bytes::from(request), forwarded)
+            .await
+            && let Ok((_, mut answer)) =
+                Messages::of(reply, 64 * 1024, app.upstream.timeout()).await
         {
             while let Some(Ok(_)) = answer.next().await {}
         }
@@ -197,7 +206,9 @@ async fn relay(mut stream: Messages, tx: mpsc::Sender<Bytes>, wanted: Wanted, id
             () = tx.closed() => return,
         };
         let Some(Ok(message)) = message else { return };
-        let Ok(envelope) = Envelope::parse(&message) else { continue };
+        let Ok(envelope) = Envelope::parse(&message) else {
+            continue;
+        };
         if envelope.kind != Kind::Notification || !passes(&envelope, &wanted) {
             continue;
         }
@@ -224,7 +235,9 @@ fn passes(envelope: &Envelope<'_>, wanted: &Wanted) -> bool {
 
 /// The notification with `_meta["io.modelcontextprotocol/subscriptionId"]` set.
 fn tag(message: &Bytes, envelope: &Envelope<'_>, id: &[u8]) -> Bytes {
-    let payload = envelope.params.and_then(|p| Payload::open(p).ok().flatten());
+    let payload = envelope
+        .params
+        .and_then(|p| Payload::open(p).ok().flatten());
     let params = match &payload {
         Some(payload) => payload.edited(&[], &[], &[], &[(meta::SUBSCRIPTION_ID, id)]),
         None => {
