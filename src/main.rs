@@ -129,8 +129,19 @@ fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(mcp_session_proxy::run(config, shutdown_signal())) {
-        Ok(()) => ExitCode::SUCCESS,
+    let served = runtime.block_on(async {
+        let signal = match shutdown_signal() {
+            Ok(signal) => signal,
+            Err(e) => {
+                eprintln!("mcp-session-proxy: cannot install signal handlers: {e}");
+                return Ok(false);
+            }
+        };
+        mcp_session_proxy::run(config, signal).await.map(|()| true)
+    });
+    match served {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             tracing::error!(error = %e, "mcp-session-proxy could not start");
             eprintln!("mcp-session-proxy: {e}");
@@ -198,26 +209,24 @@ fn init_logging(config: &Config) {
     }
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
+/// Ctrl-C or SIGTERM. The handlers are installed here, before the proxy starts serving,
+/// so that a signal that arrives during start-up already means "shut down gracefully".
+#[cfg(unix)]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
-    }
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }

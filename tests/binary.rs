@@ -1,0 +1,929 @@
+//! The real `mcp-session-proxy` binary as a child process: configuration layers and their
+//! errors (exit code 2 naming the key), precedence, the embedded demo server, SIGTERM,
+//! `--help` / `--version`, and the README's curl walkthrough as raw HTTP.
+//!
+//! Every child runs in its own empty working directory (so the repository's `proxy.toml`
+//! is read only by the test that wants it), with no inherited `MCP_PROXY_*` or `RUST_LOG`,
+//! on 127.0.0.1 only, is killed when dropped, and every test is bounded in time.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures_util::StreamExt;
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+const BIN: &str = env!("CARGO_BIN_EXE_mcp-session-proxy");
+/// No test may take longer.
+const TEST_LIMIT: Duration = Duration::from_secs(10);
+/// How long the binary may take to print its start-up line.
+const STARTUP_LIMIT: Duration = Duration::from_secs(5);
+const SERVING: &str = "mcp-session-proxy is serving";
+
+/// Runs a test body, failing it when it takes longer than [`TEST_LIMIT`].
+async fn bounded<F: Future>(body: F) -> F::Output {
+    tokio::time::timeout(TEST_LIMIT, body)
+        .await
+        .unwrap_or_else(|_| panic!("the test took longer than {TEST_LIMIT:?}"))
+}
+
+// === the child process ===
+
+/// A fresh, empty working directory, removed on drop.
+struct WorkDir(PathBuf);
+
+impl WorkDir {
+    fn new() -> WorkDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "mcp-session-proxy-binary-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        WorkDir(dir)
+    }
+
+    /// A directory holding `proxy.toml` with `contents` (read by default from there).
+    fn with_proxy_toml(contents: &str) -> WorkDir {
+        let dir = WorkDir::new();
+        dir.write("proxy.toml", contents);
+        dir
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The binary in `dir` with `args` and `env`, and nothing of the test's own
+/// configuration environment. Killed when dropped.
+fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("MCP_PROXY_") || key == "RUST_LOG" {
+            command.env_remove(key.as_ref());
+        }
+    }
+    command.envs(env.iter().copied());
+    command
+}
+
+/// Runs the binary to its end (it must end within [`STARTUP_LIMIT`]).
+async fn run_to_exit(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let child = command(dir, args, env).spawn().unwrap();
+    tokio::time::timeout(STARTUP_LIMIT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{args:?} {env:?} did not exit within {STARTUP_LIMIT:?}"))
+        .unwrap()
+}
+
+/// Runs the binary with a configuration that must be refused; returns its stderr.
+async fn refused(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let output = run_to_exit(dir, args, env).await;
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{args:?} {env:?} should exit with 2; stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains(SERVING),
+        "a refused configuration was served:\n{stderr}"
+    );
+    stderr
+}
+
+/// A serving binary. Its stderr is collected as it is written.
+struct Proxy {
+    // Declared first: dropped (killed) before its working directory is removed.
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+    /// Collects stderr; ends when the process closes it.
+    reader: Option<JoinHandle<()>>,
+    /// The start-up line's fields.
+    listen: SocketAddr,
+    endpoint: String,
+    upstream: String,
+    http: reqwest::Client,
+    _dir: Option<WorkDir>,
+}
+
+impl Proxy {
+    /// Starts the binary in `dir` with JSON logs (unless `env` says otherwise) and waits
+    /// for the start-up line.
+    async fn start(dir: WorkDir, args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        let cwd = dir.path().to_owned();
+        Proxy::start_in(&cwd, args, env, Some(dir)).await
+    }
+
+    /// Starts the binary in `cwd`; `dir`, if given, lives as long as the proxy.
+    async fn start_in(
+        cwd: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        dir: Option<WorkDir>,
+    ) -> Proxy {
+        let mut command = command(cwd, args, &[("MCP_PROXY_LOG__FORMAT", "json")]);
+        command.envs(env.iter().copied()).stdout(Stdio::null());
+        let mut child = command.spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (lines_tx, mut lines) = mpsc::unbounded_channel();
+        let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
+        let collected = stderr.clone();
+        let reader = tokio::spawn(async move {
+            while let Ok(Some(line)) = reader.next_line().await {
+                collected.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = lines_tx.send(line);
+            }
+        });
+        let started = tokio::time::timeout(STARTUP_LIMIT, async {
+            while let Some(line) = lines.recv().await {
+                if let Ok(entry) = serde_json::from_str::<Value>(&line)
+                    && entry["fields"]["message"] == SERVING
+                {
+                    return Some(entry["fields"].clone());
+                }
+            }
+            None
+        })
+        .await;
+        let fields = match started {
+            Ok(Some(fields)) => fields,
+            Ok(None) => {
+                let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                panic!(
+                    "{args:?} {env:?} exited before serving ({status:?}); stderr:\n{}",
+                    stderr.lock().unwrap()
+                )
+            }
+            Err(_) => panic!(
+                "{args:?} {env:?} printed no start-up line within {STARTUP_LIMIT:?}; stderr:\n{}",
+                stderr.lock().unwrap()
+            ),
+        };
+        let field = |name: &str| {
+            fields[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {name} in the start-up line {fields}"))
+                .to_owned()
+        };
+        Proxy {
+            child,
+            listen: field("listen").parse().unwrap(),
+            endpoint: field("endpoint"),
+            upstream: field("upstream"),
+            stderr,
+            reader: Some(reader),
+            http: http_client(),
+            _dir: dir,
+        }
+    }
+
+    /// `http://<listen><path>`.
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.listen)
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Reply {
+        post_json(&self.http, &self.url(path), body, &HeaderMap::new()).await
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        let response = self.http.get(self.url(path)).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends SIGTERM, the way a process manager stops it.
+    fn terminate(&self) {
+        sigterm(self.child.id().expect("the proxy has already exited"));
+    }
+
+    /// Waits until the process has its SIGTERM handler installed.
+    ///
+    /// The binary installs it only after printing its start-up line (see
+    /// `sigterm_is_graceful_as_soon_as_the_proxy_answers`); the tests about what a
+    /// graceful shutdown does wait for it so that they test only that.
+    async fn sigterm_handled(&self) {
+        let pid = self.child.id().expect("the proxy has already exited");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !catches_sigterm(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "no SIGTERM handler 2 s after the start-up line"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits for the process to end (and its stderr to be read); panics after `within`.
+    async fn exit_within(&mut self, within: Duration) -> ExitStatus {
+        let status = match tokio::time::timeout(within, self.child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!(
+                "the proxy was still running {within:?} after SIGTERM; stderr:\n{}",
+                self.stderr()
+            ),
+        };
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
+        }
+        status
+    }
+}
+
+fn sigterm(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -TERM {pid}: {status}");
+}
+
+/// Whether process `pid` has a SIGTERM handler (`SigCgt` of /proc/PID/status).
+fn catches_sigterm(pid: u32) -> bool {
+    const SIGTERM: u32 = 15;
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (SIGTERM - 1)) != 0)
+}
+
+/// Whether `sessions/create` succeeds at `path` (`false`: 404, not the MCP endpoint).
+async fn creates_at(proxy: &Proxy, path: &str) -> bool {
+    let reply = proxy
+        .post(
+            path,
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+        )
+        .await;
+    match reply.status {
+        200 => {
+            assert!(reply.json()["result"]["session"]["sessionId"].is_string());
+            true
+        }
+        404 => false,
+        other => panic!("{path} answered {other}: {}", reply.text),
+    }
+}
+
+/// A loopback port something is listening on (the returned listener holds it).
+fn held_port() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, port)
+}
+
+// === 1. a bad value in any layer stops the binary with exit code 2, naming the key ===
+
+#[tokio::test]
+async fn bad_values_in_the_file_exit_2_naming_the_key() {
+    bounded(async {
+        // The default file: ./proxy.toml in the working directory.
+        let dir = WorkDir::with_proxy_toml("max_body_bytes = \"big\"\n");
+        let stderr = refused(dir.path(), &[], &[]).await;
+        assert!(stderr.contains("max_body_bytes"), "{stderr}");
+
+        // A file given with --config.
+        let dir = WorkDir::new();
+        let file = dir.write("custom.toml", "[session]\nidle_ttl = \"soon\"\n");
+        let stderr = refused(dir.path(), &["--config", file.to_str().unwrap()], &[]).await;
+        assert!(stderr.contains("session.idle_ttl"), "{stderr}");
+        assert!(stderr.contains("soon"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_unknown_key_in_the_file_exits_2_naming_it() {
+    bounded(async {
+        let dir = WorkDir::with_proxy_toml("[session]\nidel_ttl = \"5m\"\n");
+        let stderr = refused(dir.path(), &[], &[]).await;
+        assert!(stderr.contains("idel_ttl"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_bad_environment_variable_exits_2_naming_the_key() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let stderr = refused(dir.path(), &[], &[("MCP_PROXY_SESSION__IDLE_TTL", "soon")]).await;
+        assert!(stderr.contains("session.idle_ttl"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_flags_exit_2_naming_the_key() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let stderr = refused(dir.path(), &["--listen", "nowhere"], &[]).await;
+        assert!(stderr.contains("listen"), "{stderr}");
+        assert!(stderr.contains("nowhere"), "{stderr}");
+
+        let stderr = refused(dir.path(), &["--upstream", "ftp://127.0.0.1/mcp"], &[]).await;
+        assert!(stderr.contains("upstream.url"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_config_file_exits_2() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let stderr = refused(dir.path(), &["--config", "/nonexistent"], &[]).await;
+        assert!(stderr.contains("/nonexistent"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn problems_in_several_layers_are_all_named() {
+    bounded(async {
+        let dir = WorkDir::with_proxy_toml("[session]\nidle_ttl = \"soon\"\n");
+        let stderr = refused(
+            dir.path(),
+            &["--listen", "nowhere"],
+            &[("MCP_PROXY_SHUTDOWN_GRACE", "never")],
+        )
+        .await;
+        for key in ["session.idle_ttl", "shutdown_grace", "listen"] {
+            assert!(stderr.contains(key), "{key} is not named:\n{stderr}");
+        }
+    })
+    .await;
+}
+
+// === 2. precedence: file < environment < flags ===
+
+#[tokio::test]
+async fn the_environment_beats_the_file_and_the_file_beats_the_defaults() {
+    bounded(async {
+        let file = "path = \"/from-file\"\n";
+        let (from_file, from_env) = tokio::join!(
+            Proxy::start(
+                WorkDir::with_proxy_toml(file),
+                &["--listen", "127.0.0.1:0"],
+                &[]
+            ),
+            Proxy::start(
+                WorkDir::with_proxy_toml(file),
+                &["--listen", "127.0.0.1:0"],
+                &[("MCP_PROXY_PATH", "/from-env")],
+            ),
+        );
+
+        assert_eq!(from_file.endpoint, from_file.url("/from-file"));
+        assert!(creates_at(&from_file, "/from-file").await);
+        assert!(!creates_at(&from_file, "/mcp").await);
+
+        assert_eq!(from_env.endpoint, from_env.url("/from-env"));
+        assert!(creates_at(&from_env, "/from-env").await);
+        assert!(!creates_at(&from_env, "/from-file").await);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_config_flag_replaces_the_default_file() {
+    bounded(async {
+        let dir = WorkDir::with_proxy_toml("path = \"/from-cwd\"\n");
+        let other = dir.write("other.toml", "path = \"/from-flag\"\n");
+        let other = other.to_str().unwrap().to_owned();
+        let proxy = Proxy::start(dir, &["--listen", "127.0.0.1:0", "--config", &other], &[]).await;
+        assert_eq!(proxy.endpoint, proxy.url("/from-flag"));
+        assert!(creates_at(&proxy, "/from-flag").await);
+        assert!(!creates_at(&proxy, "/from-cwd").await);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_listen_flag_beats_the_environment_which_beats_the_file() {
+    bounded(async {
+        // A port already taken: the binary could not start if the losing layer won.
+        let (_held, port) = held_port();
+        let taken = format!("127.0.0.1:{port}");
+        let file = format!("listen = \"{taken}\"\n");
+        let env_taken = [("MCP_PROXY_LISTEN", taken.as_str())];
+        let (env_over_file, flag_over_env) = tokio::join!(
+            Proxy::start(
+                WorkDir::with_proxy_toml(&file),
+                &[],
+                &[("MCP_PROXY_LISTEN", "127.0.0.1:0")],
+            ),
+            Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &env_taken,),
+        );
+        for proxy in [&env_over_file, &flag_over_env] {
+            assert_ne!(proxy.listen.port(), port);
+            assert!(proxy.listen.ip().is_loopback());
+            assert_eq!(proxy.get("/healthz").await.0, 200);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_upstream_flag_beats_the_environment() {
+    bounded(async {
+        let demo = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        // Nothing listens there: the proxy could not create a session if it were used.
+        let closed = {
+            let (listener, port) = held_port();
+            drop(listener);
+            format!("http://127.0.0.1:{port}/mcp")
+        };
+        let proxy = Proxy::start(
+            WorkDir::new(),
+            &["--listen", "127.0.0.1:0", "--upstream", &demo.upstream],
+            &[("MCP_PROXY_UPSTREAM__URL", closed.as_str())],
+        )
+        .await;
+        assert_eq!(proxy.upstream, demo.upstream);
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.create().await;
+        assert_eq!(client.tool_text("echo", json!({"msg": "via"})).await, "via");
+    })
+    .await;
+}
+
+// === 3. with no upstream configured, the embedded demo server ===
+
+#[tokio::test]
+async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
+    bounded(async {
+        let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        assert!(proxy.listen.ip().is_loopback());
+        assert_eq!(proxy.endpoint, proxy.url("/mcp"));
+        let upstream: http::Uri = proxy.upstream.parse().unwrap();
+        assert_eq!(upstream.scheme_str(), Some("http"));
+        assert_eq!(upstream.host(), Some("127.0.0.1"));
+        assert_eq!(upstream.path(), "/mcp");
+        assert_ne!(upstream.port_u16(), Some(proxy.listen.port()));
+
+        let (status, body) = proxy.get("/healthz").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({"status": "ok"})
+        );
+
+        // sessions/create
+        let created = proxy
+            .post(
+                "/mcp",
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+            )
+            .await;
+        assert_eq!(created.status, 200, "{}", created.text);
+        let session = created.json()["result"]["session"].clone();
+        let id = session["sessionId"].as_str().unwrap().to_owned();
+        let state = session["state"].as_str().unwrap().to_owned();
+        assert!(!id.is_empty() && !state.is_empty(), "{session}");
+        humantime::parse_rfc3339(session["expiresAt"].as_str().unwrap()).unwrap();
+        assert_eq!(created.header("mcp-session-id"), Some(id.as_str()));
+
+        // tools/call in the session
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.session_id = Some(id.clone());
+        client.state = Some(state);
+        let echoed = client.call_tool("echo", json!({"msg": "hi"})).await;
+        assert_eq!(echoed["result"]["content"][0]["text"], "hi", "{echoed}");
+        let stamped = session_meta(&echoed);
+        assert_eq!(stamped["sessionId"], id.as_str(), "{echoed}");
+        assert!(stamped["state"].is_string(), "{echoed}");
+        assert!(stamped["expiresAt"].is_string(), "{echoed}");
+
+        // sessions/delete, twice
+        let deleted = client.delete().await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text);
+        assert_eq!(deleted.json()["result"], json!({}), "{}", deleted.text);
+        let again = client.delete().await;
+        assert_eq!(again.status, 404, "{}", again.text);
+        assert_eq!(again.error_code(), Some(-32043), "{}", again.text);
+    })
+    .await;
+}
+
+// === 4. SIGTERM ===
+
+/// Once the proxy answers requests, SIGTERM must be a graceful shutdown (exit code 0),
+/// never the default disposition (killed by signal 15). Made deterministic by holding the
+/// binary at its first stderr write, as a stalled log pipe would: stderr is a pipe the test
+/// has filled, so the start-up line cannot be written while the listener already serves.
+#[tokio::test]
+async fn sigterm_is_graceful_as_soon_as_the_proxy_answers() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let (free, port) = held_port();
+        drop(free);
+        let listen = format!("127.0.0.1:{port}");
+
+        let (mut stderr, mut writer) = std::io::pipe().unwrap();
+        let (filled_tx, filled) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            // 64 KiB: the capacity of a Linux pipe.
+            let line = [b"#".repeat(63), b"\n".to_vec()].concat();
+            for _ in 0..1024 {
+                std::io::Write::write_all(&mut writer, &line).unwrap();
+            }
+            let _ = filled_tx.send(writer);
+        });
+        let writer = tokio::time::timeout(Duration::from_secs(2), filled)
+            .await
+            .expect("could not fill a 64 KiB pipe")
+            .unwrap();
+
+        let mut command = command(
+            dir.path(),
+            &["--listen", &listen],
+            &[("MCP_PROXY_LOG__FORMAT", "json")],
+        );
+        command.stdout(Stdio::null()).stderr(writer);
+        let mut child = command.spawn().unwrap();
+        drop(command);
+        let pid = child.id().unwrap();
+
+        // Serving: the listener answers (the start-up line is still unwritten).
+        let http = http_client();
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        loop {
+            let answer = http.get(format!("http://{listen}/healthz")).send().await;
+            if answer.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the proxy exited at start-up"
+            );
+            assert!(Instant::now() < deadline, "/healthz never answered");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let had_handler = catches_sigterm(pid);
+
+        sigterm(pid);
+        let (drained_tx, drained) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+            let _ = drained_tx.send(text);
+        });
+        let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .expect("the proxy did not exit within 5 s of SIGTERM")
+            .unwrap();
+        let log = drained.await.unwrap_or_default();
+        let log = log.trim_start_matches(['#', '\n']);
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "SIGTERM while serving ended the proxy with {status:?} (SIGTERM handler installed \
+             when /healthz answered: {had_handler}); stderr after the filler:\n{log}"
+        );
+        assert!(log.contains("shutting down"), "{log}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sigterm_ends_an_idle_proxy_with_exit_code_0() {
+    bounded(async {
+        let mut proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        assert_eq!(proxy.get("/healthz").await.0, 200);
+        proxy.sigterm_handled().await;
+        proxy.terminate();
+        let status = proxy.exit_within(Duration::from_secs(3)).await;
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.stderr());
+        assert!(
+            proxy.stderr().contains("shutting down"),
+            "{}",
+            proxy.stderr()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_short_request_in_flight_finish() {
+    bounded(async {
+        let mut proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        proxy.sigterm_handled().await;
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.create().await;
+        let call = client.request(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 700}}),
+        );
+        let terminate = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            proxy.terminate();
+        };
+        let (reply, ()) = tokio::join!(call, terminate);
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(
+            final_message(&reply)["result"]["content"][0]["text"],
+            "slept 700 ms",
+            "{}",
+            reply.text
+        );
+        let status = proxy.exit_within(Duration::from_secs(3)).await;
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.stderr());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sigterm_during_an_event_stream_exits_0_within_the_grace() {
+    bounded(async {
+        let grace = Duration::from_secs(1);
+        let mut proxy = Proxy::start(
+            WorkDir::new(),
+            &["--listen", "127.0.0.1:0"],
+            &[("MCP_PROXY_SHUTDOWN_GRACE", "1s")],
+        )
+        .await;
+        proxy.sigterm_handled().await;
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.create().await;
+        // 50 steps of 100 ms: about 5 s, far longer than the grace.
+        let response = client
+            .request_streaming(
+                "tools/call",
+                json!({"name": "slow", "arguments": {"steps": 50, "interval_ms": 100},
+                       "_meta": {"progressToken": "drain"}}),
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+        let mut body = response.bytes_stream();
+        let mut text = String::new();
+        while !text.contains("\"progress\":2,") {
+            let chunk = body.next().await.expect("the stream ended early").unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+
+        let signalled = Instant::now();
+        proxy.terminate();
+        // The stream goes on during the grace, then ends (cleanly or not).
+        let mut progress_after_signal = 0;
+        while let Some(chunk) = body.next().await {
+            let Ok(chunk) = chunk else { break };
+            let chunk = String::from_utf8_lossy(&chunk);
+            progress_after_signal += chunk.matches("notifications/progress").count();
+            text.push_str(&chunk);
+        }
+        let stream_ended = signalled.elapsed();
+        let status = proxy.exit_within(grace + Duration::from_secs(3)).await;
+        let exited = signalled.elapsed();
+
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.stderr());
+        assert!(
+            exited < grace + Duration::from_millis(1500),
+            "exit took {exited:?} with a grace of {grace:?}\n{}",
+            proxy.stderr()
+        );
+        assert!(
+            stream_ended < grace + Duration::from_millis(1500),
+            "the stream stayed open {stream_ended:?} after SIGTERM"
+        );
+        assert!(
+            progress_after_signal > 0,
+            "the in-flight stream was cut at once instead of getting the grace:\n{text}"
+        );
+        assert!(
+            !text.contains("done after 50 steps"),
+            "the 5 s call finished within a 1 s grace?\n{text}"
+        );
+        // What the client got is a well-formed event stream up to where it ended.
+        assert!(sse_messages(&text).len() >= 2, "{text}");
+    })
+    .await;
+}
+
+// === 5. --help and --version ===
+
+#[tokio::test]
+async fn help_and_version() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let help = run_to_exit(dir.path(), &["--help"], &[]).await;
+        assert_eq!(help.status.code(), Some(0), "{help:?}");
+        let text = String::from_utf8_lossy(&help.stdout);
+        for flag in ["--upstream", "--listen", "--config"] {
+            assert!(
+                text.contains(flag),
+                "--help does not mention {flag}:\n{text}"
+            );
+        }
+
+        let version = run_to_exit(dir.path(), &["--version"], &[]).await;
+        assert_eq!(version.status.code(), Some(0), "{version:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&version.stdout).trim(),
+            format!("mcp-session-proxy {}", env!("CARGO_PKG_VERSION"))
+        );
+    })
+    .await;
+}
+
+// === 6. the README's curl walkthrough ===
+
+/// What `grep -o 'mcps_[A-Za-z0-9_-]*' | head -1` prints.
+fn grep_session_id(text: &str) -> Option<String> {
+    let start = text.find("mcps_")?;
+    Some(
+        text[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect(),
+    )
+}
+
+/// One `curl -s http://…/mcp -H 'Content-Type: application/json'
+/// -H 'Accept: application/json, text/event-stream' -d BODY`.
+async fn curl(http: &reqwest::Client, url: &str, body: String) -> Reply {
+    post_raw(http, url, body.into_bytes(), &HeaderMap::new()).await
+}
+
+/// The walkthrough of README.md ("The session lifecycle with curl"), request for request,
+/// against the binary as `cargo run --release` starts it: in the repository root, so with
+/// the repository's `proxy.toml` (only the port and the log format are changed).
+#[tokio::test]
+async fn the_readme_walkthrough() {
+    bounded(async {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let proxy = Proxy::start_in(root, &["--listen", "127.0.0.1:0"], &[], None).await;
+        let url = proxy.url("/mcp");
+        assert_eq!(proxy.endpoint, url);
+        let http = http_client();
+
+        // 1. Create a session.
+        let created = curl(
+            &http,
+            &url,
+            r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#.to_owned(),
+        )
+        .await;
+        assert_eq!(created.status, 200, "{}", created.text);
+        let body = created.json();
+        let sid = grep_session_id(&created.text).expect("no mcps_ id in the answer");
+        assert_eq!(body["result"]["session"]["sessionId"], sid.as_str(), "{body}");
+        assert_eq!(body["id"], 1);
+        let session = body["result"]["session"].as_object().unwrap();
+        let keys: Vec<&str> = session.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["sessionId", "expiresAt", "state"], "{body}");
+
+        // 2. Use it.
+        let echoed = curl(
+            &http,
+            &url,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"msg":"hi"}},"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+            ),
+        )
+        .await;
+        assert_eq!(echoed.status, 200, "{}", echoed.text);
+        let echoed = echoed.json();
+        assert_eq!(echoed["id"], 2);
+        assert_eq!(
+            echoed["result"]["content"],
+            json!([{"type": "text", "text": "hi"}]),
+            "{echoed}"
+        );
+        let stamp = session_meta(&echoed).as_object().unwrap();
+        let keys: Vec<&str> = stamp.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["sessionId", "state", "expiresAt"], "{echoed}");
+        assert_eq!(stamp["sessionId"], sid.as_str());
+
+        // 3. A streaming tool.
+        let streamed = curl(
+            &http,
+            &url,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"slow","arguments":{{"steps":3}},"_meta":{{"progressToken":"p1","io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+            ),
+        )
+        .await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text);
+        assert!(
+            streamed
+                .header("content-type")
+                .unwrap_or("")
+                .starts_with("text/event-stream"),
+            "{:?}",
+            streamed.headers
+        );
+        assert!(
+            streamed.text.contains("event: message\ndata: {"),
+            "{}",
+            streamed.text
+        );
+        let events = streamed.events();
+        let progress: Vec<&Value> = events
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        let expected: Vec<Value> = (1..=3)
+            .map(|step| {
+                json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                       "params": {"progressToken": "p1", "progress": step, "total": 3,
+                                  "message": format!("step {step} of 3")}})
+            })
+            .collect();
+        assert_eq!(
+            progress,
+            expected.iter().collect::<Vec<_>>(),
+            "{}",
+            streamed.text
+        );
+        let last = events.last().unwrap();
+        assert_eq!(last["id"], 3, "{}", streamed.text);
+        assert_eq!(
+            last["result"]["content"],
+            json!([{"type": "text", "text": "done after 3 steps"}]),
+            "{last}"
+        );
+        assert_eq!(session_meta(last)["sessionId"], sid.as_str(), "{last}");
+        let first_progress = events
+            .iter()
+            .position(|m| m["method"] == "notifications/progress")
+            .unwrap();
+        assert!(first_progress < events.len() - 1, "{}", streamed.text);
+
+        // 4. Delete it; any later use is -32043.
+        let deleted = curl(
+            &http,
+            &url,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":4,"method":"sessions/delete","params":{{"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+            ),
+        )
+        .await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text);
+        assert_eq!(deleted.json(), json!({"jsonrpc": "2.0", "id": 4, "result": {}}));
+
+        let gone = curl(
+            &http,
+            &url,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{{"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+            ),
+        )
+        .await;
+        assert_eq!(
+            gone.json(),
+            json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32043,
+                   "message": "Session not found", "data": {"sessionId": sid}}}),
+            "{}",
+            gone.text
+        );
+        assert_eq!(gone.status, 404, "{}", gone.text);
+    })
+    .await;
+}
