@@ -82,12 +82,28 @@ pub fn complete(result: &RawValue, method: &str, server_info: &RawValue) -> Opti
     ))
 }
 
-/// The key of an input request: the legacy server's request id, as text.
+/// The key of an input request, as the client sees it.
 pub type InputKey = String;
 
-/// The key under which a legacy server's request is shown to the client.
-pub fn key_of(id: &RawValue) -> InputKey {
-    raw_str(id).map_or_else(|| id.get().to_owned(), |s| s.into_owned())
+/// A legacy server that wants its input requests shown under stable keys names them in
+/// `params._meta["mcp-session-proxy/inputKey"]` (the proxy's own, namespaced extension;
+/// the key is removed before the client sees the request).
+pub const INPUT_KEY: &str = "mcp-session-proxy/inputKey";
+
+/// The key under which a legacy server's request is shown to the client: its
+/// `inputKey` hint when it gave one, else its request id as text.
+pub fn key_of(request: &Envelope<'_>) -> Option<InputKey> {
+    let hint = request
+        .params
+        .and_then(|p| Payload::open(p).ok().flatten())
+        .and_then(|p| p.meta(INPUT_KEY))
+        .and_then(raw_str)
+        .filter(|key| !key.is_empty() && key.len() <= 128)
+        .map(|key| key.into_owned());
+    let id = request.id?;
+    Some(
+        hint.unwrap_or_else(|| raw_str(id).map_or_else(|| id.get().to_owned(), |s| s.into_owned())),
+    )
 }
 
 /// The capability a client must have declared to answer a server request.
@@ -127,14 +143,19 @@ pub fn input_required(
 }
 
 /// An input request as the client sees it: `{"method":…,"params":…}` of the legacy
-/// server's request.
+/// server's request (without the proxy's `inputKey` hint).
 pub fn input_request(request: &Envelope<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(br#"{"method":"#);
     write_json_str(&mut out, request.method());
     if let Some(params) = request.params {
         out.extend_from_slice(br#","params":"#);
-        out.extend_from_slice(params.get().as_bytes());
+        match Payload::open(params) {
+            Ok(Some(payload)) if payload.meta(INPUT_KEY).is_some() => {
+                out.extend_from_slice(&payload.edited(&[], &[INPUT_KEY], &[], &[]));
+            }
+            _ => out.extend_from_slice(params.get().as_bytes()),
+        }
     }
     out.push(b'}');
     out
@@ -206,13 +227,21 @@ mod tests {
     }
 
     #[test]
-    fn input_requests_are_keyed_by_the_servers_request_id() {
-        assert_eq!(key_of(&raw(r#""user_name""#)), "user_name");
-        assert_eq!(key_of(&raw("7")), "7");
+    fn input_requests_are_keyed_by_hint_or_request_id() {
+        let by_id = br#"{"jsonrpc":"2.0","id":7,"method":"roots/list"}"#;
+        assert_eq!(key_of(&Envelope::parse(by_id).unwrap()).unwrap(), "7");
+        let hinted = br#"{"jsonrpc":"2.0","id":0,"method":"elicitation/create","params":{"message":"?","_meta":{"mcp-session-proxy/inputKey":"user_name"}}}"#;
+        let env = Envelope::parse(hinted).unwrap();
+        assert_eq!(key_of(&env).unwrap(), "user_name");
+        let shown: serde_json::Value = serde_json::from_slice(&input_request(&env)).unwrap();
+        assert_eq!(
+            shown,
+            serde_json::json!({"method": "elicitation/create", "params": {"message": "?"}})
+        );
         let request = br#"{"jsonrpc":"2.0","id":"user_name","method":"elicitation/create","params":{"message":"?"}}"#;
         let env = Envelope::parse(request).unwrap();
         let out = input_required(
-            &[(key_of(env.id.unwrap()), input_request(&env))],
+            &[(key_of(&env).unwrap(), input_request(&env))],
             "st",
             &raw("{}"),
         );

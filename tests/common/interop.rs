@@ -249,6 +249,18 @@ pub async fn fastmcp(options: &[&str]) -> ServerProcess {
     ServerProcess::spawn("fastmcp", command).await
 }
 
+/// The conformance suite's fixture (`tests/interop/conformance/fixture-server.mjs`, a
+/// 2025-11-25 server on the TypeScript SDK) on a free loopback port.
+pub async fn conformance_fixture() -> ServerProcess {
+    let root = repo_root();
+    let mut command = Command::new("node");
+    command
+        .env("INTEROP_TOOLS", tools_dir())
+        .arg(root.join("tests/interop/conformance/fixture-server.mjs"))
+        .arg("0");
+    ServerProcess::spawn("conformance fixture", command).await
+}
+
 /// The real proxy in front of a real third-party server.
 pub struct Interop {
     pub proxy: Running,

@@ -1,10 +1,15 @@
 """Interop fixture: a small MCP server on the official Python SDK 1.x (FastMCP).
 
 Usage: target/interop-tools/venv/bin/python tests/interop/fastmcp_server.py PORT [OPTIONS]
+       target/interop-tools/venv/bin/python tests/interop/fastmcp_server.py --stdio
 
 Options (all optional, defaults = the SDK's defaults):
   --json-response            answer POSTs with application/json instead of SSE
   --session-idle-timeout=S   reap sessions idle for S seconds (SDK default 1800)
+
+--stdio serves the same tools, resource and prompt over stdio instead (newline-delimited
+JSON-RPC on stdin/stdout, the SDK's `mcp.run("stdio")`); it prints no READY line and
+ends when stdin closes. Nothing else changes the HTTP mode below.
 
 Serves Streamable HTTP (stateful: issues Mcp-Session-Id) at
 http://127.0.0.1:PORT/mcp and binds 127.0.0.1 only. PORT may be 0: an ephemeral
@@ -96,8 +101,16 @@ def build(port: int, **settings: object) -> FastMCP:
     return mcp
 
 
+def main_stdio() -> None:
+    """--stdio: one MCP session on stdin/stdout (a stdio server has no port)."""
+    build(0).run("stdio")
+
+
 async def main() -> None:
-    usage = "usage: fastmcp_server.py PORT [--json-response] [--session-idle-timeout=SECONDS]"
+    usage = (
+        "usage: fastmcp_server.py PORT [--json-response] [--session-idle-timeout=SECONDS]\n"
+        "       fastmcp_server.py --stdio"
+    )
     if len(sys.argv) < 2:
         print(usage, file=sys.stderr)
         sys.exit(2)
@@ -137,6 +150,9 @@ async def main() -> None:
 
 if __name__ == "__main__":
     try:
-        asyncio.run(main())
+        if sys.argv[1:] == ["--stdio"]:
+            main_stdio()
+        else:
+            asyncio.run(main())
     except KeyboardInterrupt:
         pass

@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
-# Installs the third-party MCP servers used by the interop tests into
-# $REPO/target/interop-tools/ (idempotent; a no-op when the stamp matches):
-#   npm/   @modelcontextprotocol/server-everything, exact tree from npm/package-lock.json
-#   venv/  Python venv with the official MCP Python SDK 1.x, from requirements.txt
+# Installs the third-party tools used by the interop tests into
+# $REPO/target/interop-tools/ (or $INTEROP_TOOLS), idempotently: every part has
+# its own stamp and is reinstalled only when its pinned inputs change; a run with
+# nothing to do takes well under a second.
+#   npm/               @modelcontextprotocol/server-everything, from npm/package-lock.json
+#   venv/              Python venv with the official MCP Python SDK 1.x, from requirements.txt
+#   node22/            Node.js 22 (npm package `node`, exact version), from node22/package-lock.json;
+#                      the conformance suite needs Node >= 22
+#   conformance-2025/  @modelcontextprotocol/conformance 0.1.16 (--spec-version 2025-11-25)
+#   conformance-2026/  @modelcontextprotocol/conformance 0.2.0-alpha.12 (adds 2026-07-28)
+#   sdk/               @modelcontextprotocol/sdk 1.x + zod (conformance/fixture-server.mjs,
+#                      TypeScript SDK client tests)
 # Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), the npm
 # registry and PyPI. Safe to run concurrently (serialised with flock).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(git -C "$HERE" rev-parse --show-toplevel 2>/dev/null || (cd "$HERE/../.." && pwd))"
-TOOLS="$REPO/target/interop-tools"
+TOOLS="${INTEROP_TOOLS:-$REPO/target/interop-tools}"
 PYTHON="${PYTHON:-python3}"
 
-EVERYTHING_VERSION="2026.8.31" # must match npm/package.json
-MCP_PY_VERSION="1.30.0"        # must match requirements.txt
+# Each must match the package.json / requirements.txt it names.
+EVERYTHING_VERSION="2026.8.31"         # npm/package.json
+MCP_PY_VERSION="1.30.0"                # requirements.txt
+NODE22_VERSION="22.23.3"               # node22/package.json
+CONFORMANCE_2025_VERSION="0.1.16"      # conformance-2025/package.json
+CONFORMANCE_2026_VERSION="0.2.0-alpha.12" # conformance-2026/package.json
+SDK_VERSION="1.32.2"                   # sdk/package.json
 
 mkdir -p "$TOOLS"
 if command -v flock >/dev/null 2>&1; then
@@ -37,48 +50,121 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)
 fi
 
 hash_of() { sha256sum "$@" | awk '{print $1}' | tr '\n' ' '; }
-STAMP_WANT="everything=$EVERYTHING_VERSION mcp-python=$MCP_PY_VERSION node-major=$node_major python=$py_version files=$(hash_of "$HERE/npm/package.json" "$HERE/npm/package-lock.json" "$HERE/requirements.txt")"
-STAMP="$TOOLS/stamp"
-EVERYTHING_JS="$TOOLS/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+npm_stamp() { echo "$1 node-major=$node_major files=$(hash_of "$HERE/$2/package.json" "$HERE/$2/package-lock.json")"; }
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_WANT" ] &&
-  [ -f "$EVERYTHING_JS" ] && [ -x "$TOOLS/venv/bin/python" ]; then
+NODE22="$TOOLS/node22/node_modules/node/bin/node"
+C2025_JS="$TOOLS/conformance-2025/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+C2026_JS="$TOOLS/conformance-2026/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+EVERYTHING_JS="$TOOLS/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+SDK_PKG="$TOOLS/sdk/node_modules/@modelcontextprotocol/sdk/package.json"
+
+# part | stamp it must carry | file that must exist
+PARTS=(
+  "npm|$(npm_stamp "everything=$EVERYTHING_VERSION" npm)|$EVERYTHING_JS"
+  "venv|mcp-python=$MCP_PY_VERSION python=$py_version files=$(hash_of "$HERE/requirements.txt")|$TOOLS/venv/bin/python"
+  "node22|$(npm_stamp "node=$NODE22_VERSION" node22)|$NODE22"
+  "conformance-2025|$(npm_stamp "conformance=$CONFORMANCE_2025_VERSION" conformance-2025)|$C2025_JS"
+  "conformance-2026|$(npm_stamp "conformance=$CONFORMANCE_2026_VERSION" conformance-2026)|$C2026_JS"
+  "sdk|$(npm_stamp "sdk=$SDK_VERSION" sdk)|$SDK_PKG"
+)
+part_ok() { # name stamp file
+  [ -f "$TOOLS/.stamp-$1" ] && [ "$(cat "$TOOLS/.stamp-$1")" = "$2" ] && [ -e "$3" ]
+}
+
+todo=()
+for p in "${PARTS[@]}"; do
+  IFS='|' read -r name stamp file <<<"$p"
+  part_ok "$name" "$stamp" "$file" || todo+=("$name")
+done
+if [ "${#todo[@]}" -eq 0 ]; then
   echo "interop setup: up to date ($TOOLS)"
   exit 0
 fi
-rm -f "$STAMP"
+rm -f "$TOOLS/stamp" # stamp of the single-stamp layout before this one
 
 start=$SECONDS
 
-echo "interop setup: npm ci @modelcontextprotocol/server-everything@$EVERYTHING_VERSION -> $TOOLS/npm"
-rm -rf "$TOOLS/npm"
-mkdir -p "$TOOLS/npm"
-cp "$HERE/npm/package.json" "$HERE/npm/package-lock.json" "$TOOLS/npm/"
-npm ci --prefix "$TOOLS/npm" --no-audit --no-fund --loglevel=error >/dev/null
-[ -f "$EVERYTHING_JS" ] || { echo "interop setup: $EVERYTHING_JS missing after npm ci" >&2; exit 1; }
+npm_ci() { # part: exact tree from tests/interop/<part>/package-lock.json
+  rm -rf "${TOOLS:?}/$1"
+  mkdir -p "$TOOLS/$1"
+  cp "$HERE/$1/package.json" "$HERE/$1/package-lock.json" "$TOOLS/$1/"
+  npm ci --prefix "$TOOLS/$1" --no-audit --no-fund --loglevel=error >/dev/null
+}
+fail() { echo "interop setup: $*" >&2; exit 1; }
 
-echo "interop setup: python $py_version venv -> $TOOLS/venv"
-rm -rf "$TOOLS/venv"
-if ! "$PYTHON" -m venv "$TOOLS/venv" >/dev/null 2>&1; then
-  # Debian's own python3 ships venv/ensurepip separately.
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "interop setup: python -m venv failed; apt-get install python3-venv"
-    apt-get install -y -qq python3-venv >/dev/null || {
-      apt-get update -qq >/dev/null && apt-get install -y -qq python3-venv >/dev/null
-    }
-    rm -rf "$TOOLS/venv"
-    "$PYTHON" -m venv "$TOOLS/venv"
-  else
-    echo "interop setup: '$PYTHON -m venv' failed (install python3-venv)" >&2
-    exit 1
+install_npm() {
+  echo "interop setup: npm ci @modelcontextprotocol/server-everything@$EVERYTHING_VERSION -> $TOOLS/npm"
+  npm_ci npm
+  [ -f "$EVERYTHING_JS" ] || fail "$EVERYTHING_JS missing after npm ci"
+}
+
+install_venv() {
+  echo "interop setup: python $py_version venv -> $TOOLS/venv"
+  rm -rf "$TOOLS/venv"
+  if ! "$PYTHON" -m venv "$TOOLS/venv" >/dev/null 2>&1; then
+    # Debian's own python3 ships venv/ensurepip separately.
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "interop setup: python -m venv failed; apt-get install python3-venv"
+      apt-get install -y -qq python3-venv >/dev/null || {
+        apt-get update -qq >/dev/null && apt-get install -y -qq python3-venv >/dev/null
+      }
+      rm -rf "$TOOLS/venv"
+      "$PYTHON" -m venv "$TOOLS/venv"
+    else
+      fail "'$PYTHON -m venv' failed (install python3-venv)"
+    fi
   fi
-fi
+  echo "interop setup: pip install mcp==$MCP_PY_VERSION (+ pinned deps)"
+  "$TOOLS/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+    -r "$HERE/requirements.txt"
+  "$TOOLS/venv/bin/python" -c 'from mcp.server.fastmcp import FastMCP, Context' ||
+    fail "mcp import check failed"
+}
 
-echo "interop setup: pip install mcp==$MCP_PY_VERSION (+ pinned deps)"
-"$TOOLS/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-  -r "$HERE/requirements.txt"
-"$TOOLS/venv/bin/python" -c 'from mcp.server.fastmcp import FastMCP, Context' ||
-  { echo "interop setup: mcp import check failed" >&2; exit 1; }
+install_node22() {
+  # The `node` package's preinstall script fetches node-<os>-<arch>@<same version>
+  # from the registry and links its binary to node_modules/node/bin/node.
+  echo "interop setup: npm ci node@$NODE22_VERSION -> $TOOLS/node22"
+  npm_ci node22
+  [ -x "$NODE22" ] || fail "$NODE22 missing after npm ci (were install scripts disabled?)"
+  local got
+  got="$("$NODE22" --version)" || fail "$NODE22 does not run"
+  [ "$got" = "v$NODE22_VERSION" ] || fail "$NODE22 is $got, expected v$NODE22_VERSION"
+}
 
-printf '%s\n' "$STAMP_WANT" >"$STAMP"
-echo "interop setup: done in $((SECONDS - start))s ($(du -sh "$TOOLS" | awk '{print $1}'))"
+install_conformance() { # part version js
+  echo "interop setup: npm ci @modelcontextprotocol/conformance@$2 -> $TOOLS/$1"
+  npm_ci "$1"
+  [ -f "$3" ] || fail "$3 missing after npm ci"
+  local got
+  got="$("$NODE22" "$3" --version)" || fail "conformance $2 does not start on node $NODE22_VERSION"
+  [ "$got" = "$2" ] || fail "$3 reports version $got, expected $2"
+}
+
+install_sdk() {
+  echo "interop setup: npm ci @modelcontextprotocol/sdk@$SDK_VERSION -> $TOOLS/sdk"
+  npm_ci sdk
+  (cd "$TOOLS/sdk" && node -e '
+    const r = require("module").createRequire(process.cwd() + "/package.json");
+    const v = JSON.parse(require("fs").readFileSync("node_modules/@modelcontextprotocol/sdk/package.json", "utf8")).version;
+    if (v !== process.argv[1]) { console.error("sdk is " + v + ", expected " + process.argv[1]); process.exit(1); }
+    r("@modelcontextprotocol/sdk/server/mcp.js"); r("@modelcontextprotocol/sdk/client/index.js"); r("zod");
+  ' "$SDK_VERSION") || fail "sdk import check failed"
+}
+
+for p in "${PARTS[@]}"; do
+  IFS='|' read -r name stamp file <<<"$p"
+  case " ${todo[*]} " in *" $name "*) ;; *) continue ;; esac
+  rm -f "$TOOLS/.stamp-$name"
+  case "$name" in
+    npm) install_npm ;;
+    venv) install_venv ;;
+    node22) install_node22 ;;
+    conformance-2025) install_conformance conformance-2025 "$CONFORMANCE_2025_VERSION" "$C2025_JS" ;;
+    conformance-2026) install_conformance conformance-2026 "$CONFORMANCE_2026_VERSION" "$C2026_JS" ;;
+    sdk) install_sdk ;;
+  esac
+  printf '%s\n' "$stamp" >"$TOOLS/.stamp-$name"
+done
+
+echo "interop setup: done in $((SECONDS - start))s: ${todo[*]} ($(du -sh "$TOOLS" | awk '{print $1}'))"

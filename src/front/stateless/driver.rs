@@ -189,7 +189,9 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
                     answer(&call, pong).await;
                     continue;
                 }
-                let key = key_of(id);
+                let Some(key) = key_of(&envelope) else {
+                    continue;
+                };
                 if let Some(response) = call.provided.remove(&key) {
                     answer(&call, upstream_result(id, &response)).await;
                     continue;
