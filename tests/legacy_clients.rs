@@ -90,7 +90,7 @@ async fn the_python_sdk_client_works_through_the_proxy() {
 #[tokio::test]
 async fn the_typescript_sdk_client_works_through_the_proxy() {
     let h = Interop::everything().await;
-    let modules = tools_dir().join("npm/node_modules");
+    let modules = tools_dir().join("sdk/node_modules");
     let seen = run(
         std::path::Path::new("node"),
         &[&script("ts_client.mjs"), &h.url()],
