@@ -29,7 +29,9 @@ use crate::config::Config;
 use crate::demo::{DemoOptions, DemoServer};
 use crate::front::{App, Role, Serving, serve, short_id};
 use crate::metrics::Metrics;
-use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
+use crate::session::{
+    MemoryStore, ReaperHandle, SessionRecord, Sessions, StateSigner, Store, spawn_reaper,
+};
 use crate::upstream::{HttpUpstream, StdioSettings, StdioUpstream, Upstream};
 
 /// Why the proxy could not start.
@@ -57,6 +59,8 @@ pub struct Running {
     pool_reaper: tokio::task::JoinHandle<()>,
     demo: Option<DemoServer>,
     path: String,
+    /// How long ending the upstream sessions may take at shutdown.
+    end_within: Duration,
 }
 
 /// Starts the proxy: the embedded demo server when no upstream is configured, the
@@ -138,6 +142,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         pool_reaper,
         demo,
         path: config.path,
+        // A stdio child may need all three steps (stdin, SIGTERM, SIGKILL) to end.
+        end_within: Duration::from_secs(5)
+            .max(config.upstream.stop_grace * 3 + Duration::from_secs(1)),
     })
 }
 
@@ -246,18 +253,8 @@ impl Running {
         self.app.pool().close().await;
         match self.app.sessions().take_all().await {
             Ok(all) => {
-                let upstream = self.app.upstream();
-                let ends = all.iter().map(|(_, record)| {
-                    upstream.terminate(upstream::Binding {
-                        session_id: record.upstream_session.as_deref(),
-                        protocol_version: record.negotiated.protocol_version,
-                    })
-                });
-                let all_ended = futures_join_all(ends);
-                if tokio::time::timeout(Duration::from_secs(5), all_ended)
-                    .await
-                    .is_err()
-                {
+                let ended = end_all_upstream(self.app.upstream(), all);
+                if tokio::time::timeout(self.end_within, ended).await.is_err() {
                     tracing::warn!("not every upstream session could be ended at shutdown");
                 }
             }
@@ -270,19 +267,23 @@ impl Running {
     }
 }
 
-/// Awaits every future, a few at a time.
-async fn futures_join_all<F: Future>(futures: impl Iterator<Item = F>) {
-    let mut futures = futures.peekable();
-    while futures.peek().is_some() {
-        let batch: Vec<F> = futures.by_ref().take(64).collect();
-        let mut set = Vec::with_capacity(batch.len());
-        for f in batch {
-            set.push(Box::pin(f));
+/// Ends every session's upstream connection, 64 at a time.
+async fn end_all_upstream(upstream: &Upstream, sessions: Vec<(String, SessionRecord)>) {
+    let mut ending = tokio::task::JoinSet::new();
+    for (_, record) in sessions {
+        if ending.len() >= 64 {
+            ending.join_next().await;
         }
-        for f in set {
-            f.await;
-        }
+        let upstream = upstream.clone();
+        ending.spawn(async move {
+            let binding = upstream::Binding {
+                session_id: record.upstream_session.as_deref(),
+                protocol_version: record.negotiated.protocol_version,
+            };
+            let _ = upstream.terminate(binding).await;
+        });
     }
+    while ending.join_next().await.is_some() {}
 }
 
 /// Runs until `shutdown` completes, then shuts down gracefully.

@@ -162,6 +162,14 @@ impl Upstream {
         }
     }
 
+    /// Names an upstream session after the data-layer session it serves, where the
+    /// upstream logs per session (a stdio child's stderr).
+    pub fn label_session(&self, binding: Binding<'_>, label: String) {
+        if let (Upstream::Stdio(stdio), Some(key)) = (self, binding.session_id) {
+            stdio.label_session(key, label);
+        }
+    }
+
     /// Whether the upstream looks able to serve (for readiness).
     pub async fn reachable(&self) -> bool {
         match self {

@@ -310,22 +310,46 @@ async fn admit_new(
         .open(client_info, capabilities, &forwarded)
         .await
         .map_err(|e| app.upstream_error(e))?;
-    let upstream_session = opened.session_id.clone();
-    let protocol_version = opened.negotiated.protocol_version;
-    match app
+    // Until the session is recorded, the upstream connection is ended if anything goes
+    // wrong — including the client leaving, which drops this future.
+    let mut unadmitted = EndUnlessAdmitted {
+        app,
+        session_id: opened.session_id.clone(),
+        protocol_version: opened.negotiated.protocol_version,
+    };
+    let issued = app
         .sessions
         .admit(slot, opened.session_id, opened.negotiated, legacy)
         .await
-    {
-        Ok(issued) => Ok(issued),
-        Err(e) => {
-            app.end_upstream(upstream_session.map(Into::into), protocol_version);
-            Err(app.session_error(e, ""))
+        .map_err(|e| app.session_error(e, ""))?;
+    let session_id = unadmitted.session_id.take();
+    app.upstream.label_session(
+        Binding {
+            session_id: session_id.as_deref(),
+            protocol_version: unadmitted.protocol_version,
+        },
+        short(&issued.id),
+    );
+    Ok(issued)
+}
+
+/// Ends an upstream connection on drop unless a session took it.
+struct EndUnlessAdmitted<'a> {
+    app: &'a App,
+    session_id: Option<String>,
+    protocol_version: &'static str,
+}
+
+impl Drop for EndUnlessAdmitted<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.session_id.take() {
+            self.app
+                .end_upstream(Some(id.into()), self.protocol_version);
         }
     }
 }
 
-/// Ends session `id` here and upstream. `Ok(false)` when there was no such session.
+/// Ends a session here and upstream; -32043 when there is no such session.
 async fn end(app: &App, session: &SessionRef<'_>) -> Result<(), ProxyError> {
     let id = &session.id;
     if let Some(state) = &session.state {

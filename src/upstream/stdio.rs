@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use self::child::Child;
+use self::child::{Child, LiveSlot};
 use super::Opened;
 use super::error::UpstreamError;
 use crate::jsonrpc::{Envelope, Kind};
@@ -63,8 +63,11 @@ pub struct StdioUpstream {
     children: DashMap<String, Warm>,
     /// Started and initialized children waiting for a session, by identity.
     pool: Mutex<Pool>,
-    /// Children alive (spawned and not yet reaped).
+    /// Children alive (spawned and not yet reaped), counted from before each starts.
     live: Arc<AtomicUsize>,
+    /// Every child ever started that may still run: what shutdown must end, whether it
+    /// serves a session, waits in the pool, or is still starting.
+    all: DashMap<String, std::sync::Weak<Child>>,
     next_key: AtomicU64,
     deaths: mpsc::UnboundedSender<String>,
     /// Whether the last attempt to start a child worked.
@@ -123,6 +126,7 @@ impl StdioUpstream {
             children: DashMap::new(),
             pool: Mutex::new(Pool::default()),
             live: Arc::new(AtomicUsize::new(0)),
+            all: DashMap::new(),
             next_key: AtomicU64::new(1),
             deaths,
             spawn_ok: std::sync::atomic::AtomicBool::new(true),
@@ -209,21 +213,30 @@ impl StdioUpstream {
         self.children.remove(key);
     }
 
-    /// Stops every child, pooled or in a session.
+    /// Names a session's child after the session (its stderr lines carry the name).
+    pub fn label_session(&self, key: &str, label: String) {
+        if let Some(warm) = self.children.get(key) {
+            warm.child.set_label(label);
+        }
+    }
+
+    /// Stops every child — in a session, pooled, or still starting — all at once, and
+    /// returns when they are all gone.
     pub async fn shutdown(&self) {
-        let mut all: Vec<Arc<Child>> = self.children.iter().map(|e| e.child.clone()).collect();
         self.children.clear();
         {
             let mut pool = self.pool.lock();
-            for (_, warm) in pool.warm.drain() {
-                all.extend(warm.into_iter().map(|w| w.child));
-            }
+            pool.warm.clear();
             pool.identities.clear();
         }
-        let stops = all.iter().map(|child| child.stop());
-        for stop in stops.collect::<Vec<_>>() {
-            stop.await;
+        let mut stopping = tokio::task::JoinSet::new();
+        for entry in self.all.iter() {
+            if let Some(child) = entry.value().upgrade() {
+                stopping.spawn(async move { child.stop().await });
+            }
         }
+        self.all.clear();
+        while stopping.join_next().await.is_some() {}
     }
 
     fn child(&self, key: &str) -> Result<Arc<Child>, UpstreamError> {
@@ -312,27 +325,33 @@ impl StdioUpstream {
         }
     }
 
-    /// Starts a child and runs the 2025-11-25 handshake over its stdio.
+    /// Starts a child and runs the 2025-11-25 handshake over its stdio. The place under
+    /// `max_children` is taken before the process starts; a start given up half-way
+    /// (the client left) stops the child instead of leaving it running.
     async fn start(&self, identity: &Identity) -> Result<Warm, UpstreamError> {
-        if self.live.load(Ordering::Acquire) >= self.settings.max_children {
-            return Err(UpstreamError::Exhausted(format!(
-                "{} stdio server processes are running, the configured maximum",
-                self.settings.max_children
-            )));
-        }
+        let max = self.settings.max_children;
+        let slot = LiveSlot::reserve(&self.live, max).ok_or_else(|| {
+            UpstreamError::Exhausted(format!(
+                "{max} stdio server process(es) are running, the configured maximum"
+            ))
+        })?;
         let tag = format!("child-{}", self.next_key.fetch_add(1, Ordering::Relaxed));
         let child = Child::spawn(
             &self.settings.command,
-            tag,
+            tag.clone(),
             self.settings.max_message_bytes,
             self.settings.stop_grace,
             self.deaths.clone(),
-            self.live.clone(),
+            slot,
         )
         .inspect_err(|_| self.spawn_ok.store(false, Ordering::Release))?;
+        self.all.retain(|_, child| child.strong_count() > 0);
+        self.all.insert(tag, Arc::downgrade(&child));
+        let mut starting = StopUnlessKept(Some(child.clone()));
         match tokio::time::timeout(self.settings.timeout, handshake(&child, identity)).await {
             Ok(Ok(negotiated)) => {
                 self.spawn_ok.store(true, Ordering::Release);
+                starting.keep();
                 Ok(Warm {
                     child,
                     negotiated: Arc::new(negotiated),
@@ -340,14 +359,30 @@ impl StdioUpstream {
             }
             Ok(Err(e)) => {
                 self.spawn_ok.store(false, Ordering::Release);
-                child.stop().await;
                 Err(e)
             }
             Err(_) => {
                 self.spawn_ok.store(false, Ordering::Release);
-                child.stop().await;
                 Err(UpstreamError::Timeout(self.settings.timeout))
             }
+        }
+    }
+}
+
+/// Stops a child when dropped, unless kept: a start abandoned half-way (an error, a
+/// timeout, or the caller's future dropped) leaves no process behind.
+struct StopUnlessKept(Option<Arc<Child>>);
+
+impl StopUnlessKept {
+    fn keep(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopUnlessKept {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take() {
+            tokio::spawn(async move { child.stop().await });
         }
     }
 }

@@ -13,7 +13,7 @@ Options:
   --linger             keep running when stdin closes (default: exit at once)
   --spawn-grandchild   start `sleep 300` (same process group) at start-up and print
                        "GRANDCHILD <pid>" on stderr
-  --stderr-at-start=T  write T as one line on stderr at start-up
+  --slow-start=MS      sleep MS milliseconds before reading stdin (a slow `initialize`)
 
 Tools (all answer `content:[{type:text,text:…}]`):
   echo{text}                 -> text
@@ -25,9 +25,13 @@ Tools (all answer `content:[{type:text,text:…}]`):
   hang{}                     -> never answers
   sleep{ms}                  -> answers "slept <ms>" after ms milliseconds
   stderr{text}               -> writes text on stderr, then answers "logged"
+  stderr_long{bytes, then}   -> writes one stderr line of `bytes` bytes, then the line
+                                `then`, then answers "logged"
   same_id_check{tag, delay_ms=0}
                              -> after delay_ms, answers JSON text
                                 {"received_id": <the id it received>, "tag": tag}
+  cancellable{ms=1500}       -> waits up to ms for notifications/cancelled naming its
+                                own request id; answers "cancelled" or "finished"
   log_then_echo{text}        -> sends notifications/message (no progress token), then
                                 answers text
   notify_later{text, delay_ms=300}
@@ -48,6 +52,9 @@ import time
 PROTOCOL_VERSION = "2025-11-25"
 OUT = threading.Lock()
 GRANDCHILD: subprocess.Popen | None = None
+# Ids named by notifications/cancelled, as JSON text.
+CANCELLED: set[str] = set()
+CANCELLED_CHANGED = threading.Condition()
 
 TOOLS = [
     ("echo", "Answer the text argument.", {"text": {"type": "string"}}),
@@ -60,10 +67,16 @@ TOOLS = [
     ("sleep", "Answer after ms milliseconds.", {"ms": {"type": "integer"}}),
     ("stderr", "Write text on stderr, then answer.", {"text": {"type": "string"}}),
     (
+        "stderr_long",
+        "Write one long line on stderr, then a short one, then answer.",
+        {"bytes": {"type": "integer"}, "then": {"type": "string"}},
+    ),
+    (
         "same_id_check",
         "Answer the JSON-RPC id this server received.",
         {"tag": {"type": "string"}, "delay_ms": {"type": "integer"}},
     ),
+    ("cancellable", "Wait for a cancellation of this request.", {"ms": {"type": "integer"}}),
     ("log_then_echo", "Send a log notification, then answer.", {"text": {"type": "string"}}),
     (
         "notify_later",
@@ -125,9 +138,21 @@ def call_tool(request_id, params: dict) -> None:
     elif name == "stderr":
         log(str(args.get("text", "")))
         text_result(request_id, "logged")
+    elif name == "stderr_long":
+        log("E" * int(args.get("bytes", 100_000)))
+        log(str(args.get("then", "")))
+        text_result(request_id, "logged")
     elif name == "same_id_check":
         time.sleep(int(args.get("delay_ms", 0)) / 1000.0)
         text_result(request_id, json.dumps({"received_id": request_id, "tag": args.get("tag")}))
+    elif name == "cancellable":
+        deadline = time.monotonic() + int(args.get("ms", 1500)) / 1000.0
+        key = json.dumps(request_id)
+        with CANCELLED_CHANGED:
+            while key not in CANCELLED and time.monotonic() < deadline:
+                CANCELLED_CHANGED.wait(max(deadline - time.monotonic(), 0))
+            cancelled = key in CANCELLED
+        text_result(request_id, "cancelled" if cancelled else "finished")
     elif name == "log_then_echo":
         text = str(args.get("text", ""))
         send({"jsonrpc": "2.0", "method": "notifications/message",
@@ -152,7 +177,11 @@ def handle(message: dict) -> None:
     if method is None:
         return  # a response to a request of ours (none are sent)
     if "id" not in message:
-        return  # notifications/initialized, notifications/cancelled, ...
+        if method == "notifications/cancelled":
+            with CANCELLED_CHANGED:
+                CANCELLED.add(json.dumps((message.get("params") or {}).get("requestId")))
+                CANCELLED_CHANGED.notify_all()
+        return  # notifications/initialized, ...
     if method == "initialize":
         result(request_id, {
             "protocolVersion": PROTOCOL_VERSION,
@@ -190,8 +219,8 @@ def main() -> None:
                 ["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
             )
             log(f"GRANDCHILD {GRANDCHILD.pid}")
-        elif arg.startswith("--stderr-at-start="):
-            log(arg.split("=", 1)[1])
+        elif arg.startswith("--slow-start="):
+            time.sleep(int(arg.split("=", 1)[1]) / 1000.0)
         else:
             log(f"misbehaving: unknown option {arg}")
             sys.exit(2)

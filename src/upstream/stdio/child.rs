@@ -3,15 +3,17 @@
 //!
 //! The proxy gives every request it writes a fresh numeric id, so requests from different
 //! clients (or two with the same id) never collide on the child, and puts the client's id
-//! back on the response. Messages the child sends are routed to the request they belong
-//! to: a response by its id, `notifications/progress` by its token, anything else to the
-//! only request in flight, else to the session's listen stream, else to the oldest
-//! request in flight.
+//! back on the response (and rewrites `notifications/cancelled` to the id the child
+//! knows). Messages the child sends are routed to the request they belong to: a response
+//! by its id, `notifications/progress` by its token, anything else to the only request
+//! still awaited, else to the session's listen stream, else to the oldest request.
 //!
 //! Ending a child: close stdin, wait `grace`, SIGTERM its process group, wait `grace`,
-//! SIGKILL. A child that exits, or writes a line that is not JSON-RPC, or a line longer
-//! than the limit, is dead: its in-flight requests get a JSON-RPC error, later use is
-//! refused, and the process is stopped and reaped.
+//! SIGKILL. Whenever the child itself exits, whatever is left of its process group (what
+//! it started) is sent SIGTERM and, after `grace`, SIGKILL: no orphans. A child that
+//! exits, or writes a line that is not JSON-RPC, or a line longer than the limit, is dead:
+//! its in-flight requests get a JSON-RPC error, later use is refused, and the process is
+//! stopped and reaped.
 
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
@@ -31,22 +33,50 @@ use tokio::sync::{mpsc, watch};
 
 use super::CommandSpec;
 use crate::jsonrpc::{Envelope, ErrorObject, Kind, RawObject, code, error_response, splice};
+use crate::mcp::meta::Payload;
 use crate::upstream::UpstreamError;
 
 /// Messages queued for one request (or the listen stream) before the client reads them.
 const QUEUE: usize = 64;
+/// Longest stderr line logged whole; longer ones are cut (and reading goes on).
+const STDERR_LINE: usize = 16 * 1024;
+
+/// A place under `max_children`, held from before the process starts until it has exited
+/// and been reaped.
+#[derive(Debug)]
+pub struct LiveSlot(Arc<AtomicUsize>);
+
+impl LiveSlot {
+    /// Takes a place if fewer than `max` are taken.
+    pub fn reserve(live: &Arc<AtomicUsize>, max: usize) -> Option<LiveSlot> {
+        live.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| LiveSlot(live.clone()))
+    }
+}
+
+impl Drop for LiveSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// One child process and the state of its conversation.
 #[derive(Debug)]
 pub struct Child {
-    /// How logs name it.
+    /// The upstream session id the proxy records for it (`child-N`).
     pub tag: String,
+    /// How its stderr lines name it: the session's log tag once it has one.
+    label: Mutex<String>,
     pid: Option<u32>,
     stdin: mpsc::Sender<Bytes>,
     /// Tells the stdin writer to close the pipe.
     close_stdin: watch::Sender<bool>,
     state: Mutex<State>,
     next_id: AtomicU64,
+    /// Set once the process and what is left of its group are gone.
     exited: watch::Receiver<bool>,
     /// Time between the steps of stopping the child.
     grace: Duration,
@@ -72,15 +102,26 @@ struct Pending {
     tx: mpsc::Sender<Bytes>,
 }
 
+impl State {
+    /// Forgets requests whose client stopped waiting (timed out, disconnected): they must
+    /// not count as in flight when routing the child's messages.
+    fn prune(&mut self) {
+        let pending = &mut self.pending;
+        pending.retain(|_, p| !p.tx.is_closed());
+        self.order.retain(|id| pending.contains_key(id));
+    }
+}
+
 impl Child {
-    /// Starts the process and the tasks that own its pipes.
+    /// Starts the process and the tasks that own its pipes. `slot` is released when the
+    /// process has exited.
     pub fn spawn(
         spec: &CommandSpec,
         tag: String,
         max_line: usize,
         grace: Duration,
         deaths: mpsc::UnboundedSender<String>,
-        live: Arc<AtomicUsize>,
+        slot: LiveSlot,
     ) -> Result<Arc<Child>, UpstreamError> {
         let mut command = Command::new(&spec.program);
         command
@@ -113,6 +154,7 @@ impl Child {
         let (close_stdin, mut closing) = watch::channel(false);
         let (exited_tx, exited) = watch::channel(false);
         let child = Arc::new(Child {
+            label: Mutex::new(tag.clone()),
             tag,
             pid,
             stdin: stdin_tx,
@@ -123,7 +165,6 @@ impl Child {
             grace,
             deaths,
         });
-        live.fetch_add(1, Ordering::AcqRel);
 
         // stdin: one writer; the pipe closes when the writer ends.
         tokio::spawn(async move {
@@ -170,18 +211,21 @@ impl Child {
             reader.stop().await;
         });
 
-        // stderr: free-form logging, tagged with the session.
-        let tag = child.tag.clone();
+        // stderr: free-form logging, tagged with the session; long lines are cut, never
+        // the pipe (a server writing to a closed stderr may die of it).
+        let logger = child.clone();
         tokio::spawn(async move {
             let mut stderr = BufReader::new(stderr);
             let mut line = Vec::new();
-            while let Ok(true) = read_line(&mut stderr, &mut line, 16 * 1024).await {
+            while let Ok(true) = read_line_cut(&mut stderr, &mut line, STDERR_LINE).await {
                 let text = String::from_utf8_lossy(&line);
-                tracing::info!(target: "upstream::stderr", session = %tag, "{}", text.trim_end());
+                let session = logger.label.lock().clone();
+                tracing::info!(target: "upstream::stderr", session = %session, "{}", text.trim_end());
             }
         });
 
-        // The process itself: reaped as soon as it exits, whatever the reason.
+        // The process itself: reaped as soon as it exits, whatever the reason; then
+        // whatever it started is ended too.
         let waiter = child.clone();
         tokio::spawn(async move {
             let status = process.wait().await;
@@ -190,10 +234,16 @@ impl Child {
                 Err(e) => format!("the server could not be waited for: {e}"),
             };
             waiter.die(why, true);
-            live.fetch_sub(1, Ordering::AcqRel);
+            waiter.end_group().await;
+            drop(slot);
             let _ = exited_tx.send(true);
         });
         Ok(child)
+    }
+
+    /// Names the child's stderr lines after the session it serves.
+    pub fn set_label(&self, label: String) {
+        *self.label.lock() = label;
     }
 
     /// Whether the child can take messages.
@@ -225,6 +275,7 @@ impl Child {
             if let Some(why) = &state.dead {
                 return Err(UpstreamError::Unreachable(why.clone()));
             }
+            state.prune();
             state.pending.insert(
                 proxy_id,
                 Pending {
@@ -244,11 +295,16 @@ impl Child {
         Ok(rx)
     }
 
-    /// Sends a notification, or a response to one of the child's own requests.
+    /// Sends a notification, or a response to one of the child's own requests. A
+    /// `notifications/cancelled` names the request by the id the child knows.
     pub async fn send(&self, message: Bytes) -> Result<(), UpstreamError> {
-        if let Some(why) = &self.state.lock().dead {
-            return Err(UpstreamError::Unreachable(why.clone()));
-        }
+        let message = {
+            let state = self.state.lock();
+            if let Some(why) = &state.dead {
+                return Err(UpstreamError::Unreachable(why.clone()));
+            }
+            rewrite_cancelled(&message, &state).unwrap_or(message)
+        };
         self.stdin
             .send(message)
             .await
@@ -268,7 +324,7 @@ impl Child {
     }
 
     /// Ends the process: stdin closed, then SIGTERM, then SIGKILL, `grace` apart. Returns
-    /// once it has exited and been reaped (or after the last step's grace).
+    /// once it (and what it started) is gone and reaped.
     pub async fn stop(&self) {
         self.die("the session ended".into(), false);
         let mut exited = self.exited.clone();
@@ -282,13 +338,39 @@ impl Child {
             return;
         }
         self.signal(Signal::SIGKILL);
-        let _ = wait_exit(&mut exited, self.grace).await;
+        // The waiter still ends what is left of the group, up to `grace` more.
+        let _ = wait_exit(&mut exited, self.grace * 2).await;
     }
 
-    fn signal(&self, signal: Signal) {
-        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok()) {
+    fn signal(&self, signal: Signal) -> bool {
+        match self.pid.and_then(|p| i32::try_from(p).ok()) {
             // The child leads its own process group (see `spawn`).
-            let _ = killpg(Pid::from_raw(pid), signal);
+            Some(pid) => killpg(Pid::from_raw(pid), signal).is_ok(),
+            None => false,
+        }
+    }
+
+    /// After the child exited: SIGTERM to what is left of its group, SIGKILL after
+    /// `grace` if anything is still there.
+    async fn end_group(&self) {
+        if !self.signal(Signal::SIGTERM) {
+            return; // the group is empty
+        }
+        let deadline = tokio::time::Instant::now() + self.grace;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if !self.signal_probe() {
+                return;
+            }
+        }
+        self.signal(Signal::SIGKILL);
+    }
+
+    /// Whether any process of the group is left.
+    fn signal_probe(&self) -> bool {
+        match self.pid.and_then(|p| i32::try_from(p).ok()) {
+            Some(pid) => killpg(Pid::from_raw(pid), None).is_ok(),
+            None => false,
         }
     }
 
@@ -307,7 +389,7 @@ impl Child {
                 return;
             }
             if report {
-                tracing::warn!(session = %self.tag, reason = %why, "stdio server died");
+                tracing::warn!(session = %self.label.lock(), reason = %why, "stdio server died");
                 let _ = self.deaths.send(self.tag.clone());
             }
             state.dead = Some(why.clone());
@@ -356,6 +438,7 @@ impl Child {
                 let _ = request.tx.try_send(message);
             }
             Kind::Request | Kind::Notification => {
+                state.prune();
                 let message = Bytes::copy_from_slice(line);
                 let by_token = (envelope.method() == "notifications/progress")
                     .then(|| {
@@ -371,21 +454,17 @@ impl Child {
                             .map(|p| p.tx.clone())
                     })
                     .flatten();
+                let oldest = || {
+                    state
+                        .order
+                        .front()
+                        .and_then(|id| state.pending.get(id))
+                        .map(|p| p.tx.clone())
+                };
                 let target = by_token
-                    .or_else(|| {
-                        (state.order.len() == 1)
-                            .then(|| state.order.front().and_then(|id| state.pending.get(id)))
-                            .flatten()
-                            .map(|p| p.tx.clone())
-                    })
-                    .or_else(|| state.listen.clone())
-                    .or_else(|| {
-                        state
-                            .order
-                            .front()
-                            .and_then(|id| state.pending.get(id))
-                            .map(|p| p.tx.clone())
-                    });
+                    .or_else(|| (state.order.len() == 1).then(oldest).flatten())
+                    .or_else(|| state.listen.clone().filter(|tx| !tx.is_closed()))
+                    .or_else(oldest);
                 drop(state);
                 match target {
                     // A slow reader loses messages rather than stalling the child's other
@@ -403,6 +482,29 @@ impl Child {
         }
         Ok(())
     }
+}
+
+/// `notifications/cancelled` for a request in flight, with `requestId` rewritten to the
+/// id the child knows; `None` for anything else.
+fn rewrite_cancelled(message: &[u8], state: &State) -> Option<Bytes> {
+    let envelope = Envelope::parse(message).ok()?;
+    if envelope.method() != "notifications/cancelled" {
+        return None;
+    }
+    let params_raw = envelope.params?;
+    let params = Payload::open(params_raw).ok()??;
+    let request_id = params.member("requestId")?;
+    let (proxy_id, _) = state
+        .pending
+        .iter()
+        .find(|(_, p)| p.original_id.as_ref() == request_id.get().as_bytes())?;
+    let rewritten = params.edited(
+        &[],
+        &[],
+        &[("requestId", proxy_id.to_string().as_bytes())],
+        &[],
+    );
+    splice(message, params_raw, &rewritten).map(Bytes::from)
 }
 
 async fn wait_exit(exited: &mut watch::Receiver<bool>, within: Duration) -> bool {
@@ -448,6 +550,32 @@ async fn read_line<R: AsyncBufRead + Unpin>(
                     return Err(format!("the server wrote a line longer than {max} bytes"));
                 }
             }
+        }
+    }
+}
+
+/// Like [`read_line`], but a line longer than `max` is cut to `max` bytes (the rest is
+/// read and dropped) instead of being an error.
+async fn read_line_cut<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<bool> {
+    line.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(!line.is_empty());
+        }
+        let (take, done) = match memchr::memchr(b'\n', available) {
+            Some(end) => (end, Some(end + 1)),
+            None => (available.len(), None),
+        };
+        let room = max.saturating_sub(line.len());
+        line.extend_from_slice(&available[..take.min(room)]);
+        reader.consume(done.unwrap_or(take));
+        if done.is_some() {
+            return Ok(true);
         }
     }
 }

@@ -1,0 +1,1638 @@
+//! stdio upstreams: a child process per data-layer session (the issue's five points).
+//!
+//! Real servers from a registry run as the children: `@modelcontextprotocol/server-everything`
+//! in stdio mode and the FastMCP fixture with `--stdio` (both installed by
+//! `tests/interop/setup.sh`). `tests/interop/misbehaving_server.py` (standard library
+//! only) crashes, hangs, floods, writes garbage, ignores SIGTERM and starts a grandchild
+//! on demand.
+//!
+//! Processes are counted exactly: every child a test starts carries a marker unique to
+//! that test in its environment (`MCP_STDIO_TEST_MARKER`, inherited by grandchildren),
+//! found by reading `/proc`. A process is *reaped* when its `/proc` entry is gone (not
+//! even a zombie). Whatever a test leaves behind is SIGKILLed by pid when its [`Marker`]
+//! drops, so a failing test does not leak processes either.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::interop::{ensure_installed, repo_root, tools_dir};
+use common::*;
+use mcp_session_proxy::config::{CommandSpec, Config};
+use mcp_session_proxy::{Running, start};
+use parking_lot::Mutex;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------------------------------
+// Processes, read from /proc.
+
+const MARKER_VAR: &str = "MCP_STDIO_TEST_MARKER";
+/// Children started, initialized and waiting for a session.
+const POOLED: &str = "mcp_proxy_pool_size{pool=\"stdio\"}";
+
+/// One process as `/proc/<pid>/stat` describes it; the same process whatever its state.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    state: char,
+    /// Start time in clock ticks after boot: tells a reused pid apart.
+    start: u64,
+}
+
+impl PartialEq for Proc {
+    fn eq(&self, other: &Proc) -> bool {
+        self.pid == other.pid && self.start == other.start
+    }
+}
+
+fn stat(pid: i32) -> Option<Proc> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain anything: parse after the last.
+    let rest = text.get(text.rfind(')')? + 1..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(Proc {
+        pid,
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+fn all_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Running processes (not zombies: their environment is gone) carrying `marker`.
+fn marked(marker: &str) -> Vec<Proc> {
+    let needle = format!("{MARKER_VAR}={marker}");
+    all_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+        })
+        .filter_map(stat)
+        .filter(|p| p.state != 'Z' && p.state != 'X')
+        .collect()
+}
+
+/// Still running (a zombie is not).
+fn alive(p: &Proc) -> bool {
+    stat(p.pid).is_some_and(|now| now.start == p.start && now.state != 'Z' && now.state != 'X')
+}
+
+/// Gone for good: exited and reaped by its parent (no zombie left).
+fn reaped(p: &Proc) -> bool {
+    stat(p.pid).is_none_or(|now| now.start != p.start)
+}
+
+/// Children of this test process that are zombies (exited, never waited for).
+fn zombie_children() -> Vec<Proc> {
+    let me = std::process::id() as i32;
+    all_pids()
+        .into_iter()
+        .filter_map(stat)
+        .filter(|p| p.ppid == me && p.state == 'Z')
+        .collect()
+}
+
+/// A marker unique to one test (and one run). Dropped at the end of the test, passed or
+/// failed, it SIGKILLs (by pid) whatever still carries it.
+struct Marker(String);
+
+impl Marker {
+    fn new(test: &str) -> Marker {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        Marker(format!("{test}-{}-{nanos}", std::process::id()))
+    }
+}
+
+impl std::ops::Deref for Marker {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        for p in marked(&self.0) {
+            kill(p.pid);
+        }
+    }
+}
+
+fn kill(pid: i32) {
+    use nix::sys::signal::{Signal, kill};
+    let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands and proxies.
+
+fn marker_env(marker: &str) -> Vec<(String, String)> {
+    vec![(MARKER_VAR.to_owned(), marker.to_owned())]
+}
+
+/// `tests/interop/misbehaving_server.py` with `flags`.
+fn misbehaving(marker: &str, flags: &[&str]) -> CommandSpec {
+    let mut args = vec![
+        repo_root()
+            .join("tests/interop/misbehaving_server.py")
+            .display()
+            .to_string(),
+    ];
+    args.extend(flags.iter().map(|f| (*f).to_owned()));
+    CommandSpec {
+        program: "python3".to_owned(),
+        args,
+        env: marker_env(marker),
+        cwd: None,
+    }
+}
+
+/// `@modelcontextprotocol/server-everything` in stdio mode.
+fn everything(marker: &str) -> CommandSpec {
+    ensure_installed();
+    let script: PathBuf =
+        tools_dir().join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    CommandSpec {
+        program: "node".to_owned(),
+        args: vec![script.display().to_string(), "stdio".to_owned()],
+        env: marker_env(marker),
+        cwd: None,
+    }
+}
+
+/// The FastMCP fixture (official Python SDK) with `--stdio`.
+fn fastmcp(marker: &str) -> CommandSpec {
+    ensure_installed();
+    CommandSpec {
+        program: tools_dir().join("venv/bin/python").display().to_string(),
+        args: vec![
+            repo_root()
+                .join("tests/interop/fastmcp_server.py")
+                .display()
+                .to_string(),
+            "--stdio".to_owned(),
+        ],
+        env: marker_env(marker),
+        cwd: None,
+    }
+}
+
+/// A proxy in front of `command`: no pool, a short stop grace, a generous timeout.
+fn stdio_config(command: CommandSpec) -> Config {
+    let mut config = config_for("http://unused");
+    config.upstream.url = None;
+    config.upstream.command = Some(command);
+    config.upstream.pool_size = 0;
+    config.upstream.stop_grace = Duration::from_millis(500);
+    config.upstream.timeout = Duration::from_secs(10);
+    config
+}
+
+/// A running proxy whose children carry `marker`.
+struct Proxy {
+    running: Running,
+    marker: String,
+}
+
+impl Proxy {
+    async fn start(config: Config, marker: &str) -> Proxy {
+        let running = start(config).await.expect("the proxy starts");
+        Proxy {
+            running,
+            marker: marker.to_owned(),
+        }
+    }
+
+    fn url(&self) -> String {
+        self.running.url()
+    }
+
+    fn client(&self) -> SessionClient {
+        SessionClient::new(self.url())
+    }
+
+    fn children(&self) -> Vec<Proc> {
+        marked(&self.marker)
+    }
+
+    /// Polls the pool gauge until it reads `n` (10 s at most).
+    async fn pooled_becomes(&self, n: i64) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.gauge(POOLED).await == Some(n) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// A gauge of `/metrics`, e.g. `mcp_proxy_pool_size{pool="stdio"}`.
+    async fn gauge(&self, name: &str) -> Option<i64> {
+        let url = format!("http://{}/metrics", self.running.local_addr());
+        let text = http_client()
+            .get(url)
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+    }
+
+    /// `Running::shutdown`, timed.
+    async fn shutdown(self) -> Duration {
+        let started = Instant::now();
+        self.running.shutdown().await;
+        started.elapsed()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages.
+
+fn session_headers(session_id: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("mcp-session-id", HeaderValue::from_str(session_id).unwrap());
+    headers
+}
+
+/// A `tools/call` in `c`'s session with a chosen id.
+fn tool_call(c: &SessionClient, id: Value, name: &str, arguments: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": in_session(json!({"name": name, "arguments": arguments}), c.session_id(), c.state.as_deref()),
+    })
+}
+
+/// `sessions/create` with `_meta` (client capabilities, client info).
+async fn create_with(c: &mut SessionClient, meta: Value) {
+    let created = post_json(
+        &c.http,
+        &c.url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": meta}}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(created.status, 200, "sessions/create: {}", created.text);
+    let session = created.json()["result"]["session"].clone();
+    c.session_id = Some(session["sessionId"].as_str().unwrap().to_owned());
+    c.state = Some(session["state"].as_str().unwrap().to_owned());
+}
+
+/// The misbehaving child serving `c`'s session (its `pid` tool).
+async fn child_of(c: &mut SessionClient) -> Proc {
+    let pid: i32 = c.tool_text("pid", json!({})).await.parse().unwrap();
+    let child = stat(pid).unwrap_or_else(|| panic!("no process {pid}"));
+    assert_eq!(
+        child.ppid,
+        std::process::id() as i32,
+        "the child is the proxy's (this test process's) own"
+    );
+    child
+}
+
+/// Opens the session's listen stream (`GET` with its `Mcp-Session-Id`).
+async fn listen(c: &SessionClient) -> EventReader {
+    let mut headers = session_headers(c.session_id());
+    headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+    let response = c.http.get(&c.url).headers(headers).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    EventReader::new(response)
+}
+
+/// Asserts `reply` is the proxy's -32043 for `c`'s session.
+fn assert_session_not_found(reply: &Reply, session_id: &str) {
+    assert_eq!(reply.status, 404, "{}", reply.text);
+    let body = reply.json();
+    assert_eq!(body["error"]["code"], -32043, "{body}");
+    assert_eq!(body["error"]["message"], "Session not found", "{body}");
+    assert_eq!(body["error"]["data"]["sessionId"], session_id, "{body}");
+}
+
+fn tool_names(message: &Value) -> Vec<String> {
+    message["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools in {message}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn text_of(message: &Value) -> &str {
+    message
+        .pointer("/result/content/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no text in {message}"))
+}
+
+/// Asserts no process with `marker` runs any more.
+fn assert_nothing_left(marker: &str) {
+    let left = marked(marker);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+async fn no_zombie_children() -> bool {
+    eventually(Duration::from_secs(3), || zombie_children().is_empty()).await
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. A real registry server over stdio.
+
+#[tokio::test]
+async fn everything_over_stdio_lists_echoes_streams_progress_and_ends_with_delete() {
+    let marker = Marker::new("everything");
+    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    assert!(proxy.children().is_empty(), "pool_size 0 starts nothing");
+    let mut c = proxy.client();
+    c.create().await;
+    let children = proxy.children();
+    assert_eq!(children.len(), 1, "one child for one session: {children:?}");
+    let child = children[0];
+    assert_eq!(child.ppid, std::process::id() as i32);
+
+    let listed = final_message(&c.request("tools/list", json!({})).await);
+    let tools = tool_names(&listed);
+    for tool in ["echo", "get-sum", "trigger-long-running-operation"] {
+        assert!(tools.iter().any(|t| t == tool), "{tool} missing: {tools:?}");
+    }
+    assert_eq!(session_meta(&listed)["sessionId"], c.session_id());
+    assert_eq!(
+        c.tool_text("echo", json!({"message": "hello stdio"})).await,
+        "Echo: hello stdio"
+    );
+    assert_eq!(
+        c.tool_text("get-sum", json!({"a": 2, "b": 3})).await,
+        "The sum of 2 and 3 is 5."
+    );
+
+    // Progress arrives as events, as the child sends it, before the stamped result.
+    let started = Instant::now();
+    let response = c
+        .request_streaming(
+            "tools/call",
+            json!({"name": "trigger-long-running-operation",
+                   "arguments": {"duration": 0.8, "steps": 4},
+                   "_meta": {"progressToken": "stdio-progress"}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    assert_eq!(response.headers()["mcp-session-id"], c.session_id());
+    let messages = EventReader::new(response).all_timed().await;
+    let progress: Vec<&(Instant, Value)> = messages
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 4, "{messages:?}");
+    for (i, (_, m)) in progress.iter().enumerate() {
+        assert_eq!(m["params"]["progressToken"], "stdio-progress");
+        assert_eq!(m["params"]["progress"], i as u64 + 1, "in order: {m}");
+    }
+    let (result_at, result) = messages.last().unwrap();
+    assert!(
+        text_of(result).contains("Long running operation completed"),
+        "{result}"
+    );
+    assert_eq!(session_meta(result)["sessionId"], c.session_id());
+    let first_at = progress[0].0;
+    assert!(
+        first_at.duration_since(started) < Duration::from_millis(700),
+        "the first progress event came after {:?}: held back",
+        first_at.duration_since(started)
+    );
+    assert!(
+        result_at.duration_since(first_at) >= Duration::from_millis(400),
+        "progress arrived in a burst with the result: not streamed"
+    );
+
+    // sessions/delete answers once the child is gone and reaped.
+    let deleted = c.delete().await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    assert_eq!(deleted.json()["result"], json!({}));
+    assert!(
+        reaped(&child),
+        "the child still exists after sessions/delete answered: {:?}",
+        stat(child.pid)
+    );
+    assert!(proxy.children().is_empty());
+    proxy.shutdown().await;
+    assert!(no_zombie_children().await, "{:?}", zombie_children());
+}
+
+#[tokio::test]
+async fn everything_over_stdio_sampling_round_trip() {
+    let marker = Marker::new("sampling");
+    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    let mut c = proxy.client();
+    create_with(
+        &mut c,
+        json!({
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "stdio-test", "version": "0.0.1"},
+        }),
+    )
+    .await;
+    let tools = tool_names(&final_message(&c.request("tools/list", json!({})).await));
+    assert!(
+        tools.iter().any(|t| t == "trigger-sampling-request"),
+        "the client's sampling capability did not reach the child's initialize: {tools:?}"
+    );
+
+    let response = c
+        .request_streaming(
+            "tools/call",
+            json!({"name": "trigger-sampling-request", "arguments": {"prompt": "hello", "maxTokens": 5}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut events = EventReader::new(response);
+    let sampling = loop {
+        let message = events
+            .next()
+            .await
+            .expect("the stream ended before sampling/createMessage");
+        if message["method"] == "sampling/createMessage" {
+            break message;
+        }
+        assert!(
+            message.get("result").is_none(),
+            "a result before sampling: {message}"
+        );
+    };
+    let request_id = sampling["id"].clone();
+    assert!(!request_id.is_null(), "{sampling}");
+    assert!(
+        sampling["params"]
+            .get("_meta")
+            .is_none_or(|m| m.get(SESSION_KEY).is_none()),
+        "a server-to-client request carries no session _meta: {sampling}"
+    );
+    let answer = c
+        .respond(
+            request_id,
+            json!({"role": "assistant", "content": {"type": "text", "text": "sampled over stdio"},
+                   "model": "test-model", "stopReason": "endTurn"}),
+        )
+        .await;
+    assert_eq!(answer.status, 202, "{}", answer.text);
+    let mut rest = Vec::new();
+    while let Some(message) = events.next().await {
+        rest.push(message);
+    }
+    let done = rest
+        .iter()
+        .find(|m| m.get("method").is_none() && m.get("result").is_some())
+        .unwrap_or_else(|| panic!("no tool result after sampling: {rest:?}"));
+    let text = serde_json::to_string(&done["result"]["content"]).unwrap();
+    assert!(text.contains("sampled over stdio"), "{done}");
+    assert_eq!(session_meta(done)["sessionId"], c.session_id());
+    assert_eq!(c.delete().await.status, 200);
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn fastmcp_over_stdio_gives_every_session_its_own_server() {
+    let marker = Marker::new("fastmcp");
+    let proxy = Proxy::start(stdio_config(fastmcp(&marker)), &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    assert_eq!(proxy.children().len(), 2);
+    assert_eq!(a.tool_text("echo", json!({"msg": "hi"})).await, "hi");
+    // The counter lives in the server process: one process per session, so each
+    // session counts on its own.
+    assert_eq!(a.tool_text("counter", json!({})).await, "1");
+    assert_eq!(a.tool_text("counter", json!({})).await, "2");
+    assert_eq!(b.tool_text("counter", json!({})).await, "1");
+    assert_eq!(a.tool_text("counter", json!({})).await, "3");
+
+    let reply = a
+        .request(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": 3, "delay_ms": 100},
+                   "_meta": {"progressToken": 7}}),
+        )
+        .await;
+    assert_eq!(reply.status, 200);
+    let events = reply.events();
+    let progress: Vec<&Value> = events
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 3, "{events:?}");
+    assert!(progress.iter().all(|m| m["params"]["progressToken"] == 7));
+    let done = events.last().unwrap();
+    assert_eq!(text_of(done), "done");
+    assert_eq!(session_meta(done)["sessionId"], a.session_id());
+
+    assert_eq!(a.delete().await.status, 200);
+    assert_eq!(proxy.children().len(), 1, "only a's server ended");
+    assert_eq!(b.tool_text("counter", json!({})).await, "2");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. The warm pool and the cap on children.
+
+#[tokio::test]
+async fn the_pool_prestarts_children_and_makes_create_fast() {
+    let warm_marker = Marker::new("pool-warm");
+    let mut config = stdio_config(everything(&warm_marker));
+    config.upstream.pool_size = 2;
+    let warm = Proxy::start(config, &warm_marker).await;
+    assert!(
+        eventually(Duration::from_secs(10), || warm.children().len() == 2).await,
+        "2 pooled children before any session: {:?}",
+        warm.children()
+    );
+    let pooled = warm.children();
+    // Started *and* initialized: the pool gauge counts only children ready for a session.
+    assert!(
+        warm.pooled_becomes(2).await,
+        "the pool never held 2 initialized children: {:?}",
+        warm.gauge(POOLED).await
+    );
+    let mut c = warm.client();
+    let started = Instant::now();
+    c.create().await;
+    let warm_create = started.elapsed();
+    assert_eq!(
+        c.tool_text("echo", json!({"message": "warm"})).await,
+        "Echo: warm"
+    );
+    // The pool refills: the session's child plus 2 pooled again.
+    assert!(
+        warm.pooled_becomes(2).await,
+        "the pool did not refill: {:?}",
+        warm.gauge(POOLED).await
+    );
+    assert_eq!(warm.children().len(), 3, "{:?}", warm.children());
+    assert!(
+        pooled.iter().all(alive),
+        "a pre-started child was thrown away instead of serving a session or waiting"
+    );
+
+    let cold_marker = Marker::new("pool-cold");
+    let cold = Proxy::start(stdio_config(everything(&cold_marker)), &cold_marker).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(cold.children().is_empty());
+    let mut d = cold.client();
+    let started = Instant::now();
+    d.create().await;
+    let cold_create = started.elapsed();
+    assert_eq!(cold.children().len(), 1);
+
+    eprintln!("sessions/create: warm {warm_create:?}, cold {cold_create:?}");
+    assert!(
+        warm_create < cold_create / 2,
+        "a warm create ({warm_create:?}) should be far faster than a cold one ({cold_create:?})"
+    );
+    warm.shutdown().await;
+    cold.shutdown().await;
+    assert_nothing_left(&warm_marker);
+    assert_nothing_left(&cold_marker);
+}
+
+#[tokio::test]
+async fn creates_beyond_max_children_get_503_naming_the_limit() {
+    let marker = Marker::new("cap");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.upstream.max_children = 2;
+    let proxy = Proxy::start(config, &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    let refused = post_json(
+        &a.http,
+        &proxy.url(),
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "sessions/create"}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    let body = refused.json();
+    assert_eq!(body["id"], 9, "{body}");
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    let said = body["error"].to_string();
+    assert!(
+        said.contains("2 stdio server process") && said.contains("maximum"),
+        "the error should name the reason: {body}"
+    );
+    assert_eq!(proxy.children().len(), 2, "no third child was started");
+
+    // A child ended frees its place.
+    assert_eq!(a.delete().await.status, 200);
+    let mut c = proxy.client();
+    c.create().await;
+    assert_eq!(c.tool_text("echo", json!({"text": "again"})).await, "again");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn max_children_holds_under_concurrent_creates() {
+    let marker = Marker::new("cap-race");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.upstream.max_children = 2;
+    let proxy = Proxy::start(config, &marker).await;
+    let url = proxy.url();
+    let http = http_client();
+    let creates = (0..32).map(|i| {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move {
+            post_json(
+                &http,
+                &url,
+                &json!({"jsonrpc": "2.0", "id": i, "method": "sessions/create"}),
+                &HeaderMap::new(),
+            )
+            .await
+            .status
+        })
+    });
+    let mut statuses = Vec::new();
+    for create in creates.collect::<Vec<_>>() {
+        statuses.push(create.await.unwrap());
+    }
+    let created = statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 503),
+        "{statuses:?}"
+    );
+    let children = proxy.children();
+    assert!(
+        created <= 2 && children.len() <= 2,
+        "max_children = 2, yet {created} sessions were created and {} children run: {statuses:?}",
+        children.len()
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Ids: the same JSON-RPC id twice at once.
+
+#[tokio::test]
+async fn requests_with_the_same_id_at_once_never_collide_on_a_child() {
+    let marker = Marker::new("same-id");
+    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    let call = |c: &SessionClient, id: Value, tag: &str| {
+        let body = tool_call(c, id, "same_id_check", json!({"tag": tag, "delay_ms": 400}));
+        let (http, url, headers) = (
+            c.http.clone(),
+            c.url.clone(),
+            session_headers(c.session_id()),
+        );
+        async move { post_json(&http, &url, &body, &headers).await }
+    };
+    let started = Instant::now();
+    // Two requests with id 1 (and one with "1") in flight at once on a's child, one with
+    // id 1 on b's.
+    let (first, second, string_id, other) = tokio::join!(
+        call(&a, json!(1), "a-first"),
+        call(&a, json!(1), "a-second"),
+        call(&a, json!("1"), "a-string"),
+        call(&b, json!(1), "b"),
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_millis(1100),
+        "the calls were not in flight at once ({elapsed:?})"
+    );
+    let mut received = Vec::new();
+    for (reply, tag, id) in [
+        (&first, "a-first", json!(1)),
+        (&second, "a-second", json!(1)),
+        (&string_id, "a-string", json!("1")),
+        (&other, "b", json!(1)),
+    ] {
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let message = final_message(reply);
+        assert_eq!(
+            message["id"], id,
+            "the client's own id, type and all: {message}"
+        );
+        let seen: Value = serde_json::from_str(text_of(&message)).unwrap();
+        assert_eq!(
+            seen["tag"], tag,
+            "each request gets its own answer: {message}"
+        );
+        received.push((tag, seen["received_id"].clone()));
+    }
+    let on_a: Vec<&Value> = received[..3].iter().map(|(_, id)| id).collect();
+    assert!(
+        on_a[0] != on_a[1] && on_a[0] != on_a[2] && on_a[1] != on_a[2],
+        "the child saw colliding ids: {received:?}"
+    );
+    assert_eq!(
+        session_meta(&final_message(&other))["sessionId"],
+        b.session_id()
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn a_cancellation_names_the_request_as_the_child_knows_it() {
+    let marker = Marker::new("cancel");
+    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let headers = session_headers(c.session_id());
+    let request = tool_call(&c, json!("cancel-me"), "cancellable", json!({"ms": 2000}));
+    let call = post_json(&c.http, &c.url, &request, &headers);
+    let cancel = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let body = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": in_session(json!({"requestId": "cancel-me", "reason": "test"}), c.session_id(), None)});
+        post_json(&c.http, &c.url, &body, &headers).await
+    };
+    let (answer, cancelled) = tokio::join!(call, cancel);
+    assert_eq!(cancelled.status, 202, "{}", cancelled.text);
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    let message = final_message(&answer);
+    assert_eq!(message["id"], "cancel-me");
+    assert_eq!(
+        text_of(&message),
+        "cancelled",
+        "the child never learnt that its request was cancelled: notifications/cancelled \
+         reached it with the client's id, not the id the proxy gave the request"
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Ending children: delete, expiry, shutdown.
+
+#[tokio::test]
+async fn an_expired_session_ends_its_child() {
+    let marker = Marker::new("expiry");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.session.idle_ttl = Duration::from_secs(1);
+    config.session.reap_interval = Duration::from_millis(50);
+    let proxy = Proxy::start(config, &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let child = child_of(&mut c).await;
+    let mut d = proxy.client();
+    d.create().await;
+    let kept = child_of(&mut d).await;
+    // d stays in use, c idles.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        assert_eq!(d.tool_text("echo", json!({"text": "busy"})).await, "busy");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || reaped(&child)).await,
+        "the expired session's child still exists: {:?}",
+        stat(child.pid)
+    );
+    assert!(alive(&kept), "the session in use keeps its child");
+    let reply = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_session_not_found(&reply, c.session_id());
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+/// How long `sessions/delete` takes for a child started with `flags`.
+async fn time_delete(test: &str, flags: &[&str], grace: Duration) -> (Duration, Proc) {
+    let marker = Marker::new(test);
+    let mut config = stdio_config(misbehaving(&marker, flags));
+    config.upstream.stop_grace = grace;
+    let proxy = Proxy::start(config, &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let child = child_of(&mut c).await;
+    let started = Instant::now();
+    let deleted = c.delete().await;
+    let took = started.elapsed();
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    assert!(
+        reaped(&child),
+        "{flags:?}: the child outlived sessions/delete: {:?}",
+        stat(child.pid)
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+    (took, child)
+}
+
+#[tokio::test]
+async fn delete_closes_stdin_then_sends_sigterm_then_sigkill() {
+    let grace = Duration::from_millis(600);
+    let ((polite, _), (lingering, _), (stubborn, _)) = tokio::join!(
+        time_delete("ladder-eof", &[], grace),
+        time_delete("ladder-term", &["--linger"], grace),
+        time_delete("ladder-kill", &["--linger", "--ignore-sigterm"], grace),
+    );
+    eprintln!("delete: exits at EOF {polite:?}, at SIGTERM {lingering:?}, at SIGKILL {stubborn:?}");
+    assert!(
+        polite < grace,
+        "a child that exits when stdin closes took {polite:?}"
+    );
+    assert!(
+        lingering >= grace && lingering < grace * 2,
+        "a child that exits at SIGTERM took {lingering:?} (grace {grace:?})"
+    );
+    assert!(
+        stubborn >= grace * 2 && stubborn < grace * 3,
+        "a child that ignores SIGTERM took {stubborn:?} (grace {grace:?})"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_ends_every_child_pooled_or_in_a_session() {
+    let marker = Marker::new("shutdown-all");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.upstream.pool_size = 2;
+    let proxy = Proxy::start(config, &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    let in_sessions = [child_of(&mut a).await, child_of(&mut b).await];
+    assert!(
+        proxy.pooled_becomes(2).await,
+        "the pool did not refill: {:?}",
+        proxy.gauge(POOLED).await
+    );
+    let all = proxy.children();
+    assert_eq!(all.len(), 4, "2 in sessions + 2 pooled: {all:?}");
+    assert!(in_sessions.iter().all(|p| all.contains(p)));
+    proxy.shutdown().await;
+    for p in &all {
+        assert!(reaped(p), "{p:?} outlived shutdown: {:?}", stat(p.pid));
+    }
+    assert_nothing_left(&marker);
+    assert!(no_zombie_children().await, "{:?}", zombie_children());
+}
+
+#[tokio::test]
+async fn shutdown_kills_a_child_that_ignores_sigterm_and_its_grandchild() {
+    let marker = Marker::new("sigterm");
+    let grace = Duration::from_millis(400);
+    let mut config = stdio_config(misbehaving(
+        &marker,
+        &["--ignore-sigterm", "--linger", "--spawn-grandchild"],
+    ));
+    config.upstream.stop_grace = grace;
+    let proxy = Proxy::start(config, &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let child = child_of(&mut c).await;
+    let grandchild_pid: i32 = c.tool_text("grandchild", json!({})).await.parse().unwrap();
+    let grandchild = stat(grandchild_pid).unwrap();
+    assert_eq!(grandchild.ppid, child.pid);
+    assert_eq!(proxy.children().len(), 2, "the child and its `sleep 300`");
+
+    let took = proxy.shutdown().await;
+    assert!(
+        reaped(&child),
+        "the SIGTERM-proof child outlived shutdown: {:?}",
+        stat(child.pid)
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(&grandchild)).await,
+        "the grandchild was orphaned: {:?}",
+        stat(grandchild.pid)
+    );
+    // stdin closed, grace, SIGTERM (ignored), grace, SIGKILL.
+    assert!(
+        took >= grace * 2 - Duration::from_millis(50),
+        "shutdown took only {took:?}: the child was not given its grace"
+    );
+    assert!(
+        took < grace * 2 + Duration::from_millis(1500),
+        "shutdown took {took:?} for one child with stop_grace {grace:?}"
+    );
+    assert_nothing_left(&marker);
+    assert!(no_zombie_children().await, "{:?}", zombie_children());
+}
+
+#[tokio::test]
+async fn shutdown_with_several_sigterm_proof_children_kills_them_all_within_the_grace() {
+    let marker = Marker::new("sigterm-many");
+    let grace = Duration::from_secs(1);
+    let mut config = stdio_config(misbehaving(&marker, &["--ignore-sigterm", "--linger"]));
+    config.upstream.stop_grace = grace;
+    let proxy = Proxy::start(config, &marker).await;
+    let mut clients = Vec::new();
+    let mut children = Vec::new();
+    for _ in 0..3 {
+        let mut c = proxy.client();
+        c.create().await;
+        children.push(child_of(&mut c).await);
+        clients.push(c);
+    }
+    let took = proxy.shutdown().await;
+    let survivors: Vec<&Proc> = children.iter().filter(|p| !reaped(p)).collect();
+    assert!(
+        survivors.is_empty(),
+        "children outlived Running::shutdown() (took {took:?}): {survivors:?}"
+    );
+    assert!(
+        took < grace * 2 + Duration::from_millis(1500),
+        "shutdown took {took:?} for 3 children with stop_grace {grace:?}: they are stopped \
+         one after another, not together"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_kills_a_sigterm_proof_child_whatever_the_stop_grace() {
+    // stdin closed at 0 s, SIGTERM at 3 s, SIGKILL due at 6 s: longer than the 5 s that
+    // Running::shutdown allows for ending sessions.
+    let marker = Marker::new("sigterm-long-grace");
+    let mut config = stdio_config(misbehaving(&marker, &["--ignore-sigterm", "--linger"]));
+    config.upstream.stop_grace = Duration::from_secs(3);
+    let proxy = Proxy::start(config, &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let child = child_of(&mut c).await;
+    let took = proxy.shutdown().await;
+    assert!(
+        reaped(&child),
+        "the child outlived Running::shutdown() (took {took:?}): {:?}",
+        stat(child.pid)
+    );
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn shutdown_also_ends_a_pooled_child_still_starting() {
+    let marker = Marker::new("shutdown-starting");
+    let mut config = stdio_config(misbehaving(&marker, &["--slow-start=2000"]));
+    config.upstream.pool_size = 1;
+    let proxy = Proxy::start(config, &marker).await;
+    assert!(
+        eventually(Duration::from_secs(5), || proxy.children().len() == 1).await,
+        "the pool starts a child"
+    );
+    let starting = proxy.children()[0];
+    assert_eq!(proxy.gauge(POOLED).await, Some(0), "still initializing");
+    proxy.shutdown().await;
+    assert!(
+        reaped(&starting),
+        "a child still starting when the proxy shut down outlived Running::shutdown(): {:?}",
+        stat(starting.pid)
+    );
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn a_client_giving_up_on_create_leaves_no_child_behind() {
+    let marker = Marker::new("create-abandoned");
+    let mut config = stdio_config(misbehaving(&marker, &["--slow-start=1500"]));
+    config.upstream.max_children = 1;
+    let proxy = Proxy::start(config, &marker).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(proxy.url())
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT_BOTH)
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}).to_string())
+        .send()
+        .await;
+    assert!(
+        gave_up.is_err(),
+        "the create should still be starting its child"
+    );
+    assert_eq!(
+        proxy.children().len(),
+        1,
+        "the child of the abandoned create"
+    );
+    // The child belongs to no session: once its start-up is over, it must not be kept.
+    assert!(
+        eventually(Duration::from_secs(4), || proxy.children().is_empty()).await,
+        "the abandoned create's child is still running: {:?}",
+        proxy.children()
+    );
+    // ... and does not hold one of the max_children places.
+    let mut c = proxy.client();
+    c.create().await;
+    assert_eq!(c.tool_text("echo", json!({"text": "ok"})).await, "ok");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn no_orphan_grandchildren_after_delete_or_crash() {
+    let marker = Marker::new("grandchild");
+    let mut config = stdio_config(misbehaving(&marker, &["--spawn-grandchild"]));
+    config.upstream.stop_grace = Duration::from_millis(300);
+    let proxy = Proxy::start(config, &marker).await;
+
+    // A well-behaved child exits as soon as its stdin closes; what it started must not
+    // outlive it.
+    let mut deleted = proxy.client();
+    deleted.create().await;
+    let child = child_of(&mut deleted).await;
+    let grandchild = stat(
+        deleted
+            .tool_text("grandchild", json!({}))
+            .await
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(deleted.delete().await.status, 200);
+    assert!(reaped(&child));
+
+    let mut crashed = proxy.client();
+    crashed.create().await;
+    let crashed_child = child_of(&mut crashed).await;
+    let crashed_grandchild = stat(
+        crashed
+            .tool_text("grandchild", json!({}))
+            .await
+            .parse()
+            .unwrap(),
+    )
+    .unwrap();
+    let _ = crashed
+        .request("tools/call", json!({"name": "crash", "arguments": {}}))
+        .await;
+    assert!(eventually(Duration::from_secs(3), || reaped(&crashed_child)).await);
+
+    let after_delete = eventually(Duration::from_secs(2), || !alive(&grandchild)).await;
+    let after_crash = eventually(Duration::from_secs(2), || !alive(&crashed_grandchild)).await;
+    assert!(
+        after_delete && after_crash,
+        "grandchildren outlived their child's end: after delete {:?} (running: {}), after \
+         crash {:?} (running: {})",
+        stat(grandchild.pid),
+        !after_delete,
+        stat(crashed_grandchild.pid),
+        !after_crash,
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Children that crash, write garbage, flood, hang.
+
+/// Calls `tool` in session a (whose child then misbehaves) with session b beside it:
+/// a's request gets -32603 naming `why`, a's session then answers -32043, a's child is
+/// reaped, b keeps working.
+async fn misbehaviour_costs_only_its_own_session(
+    test: &str,
+    tool: &str,
+    arguments: Value,
+    why: &str,
+    configure: impl FnOnce(&mut Config),
+) {
+    let marker = Marker::new(test);
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    configure(&mut config);
+    let proxy = Proxy::start(config, &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    let a_child = child_of(&mut a).await;
+    let b_child = child_of(&mut b).await;
+    let mut a_listening = listen(&a).await;
+
+    let reply = a
+        .request("tools/call", json!({"name": tool, "arguments": arguments}))
+        .await;
+    assert!(
+        reply.status == 200 || reply.status == 502,
+        "{tool}: HTTP {} {}",
+        reply.status,
+        reply.text
+    );
+    let message = final_message(&reply);
+    assert_eq!(message["error"]["code"], -32603, "{tool}: {message}");
+    assert!(
+        !message["id"].is_null(),
+        "{tool}: the error answers the request: {message}"
+    );
+    let said = message["error"].to_string();
+    assert!(
+        said.contains(why),
+        "{tool}: the error should say why ({why:?}): {message}"
+    );
+
+    let again = a
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_session_not_found(&again, a.session_id());
+    let ended = tokio::time::timeout(Duration::from_secs(5), a_listening.next()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "{tool}: the dead session's listen stream should end: {ended:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || reaped(&a_child)).await,
+        "{tool}: the child was not stopped and reaped: {:?}",
+        stat(a_child.pid)
+    );
+
+    assert!(
+        alive(&b_child),
+        "{tool}: the other session's child was touched"
+    );
+    assert_eq!(b.tool_text("echo", json!({"text": "fine"})).await, "fine");
+    let mut c = proxy.client();
+    c.create().await;
+    assert_eq!(c.tool_text("echo", json!({"text": "new"})).await, "new");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+    assert!(no_zombie_children().await, "{:?}", zombie_children());
+}
+
+#[tokio::test]
+async fn a_crashing_child_costs_only_its_own_session() {
+    misbehaviour_costs_only_its_own_session(
+        "crash",
+        "crash",
+        json!({}),
+        "stdio server stopped before answering",
+        |_| {},
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_writing_garbage_costs_only_its_own_session() {
+    misbehaviour_costs_only_its_own_session(
+        "garbage",
+        "garbage",
+        json!({}),
+        "not JSON-RPC",
+        |_| {},
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_child_flooding_stdout_costs_only_its_own_session() {
+    misbehaviour_costs_only_its_own_session(
+        "flood",
+        "flood",
+        json!({"bytes": 2 * 1024 * 1024}),
+        "longer than 1048576 bytes",
+        |config| config.upstream.max_message_bytes = 1024 * 1024,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_hanging_request_times_out_and_nothing_else_notices() {
+    let marker = Marker::new("hang");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.upstream.timeout = Duration::from_millis(500);
+    let proxy = Proxy::start(config, &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    let a_child = child_of(&mut a).await;
+
+    let started = Instant::now();
+    let hung = b_while(
+        a.request("tools/call", json!({"name": "hang", "arguments": {}})),
+        &mut b,
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(hung.status, 504, "{}", hung.text);
+    let body = hung.json();
+    assert_eq!(body["error"]["code"], -32603, "{body}");
+    assert!(
+        body["error"].to_string().contains("within 500 ms"),
+        "the error should say it timed out: {body}"
+    );
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(3),
+        "timed out after {took:?}"
+    );
+    // The session and its child carry on.
+    assert!(alive(&a_child));
+    assert_eq!(
+        a.tool_text("echo", json!({"text": "still here"})).await,
+        "still here"
+    );
+    assert_eq!(b.tool_text("echo", json!({"text": "b"})).await, "b");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+/// Runs `hung` while session `b` is used meanwhile (it must not wait for `hung`).
+async fn b_while(hung: impl std::future::Future<Output = Reply>, b: &mut SessionClient) -> Reply {
+    let mut hung = std::pin::pin!(hung);
+    tokio::select! {
+        reply = &mut hung => panic!("the hanging call answered before the other session was used: {reply:?}"),
+        text = b.tool_text("echo", json!({"text": "meanwhile"})) => assert_eq!(text, "meanwhile"),
+    }
+    hung.await
+}
+
+#[tokio::test]
+async fn after_a_timed_out_request_notifications_still_reach_the_next_request() {
+    let marker = Marker::new("hang-then-log");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.upstream.timeout = Duration::from_millis(500);
+    let proxy = Proxy::start(config, &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+
+    // Before: the child's log notification rides on the request it came with.
+    let before = a
+        .request(
+            "tools/call",
+            json!({"name": "log_then_echo", "arguments": {"text": "first"}}),
+        )
+        .await;
+    let logs = |reply: &Reply| {
+        reply
+            .events()
+            .into_iter()
+            .filter(|m| m["method"] == "notifications/message")
+            .count()
+    };
+    assert_eq!(logs(&before), 1, "{}", before.text);
+
+    let hung = a
+        .request("tools/call", json!({"name": "hang", "arguments": {}}))
+        .await;
+    assert_eq!(hung.status, 504, "{}", hung.text);
+
+    // After: the timed-out request is no longer in flight; the next one is the only one.
+    let after = a
+        .request(
+            "tools/call",
+            json!({"name": "log_then_echo", "arguments": {"text": "second"}}),
+        )
+        .await;
+    assert_eq!(after.status, 200, "{}", after.text);
+    assert_eq!(text_of(&final_message(&after)), "second");
+    assert_eq!(
+        logs(&after),
+        1,
+        "the log notification of the only request in flight was lost (sent to the \
+         timed-out request?): {}",
+        after.text
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. The child's stderr in the proxy's log.
+
+/// Everything the proxy logs (at info and above) from the moment a test asks for it.
+fn captured_log() -> Arc<Mutex<Vec<u8>>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || LogWriter(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        buffer
+    })
+    .clone()
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The `session=` value of a log line.
+fn session_field(line: &str) -> Option<&str> {
+    let start = line.find("session=")? + "session=".len();
+    line[start..].split_whitespace().next()
+}
+
+#[tokio::test]
+async fn child_stderr_reaches_the_proxy_log_tagged_with_its_session() {
+    let log = captured_log();
+    let marker = Marker::new("stderr");
+    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut a = proxy.client();
+    a.create().await;
+    let mut b = proxy.client();
+    b.create().await;
+    let line_a = format!("stderr-line-from-a-{}", marker.0);
+    let line_b = format!("stderr-line-from-b-{}", marker.0);
+    assert_eq!(
+        a.tool_text("stderr", json!({"text": line_a})).await,
+        "logged"
+    );
+    assert_eq!(
+        b.tool_text("stderr", json!({"text": line_b})).await,
+        "logged"
+    );
+
+    let find = |needle: &str| {
+        String::from_utf8_lossy(&log.lock())
+            .lines()
+            .find(|l| l.contains(needle))
+            .map(str::to_owned)
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || find(&line_a).is_some()
+            && find(&line_b).is_some())
+        .await,
+        "the children's stderr lines are not in the proxy's log"
+    );
+    let (logged_a, logged_b) = (find(&line_a).unwrap(), find(&line_b).unwrap());
+    let (tag_a, tag_b) = (session_field(&logged_a), session_field(&logged_b));
+    assert!(
+        tag_a.is_some() && tag_b.is_some(),
+        "no session= tag: {logged_a:?} / {logged_b:?}"
+    );
+    assert_ne!(tag_a, tag_b, "each session's lines carry their own tag");
+    assert!(logged_a.contains("INFO"), "{logged_a}");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn child_stderr_names_the_session_the_way_the_rest_of_the_log_does() {
+    let log = captured_log();
+    let marker = Marker::new("stderr-tag");
+    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let line = format!("stderr-tag-line-{}", marker.0);
+    assert_eq!(c.tool_text("stderr", json!({"text": line})).await, "logged");
+    let text = || String::from_utf8_lossy(&log.lock()).into_owned();
+    assert!(eventually(Duration::from_secs(3), || text().contains(&line)).await);
+    let logged = text()
+        .lines()
+        .find(|l| l.contains(&line))
+        .unwrap()
+        .to_owned();
+    let tag = session_field(&logged).unwrap().trim_matches('"').to_owned();
+    // Every other line about this session names it by its short tag (`session created`,
+    // `session deleted`, each request's span). The child's stderr must be traceable to it.
+    let short = mcp_session_proxy::front::short_id(c.session_id());
+    let traceable = tag == short
+        || text()
+            .lines()
+            .any(|l| l.contains(&short) && l.contains(&format!("={tag}")));
+    assert!(
+        traceable,
+        "the child's stderr is tagged session={tag}, but the session is {short} everywhere \
+         else in the log and no line ties the two together: {logged}"
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn a_long_stderr_line_does_not_cut_the_childs_stderr() {
+    let log = captured_log();
+    let marker = Marker::new("stderr-long");
+    let mut config = stdio_config(misbehaving(&marker, &[]));
+    config.upstream.timeout = Duration::from_secs(2);
+    let proxy = Proxy::start(config, &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let child = child_of(&mut c).await;
+    let after = format!("after-the-long-line-{}", marker.0);
+    // 100 kB: longer than the proxy's stderr line limit, and than a pipe's buffer.
+    let reply = c
+        .request(
+            "tools/call",
+            json!({"name": "stderr_long", "arguments": {"bytes": 100_000, "then": after}}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(
+        text_of(&final_message(&reply)),
+        "logged",
+        "the child could not write its stderr after a long line"
+    );
+    assert!(alive(&child));
+    assert!(
+        eventually(Duration::from_secs(3), || String::from_utf8_lossy(
+            &log.lock()
+        )
+        .contains(&after))
+        .await,
+        "stderr after a long line never reached the proxy's log"
+    );
+    assert_eq!(c.tool_text("echo", json!({"text": "ok"})).await, "ok");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. Old (initialize-based) clients.
+
+#[tokio::test]
+async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
+    let marker = Marker::new("legacy");
+    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    let http = http_client();
+    let url = proxy.url();
+    let init = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "legacy-client", "version": "1.0.0"}}}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(init.status, 200, "{}", init.text);
+    let body = init.json();
+    assert_eq!(body["id"], 0);
+    assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
+    assert_eq!(
+        body["result"]["serverInfo"]["name"],
+        "mcp-servers/everything"
+    );
+    assert!(
+        body["result"]["capabilities"]["tools"].is_object(),
+        "{body}"
+    );
+    let session_id = init
+        .header("mcp-session-id")
+        .expect("an Mcp-Session-Id for the legacy client")
+        .to_owned();
+    let children = proxy.children();
+    assert_eq!(children.len(), 1, "{children:?}");
+
+    let mut headers = session_headers(&session_id);
+    headers.insert(
+        "mcp-protocol-version",
+        HeaderValue::from_static("2025-11-25"),
+    );
+    let initialized = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &headers,
+    )
+    .await;
+    assert_eq!(initialized.status, 202, "{}", initialized.text);
+
+    let called = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "old client"}}}),
+        &headers,
+    )
+    .await;
+    assert_eq!(called.status, 200, "{}", called.text);
+    let message = final_message(&called);
+    assert_eq!(message["id"], 1);
+    assert_eq!(text_of(&message), "Echo: old client");
+    assert!(
+        message["result"]
+            .get("_meta")
+            .is_none_or(|m| m.get(SESSION_KEY).is_none()),
+        "a legacy client's result carries no session _meta: {message}"
+    );
+
+    let deleted = http
+        .delete(&url)
+        .headers(headers.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        deleted.status().is_success(),
+        "DELETE: {}",
+        deleted.status()
+    );
+    assert!(
+        reaped(&children[0]),
+        "the child outlived DELETE: {:?}",
+        stat(children[0].pid)
+    );
+    let after = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        &headers,
+    )
+    .await;
+    assert_eq!(after.status, 404, "{}", after.text);
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Where the child's own messages go.
+
+#[tokio::test]
+async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_their_request() {
+    let marker = Marker::new("listen");
+    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let mut stream = listen(&c).await;
+
+    // During a request, the child's log notification rides on that request's stream.
+    let during = c
+        .request(
+            "tools/call",
+            json!({"name": "log_then_echo", "arguments": {"text": "in-request"}}),
+        )
+        .await;
+    assert_eq!(during.status, 200, "{}", during.text);
+    let events = during.events();
+    assert_eq!(events.len(), 2, "{}", during.text);
+    assert_eq!(events[0]["method"], "notifications/message");
+    assert_eq!(events[0]["params"]["data"], "in-request");
+    assert_eq!(text_of(&events[1]), "in-request");
+
+    // With nothing in flight, it goes to the listen stream.
+    let scheduled = c
+        .tool_text(
+            "notify_later",
+            json!({"text": "unsolicited", "delay_ms": 300}),
+        )
+        .await;
+    assert_eq!(scheduled, "scheduled");
+    let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("nothing on the listen stream")
+        .expect("the listen stream ended");
+    assert_eq!(message["method"], "notifications/message", "{message}");
+    assert_eq!(
+        message["params"]["data"], "unsolicited",
+        "the in-request notification must not also reach the listen stream: {message}"
+    );
+    drop(stream);
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
