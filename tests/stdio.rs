@@ -1636,3 +1636,48 @@ async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_thei
     proxy.shutdown().await;
     assert_nothing_left(&marker);
 }
+
+// ---------------------------------------------------------------------------------------
+// Stateless clients (2026-07-28) are served by stdio children too.
+
+#[tokio::test]
+async fn stateless_clients_are_served_from_pooled_children() {
+    let marker = Marker::new("stateless");
+    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    let mut c = StatelessClient::new(proxy.url());
+    let discovered = c.request("server/discover", json!({})).await;
+    assert_eq!(discovered.status, 200, "{}", discovered.text);
+    assert_eq!(
+        discovered.json()["result"]["supportedVersions"],
+        json!(["2026-07-28"])
+    );
+    let echo = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"message": "stateless"}}),
+        )
+        .await
+        .json();
+    assert_eq!(echo["result"]["content"][0]["text"], "Echo: stateless");
+    assert_eq!(echo["result"]["resultType"], "complete");
+    let progress = c
+        .request(
+            "tools/call",
+            json!({"name": "trigger-long-running-operation", "arguments": {"duration": 0.3, "steps": 3},
+                   "_meta": {"progressToken": "p"}}),
+        )
+        .await;
+    let events = progress.events();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .count(),
+        3
+    );
+    assert_eq!(events.last().unwrap()["result"]["resultType"], "complete");
+    // Calls one after another share one pooled child.
+    assert_eq!(proxy.children().len(), 1, "{:?}", proxy.children());
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
