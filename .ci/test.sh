@@ -10,3 +10,6 @@ tests/interop/setup.sh
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 cargo test --locked
+# The release binary the Dockerfile builds, and the benchmark (built, not run).
+cargo build --release --locked --bin mcp-session-proxy
+cargo bench --locked --no-run

@@ -1,0 +1,1087 @@
+//! The proxy's benchmark: `benches/run.sh` (or `cargo bench --bench proxy`), one run,
+//! one table. See `benches/README.md` for what it measures and how.
+//!
+//! Three targets in front of one fast legacy upstream (its own process, answering in
+//! microseconds): the upstream **direct**, **nginx** as a plain reverse proxy, and the
+//! **proxy** (the release binary) with data-layer sessions; at saturation also the proxy
+//! passing a legacy client through (its HTTP hop without the sessions). Same load
+//! generator, same run.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "benchmark harness"
+)]
+
+mod support;
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::load::{self, Outcome, Protocol, Stop, Target, Tool, Work};
+use support::procs;
+
+const USAGE: &str = "\
+usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
+
+  --quick                 ~30 s smoke run: short windows, 1 round, 2,000/10,000 sessions
+  --duration SECS         measured window per target for saturation and paced runs (6)
+  --warmup SECS           warm-up before each measured window (1)
+  --rounds N              saturation rounds, targets interleaved (3); the proxy/nginx
+                          ratio quoted is the median of the rounds' ratios
+  --connections N         closed-loop connections for saturation (32)
+  --rate N                paced rate in requests/s for the added-latency runs (2000)
+  --paced-connections N   connections (one thread each) of the paced runs (8)
+  --create-duration SECS  measured window of the sessions/create runs (5)
+  --create-connections N  concurrency of the sessions/create runs (16)
+  --sessions A,B          idle-session counts for the memory measurement (10000,100000;
+                          at most 190000: the proxy runs with max_sessions 200000)
+  --only LIST             run only some of: saturation,paced,create,memory
+  --no-nginx              leave nginx out
+
+Each option can also be given as MCP_BENCH_<NAME> (e.g. MCP_BENCH_DURATION=4,
+MCP_BENCH_QUICK=1); flags win. The table is printed and written to
+target/bench-results.md.";
+
+const SCENARIOS: [&str; 4] = ["saturation", "paced", "create", "memory"];
+
+#[derive(Debug, Clone)]
+struct Options {
+    quick: bool,
+    duration: Duration,
+    warmup: Duration,
+    rounds: usize,
+    connections: usize,
+    rate: u64,
+    paced_connections: usize,
+    create_duration: Duration,
+    create_connections: usize,
+    sessions: Vec<u64>,
+    only: Vec<String>,
+    nginx: bool,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut args: Vec<String> = std::env::args().skip(1).collect();
+        // `cargo bench` passes `--bench` to every bench binary.
+        args.retain(|a| a != "--bench");
+        let flag = |name: &str| -> Option<String> {
+            let env = format!("MCP_BENCH_{}", name.replace('-', "_").to_ascii_uppercase());
+            let mut value = std::env::var(env).ok();
+            let long = format!("--{name}");
+            let mut i = 0;
+            while i < args.len() {
+                if args[i] == long {
+                    value = Some(args.get(i + 1).cloned().unwrap_or_else(|| {
+                        eprintln!("{long} needs a value\n\n{USAGE}");
+                        std::process::exit(2)
+                    }));
+                    i += 1;
+                } else if let Some(v) = args[i].strip_prefix(&format!("{long}=")) {
+                    value = Some(v.to_owned());
+                }
+                i += 1;
+            }
+            value
+        };
+        let switch = |name: &str| -> bool {
+            let env = format!("MCP_BENCH_{}", name.replace('-', "_").to_ascii_uppercase());
+            args.iter().any(|a| *a == format!("--{name}"))
+                || std::env::var(env).is_ok_and(|v| !v.is_empty() && v != "0")
+        };
+        if args.iter().any(|a| a == "--help" || a == "-h") {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let known = [
+            "--quick",
+            "--duration",
+            "--warmup",
+            "--rounds",
+            "--connections",
+            "--rate",
+            "--paced-connections",
+            "--create-duration",
+            "--create-connections",
+            "--sessions",
+            "--only",
+            "--no-nginx",
+        ];
+        let mut i = 0;
+        while i < args.len() {
+            let name = args[i].split('=').next().unwrap_or("");
+            if !known.contains(&name) {
+                eprintln!("unknown argument {:?}\n\n{USAGE}", args[i]);
+                std::process::exit(2);
+            }
+            let takes_value = !matches!(name, "--quick" | "--no-nginx") && !args[i].contains('=');
+            i += if takes_value { 2 } else { 1 };
+        }
+        fn num<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> T {
+            match value {
+                None => default,
+                Some(v) => v.parse().unwrap_or_else(|_| {
+                    eprintln!("--{name}: not a number: {v:?}\n\n{USAGE}");
+                    std::process::exit(2)
+                }),
+            }
+        }
+        let secs = |name: &str, default: f64| {
+            Duration::from_secs_f64(num::<f64>(name, flag(name), default).max(0.1))
+        };
+        let quick = switch("quick");
+        let sessions = flag("sessions")
+            .map(|list| {
+                list.split(',')
+                    .map(|n| num::<u64>("sessions", Some(n.trim().replace('_', "")), 0))
+                    .filter(|&n| n > 0)
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_else(|| {
+                if quick {
+                    vec![2_000, 10_000]
+                } else {
+                    vec![10_000, 100_000]
+                }
+            });
+        let only: Vec<String> = flag("only")
+            .map(|l| l.split(',').map(|s| s.trim().to_owned()).collect())
+            .unwrap_or_default();
+        if let Some(bad) = only.iter().find(|s| !SCENARIOS.contains(&s.as_str())) {
+            eprintln!(
+                "--only: no scenario {bad:?} (one of {})\n\n{USAGE}",
+                SCENARIOS.join(", ")
+            );
+            std::process::exit(2);
+        }
+        if sessions.iter().any(|&n| n > 190_000) {
+            eprintln!("--sessions: at most 190000\n\n{USAGE}");
+            std::process::exit(2);
+        }
+        Options {
+            quick,
+            duration: secs("duration", if quick { 2.0 } else { 6.0 }),
+            warmup: secs("warmup", if quick { 0.5 } else { 1.0 }),
+            rounds: num("rounds", flag("rounds"), if quick { 1 } else { 3 }).max(1),
+            connections: num("connections", flag("connections"), 32).max(1),
+            rate: num("rate", flag("rate"), 2000).max(1),
+            paced_connections: num("paced-connections", flag("paced-connections"), 8).max(1),
+            create_duration: secs("create-duration", if quick { 2.0 } else { 5.0 }),
+            create_connections: num("create-connections", flag("create-connections"), 16).max(1),
+            sessions,
+            only,
+            nginx: !switch("no-nginx"),
+        }
+    }
+
+    fn runs(&self, scenario: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == scenario)
+    }
+}
+
+fn main() {
+    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
+        support::upstream::main();
+    }
+    let options = Options::parse();
+    install_signal_handler();
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let report = run(&options, &runtime);
+    let elapsed = started.elapsed();
+    let markdown = report.render(&options, elapsed);
+    println!("\n{markdown}");
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let path = target_dir.join("bench-results.md");
+    match std::fs::write(&path, &markdown) {
+        Ok(()) => eprintln!("written to {}", path.display()),
+        Err(e) => eprintln!("could not write {}: {e}", path.display()),
+    }
+}
+
+/// Ctrl-C / SIGTERM / SIGHUP: stop every child before exiting (guards do not run then).
+fn install_signal_handler() {
+    std::thread::spawn(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("signal runtime");
+        runtime.block_on(async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+            let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+                _ = hup.recv() => {}
+            }
+        });
+        procs::kill_all();
+        eprintln!("interrupted; children stopped");
+        std::process::exit(130);
+    });
+}
+
+/// The proxy with a legacy client: pass-through, no data-layer session.
+const PASS_THROUGH: &str = "proxy pass-through";
+
+fn progress(what: &str) {
+    eprintln!("[bench] {what}");
+}
+
+/// CPU of the processes a run involves, in µs: [the hop (proxy or nginx, with its child
+/// processes; 0 for direct), the upstream, the load generator (this process), every other
+/// process on the machine, interrupts machine-wide, stolen by the hypervisor].
+fn cpu_probe(hop: Vec<u32>, upstream: u32, ticks: u64) -> impl Fn() -> Vec<u64> {
+    let foreign = procs::Foreign::new(ticks);
+    move || {
+        // nginx's workers are read afresh each time (the proxy has no children).
+        let mut hop_pids = hop.clone();
+        hop_pids.extend(hop.iter().flat_map(|&pid| procs::children(pid)));
+        let (_, interrupts, steal) = procs::machine_cpu_micros(ticks);
+        vec![
+            if hop.is_empty() {
+                0
+            } else {
+                procs::cpu_micros(&hop_pids, ticks)
+            },
+            procs::cpu_micros(&[upstream], ticks),
+            procs::cpu_micros(&[std::process::id()], ticks),
+            foreign.read(),
+            interrupts,
+            steal,
+        ]
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    /// Per target label (direct, nginx, proxy), rounds merged.
+    saturation: Vec<(&'static str, Outcome)>,
+    /// proxy/nginx throughput of each round.
+    round_ratios: Vec<f64>,
+    paced_json: Vec<(&'static str, Outcome)>,
+    paced_sse: Vec<(&'static str, Outcome)>,
+    /// sessions/create (proxy) vs initialize + initialized (direct), per concurrency.
+    creates: Vec<Creates>,
+    memory: Option<Memory>,
+    rewrite_proof: Option<Result<u16, String>>,
+    nginx_version: String,
+    notes: Vec<String>,
+}
+
+struct Creates {
+    connections: usize,
+    direct: Option<Outcome>,
+    proxy: Option<Outcome>,
+}
+
+struct Memory {
+    warm_sessions: u64,
+    baseline: u64,
+    points: Vec<(u64, u64)>,
+    errors: u64,
+    first_error: Option<String>,
+    create_rate: f64,
+}
+
+fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
+    let mut report = Report {
+        nginx_version: procs::nginx_version(),
+        ..Report::default()
+    };
+    let ticks = procs::clock_ticks();
+    let nginx_available = options.nginx
+        && std::process::Command::new("nginx")
+            .arg("-v")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if options.nginx && !nginx_available {
+        report.notes.push(
+            "nginx is not installed: its column is empty (benches/run.sh installs nginx-light)"
+                .into(),
+        );
+        eprintln!("warning: nginx not found; run benches/run.sh to install nginx-light");
+    }
+    progress("starting the upstream, nginx and the proxy");
+    let (upstream, upstream_addr) = procs::spawn_upstream();
+    let nginx = nginx_available.then(|| procs::spawn_nginx(upstream_addr, 2));
+    let (proxy, proxy_addr) = procs::spawn_proxy(upstream_addr);
+
+    let mut targets: Vec<(Target, Vec<u32>)> = vec![(
+        Target {
+            label: "direct",
+            addr: upstream_addr,
+            protocol: Protocol::Legacy,
+        },
+        Vec::new(),
+    )];
+    if let Some((guard, addr)) = &nginx {
+        targets.push((
+            Target {
+                label: "nginx",
+                addr: *addr,
+                protocol: Protocol::Legacy,
+            },
+            vec![guard.pid()],
+        ));
+    }
+    targets.push((
+        Target {
+            label: "proxy",
+            addr: proxy_addr,
+            protocol: Protocol::DataLayer,
+        },
+        vec![proxy.pid()],
+    ));
+    // The proxy's HTTP hop alone: a legacy client, passed through untouched (saturation
+    // only), to split the proxy's cost into the hop and the session handling.
+    targets.push((
+        Target {
+            label: PASS_THROUGH,
+            addr: proxy_addr,
+            protocol: Protocol::Legacy,
+        },
+        vec![proxy.pid()],
+    ));
+    for (target, _) in &targets {
+        if let Err(e) = load::smoke(target) {
+            panic!("{} does not answer correctly: {e}", target.label);
+        }
+    }
+    report.rewrite_proof = Some(load::upstream_refuses_session_meta(upstream_addr));
+    if !matches!(report.rewrite_proof, Some(Ok(400))) {
+        panic!(
+            "the upstream accepted a tools/call carrying the session _meta ({:?}): it could not tell whether the proxy strips it",
+            report.rewrite_proof
+        );
+    }
+
+    if options.runs("saturation") {
+        let mut merged: Vec<(&'static str, Option<Outcome>)> =
+            targets.iter().map(|(t, _)| (t.label, None)).collect();
+        for round in 0..options.rounds {
+            let mut order: Vec<usize> = (0..targets.len()).collect();
+            order.rotate_left(round % targets.len());
+            let mut rates = std::collections::HashMap::new();
+            for i in order {
+                let (target, pids) = &targets[i];
+                progress(&format!(
+                    "saturation round {}/{}: {} ({} connections, {:?})",
+                    round + 1,
+                    options.rounds,
+                    target.label,
+                    options.connections,
+                    options.duration
+                ));
+                let probe = cpu_probe(pids.clone(), upstream.pid(), ticks);
+                let outcome = runtime.block_on(load::closed_loop(
+                    target,
+                    options.connections,
+                    Work::Call(Tool::Json),
+                    Stop::Timed {
+                        warmup: options.warmup,
+                        measure: options.duration,
+                    },
+                    &probe,
+                ));
+                eprintln!(
+                    "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
+                    outcome.rate(),
+                    micros(outcome.p(0.5)),
+                    micros(outcome.p(0.99)),
+                    outcome.errors,
+                    cpu_line(&outcome)
+                );
+                rates.insert(target.label, outcome.rate());
+                let slot = &mut merged[i].1;
+                match slot {
+                    Some(m) => m.merge(outcome),
+                    None => *slot = Some(outcome),
+                }
+            }
+            if let (Some(p), Some(n)) = (rates.get("proxy"), rates.get("nginx")) {
+                report.round_ratios.push(p / n);
+            }
+        }
+        report.saturation = merged
+            .into_iter()
+            .filter_map(|(l, o)| o.map(|o| (l, o)))
+            .collect();
+    }
+
+    if options.runs("paced") {
+        for tool in [Tool::Json, Tool::Sse] {
+            for (target, pids) in targets.iter().filter(|(t, _)| t.label != PASS_THROUGH) {
+                progress(&format!(
+                    "paced {} req/s, {}: {} ({} connections, {:?})",
+                    options.rate,
+                    if tool == Tool::Json { "JSON" } else { "SSE" },
+                    target.label,
+                    options.paced_connections,
+                    options.duration
+                ));
+                let probe = cpu_probe(pids.clone(), upstream.pid(), ticks);
+                let outcome = load::open_loop(
+                    target,
+                    options.paced_connections,
+                    options.rate,
+                    tool,
+                    options.warmup,
+                    options.duration,
+                    &probe,
+                );
+                eprintln!(
+                    "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  p99.9 {:>7.1} µs  errors {}",
+                    outcome.rate(),
+                    micros(outcome.p(0.5)),
+                    micros(outcome.p(0.99)),
+                    micros(outcome.p(0.999)),
+                    outcome.errors
+                );
+                eprintln!("         {}", cpu_line(&outcome));
+                match tool {
+                    Tool::Json => report.paced_json.push((target.label, outcome)),
+                    Tool::Sse => report.paced_sse.push((target.label, outcome)),
+                }
+            }
+        }
+    }
+
+    if options.runs("create") {
+        let stop = Stop::Timed {
+            warmup: options.warmup,
+            measure: options.create_duration,
+        };
+        // At the set concurrency (saturating: latency is mostly queueing), then one at a
+        // time (unloaded: latency is the round trips themselves).
+        let mut levels = vec![options.create_connections];
+        if options.create_connections > 1 {
+            levels.push(1);
+        }
+        for connections in levels {
+            let mut creates = Creates {
+                connections,
+                direct: None,
+                proxy: None,
+            };
+            for (target, pids) in targets
+                .iter()
+                .filter(|(t, _)| t.label != "nginx" && t.label != PASS_THROUGH)
+            {
+                progress(&format!(
+                    "{}: {} ({} connections, {:?})",
+                    if target.protocol == Protocol::DataLayer {
+                        "sessions/create"
+                    } else {
+                        "initialize + initialized"
+                    },
+                    target.label,
+                    connections,
+                    options.create_duration
+                ));
+                let probe = cpu_probe(pids.clone(), upstream.pid(), ticks);
+                let outcome = runtime.block_on(load::closed_loop(
+                    target,
+                    connections,
+                    Work::Open,
+                    stop,
+                    &probe,
+                ));
+                eprintln!(
+                    "         {:>9.0} /s  p50 {:>7.3} ms  p99 {:>7.3} ms  errors {}",
+                    outcome.rate(),
+                    millis(outcome.p(0.5)),
+                    millis(outcome.p(0.99)),
+                    outcome.errors
+                );
+                eprintln!("         {}", cpu_line(&outcome));
+                if target.protocol == Protocol::DataLayer {
+                    creates.proxy = Some(outcome);
+                } else {
+                    creates.direct = Some(outcome);
+                }
+            }
+            report.creates.push(creates);
+        }
+    }
+    drop(proxy);
+    drop(nginx);
+
+    if options.runs("memory") && !options.sessions.is_empty() {
+        report.memory = Some(memory(options, runtime, upstream_addr));
+    }
+    drop(upstream);
+    report
+}
+
+/// Resident memory per idle session, in a fresh proxy.
+fn memory(options: &Options, runtime: &tokio::runtime::Runtime, upstream: SocketAddr) -> Memory {
+    progress("memory: a fresh proxy");
+    let (proxy, addr) = procs::spawn_proxy(upstream);
+    let target = Target {
+        label: "proxy",
+        addr,
+        protocol: Protocol::DataLayer,
+    };
+    let no_probe = || Vec::new();
+    let create = |n: u64| {
+        runtime.block_on(load::closed_loop(
+            &target,
+            options.create_connections,
+            Work::Open,
+            Stop::Count(n),
+            &no_probe,
+        ))
+    };
+    let settle = |pid: u32| {
+        std::thread::sleep(Duration::from_millis(500));
+        procs::rss_bytes(pid)
+    };
+    // Warm-up: connections, runtime, allocator arenas, the upstream connection pool.
+    let warm = 1_000u64;
+    let _ = load::smoke(&target);
+    let warm_outcome = create(warm);
+    let baseline = settle(proxy.pid());
+    let mut memory = Memory {
+        warm_sessions: warm + 1,
+        baseline,
+        points: Vec::new(),
+        errors: warm_outcome.errors,
+        first_error: warm_outcome.first_error,
+        create_rate: 0.0,
+    };
+    let mut created = 0u64;
+    let (mut ops, mut secs) = (0u64, 0f64);
+    let mut sessions = options.sessions.clone();
+    sessions.sort_unstable();
+    for count in sessions {
+        progress(&format!("memory: up to {count} idle sessions"));
+        let outcome = create(count - created.min(count));
+        created = count.max(created);
+        ops += outcome.ops;
+        secs += outcome.window.as_secs_f64();
+        memory.errors += outcome.errors;
+        if memory.first_error.is_none() {
+            memory.first_error = outcome.first_error;
+        }
+        let rss = settle(proxy.pid());
+        eprintln!(
+            "         RSS {:.1} MiB (baseline {:.1} MiB): {:.0} B/session",
+            rss as f64 / 1048576.0,
+            baseline as f64 / 1048576.0,
+            (rss.saturating_sub(baseline)) as f64 / count as f64
+        );
+        memory.points.push((count, rss));
+    }
+    memory.create_rate = ops as f64 / secs.max(1e-9);
+    memory
+}
+
+/// Where the CPU went during a run, in cores.
+fn cpu_line(o: &Outcome) -> String {
+    let cores = |i: usize| o.share(i).unwrap_or(0.0) * cpus();
+    format!(
+        "cores: hop {:.2}, upstream {:.2}, generator {:.2}, other processes {:.2}; interrupts {:.2} (tick-sampled), steal {:.2}",
+        cores(0),
+        cores(1),
+        cores(2),
+        foreign(o),
+        cores(4),
+        cores(5)
+    )
+}
+
+/// CPUs of the machine.
+fn cpus() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
+
+/// Cores used by processes that are not part of the benchmark during a run's window
+/// (another build on the machine, say): the run is then not to be trusted.
+fn foreign(o: &Outcome) -> f64 {
+    o.share(3).unwrap_or(0.0) * cpus()
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// 12345.6 → "12,346".
+fn thousands(x: f64) -> String {
+    let n = x.round() as i64;
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+fn find<'a>(list: &'a [(&'static str, Outcome)], label: &str) -> Option<&'a Outcome> {
+    list.iter().find(|(l, _)| *l == label).map(|(_, o)| o)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "yes" } else { "**NO**" }
+}
+
+/// "yes"/"NO", or "ERRORS" when any of the runs behind it had errors.
+fn judged(ok: bool, runs: &[Option<&Outcome>]) -> &'static str {
+    if runs.iter().flatten().any(|o| o.errors > 0) {
+        "**ERRORS**"
+    } else {
+        verdict(ok)
+    }
+}
+
+fn cell<F: Fn(&Outcome) -> String>(o: Option<&Outcome>, f: F) -> String {
+    match o {
+        None => "—".into(),
+        Some(o) if o.errors > 0 => format!("{} ({} errors)", f(o), thousands(o.errors as f64)),
+        Some(o) => f(o),
+    }
+}
+
+fn lat_us(o: &Outcome) -> String {
+    format!("{:.0} / {:.0}", micros(o.p(0.5)), micros(o.p(0.99)))
+}
+
+impl Report {
+    fn render(&self, options: &Options, elapsed: Duration) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "### mcp-session-proxy benchmark\n");
+        let _ = writeln!(
+            md,
+            "| scenario | direct | nginx | proxy | ratio / goal | met? |\n| --- | ---: | ---: | ---: | --- | --- |"
+        );
+        let mut row = |cells: [String; 6]| {
+            let _ = writeln!(md, "| {} |", cells.join(" | "));
+        };
+
+        if !self.saturation.is_empty() {
+            let d = find(&self.saturation, "direct");
+            let n = find(&self.saturation, "nginx");
+            let p = find(&self.saturation, "proxy");
+            let rate = |o: &Outcome| thousands(o.rate());
+            let (ratio, met) = match (p, n) {
+                (Some(p), Some(n)) => {
+                    let mut sorted = self.round_ratios.clone();
+                    sorted.sort_by(f64::total_cmp);
+                    let r = match sorted.len() {
+                        0 => p.rate() / n.rate(),
+                        len if len % 2 == 1 => sorted[len / 2],
+                        len => (sorted[len / 2 - 1] + sorted[len / 2]) / 2.0,
+                    };
+                    let rounds: Vec<String> = self
+                        .round_ratios
+                        .iter()
+                        .map(|r| format!("{r:.2}"))
+                        .collect();
+                    (
+                        format!(
+                            "proxy/nginx **{r:.2}** (goal ≥ 1.00; median of rounds {})",
+                            rounds.join(", ")
+                        ),
+                        judged(r >= 1.0, &[Some(p), Some(n)]),
+                    )
+                }
+                _ => ("—".into(), "—"),
+            };
+            row([
+                format!(
+                    "`tools/call` saturation, JSON, {} connections (req/s)",
+                    options.connections
+                ),
+                cell(d, rate),
+                cell(n, rate),
+                cell(p, rate),
+                ratio,
+                met.into(),
+            ]);
+            row([
+                "… its latency p50 / p99 (µs)".into(),
+                cell(d, lat_us),
+                cell(n, lat_us),
+                cell(p, lat_us),
+                "—".into(),
+                "—".into(),
+            ]);
+        }
+
+        for (list, kind) in [(&self.paced_json, "JSON"), (&self.paced_sse, "SSE")] {
+            if list.is_empty() {
+                continue;
+            }
+            let d = find(list, "direct");
+            let n = find(list, "nginx");
+            let p = find(list, "proxy");
+            let added = |o: &Outcome, base: &Outcome, q: f64| micros(o.p(q)) - micros(base.p(q));
+            let (ratio, met) = match (p, d) {
+                (Some(p), Some(d)) => {
+                    let (a50, a99) = (added(p, d, 0.5), added(p, d, 0.99));
+                    let nginx = n
+                        .map(|n| {
+                            format!(
+                                "; nginx adds {:+.0} / {:+.0} µs",
+                                added(n, d, 0.5),
+                                added(n, d, 0.99)
+                            )
+                        })
+                        .unwrap_or_default();
+                    (
+                        format!(
+                            "proxy adds p50 **{a50:+.0} µs** (goal < 100), p99 **{a99:+.0} µs** (goal < 1,000){nginx}"
+                        ),
+                        judged(a50 < 100.0 && a99 < 1000.0, &[Some(p), Some(d)]),
+                    )
+                }
+                _ => ("—".into(), "—"),
+            };
+            row([
+                format!(
+                    "`tools/call` at {} req/s, {kind}: latency p50 / p99 (µs)",
+                    thousands(options.rate as f64)
+                ),
+                cell(d, lat_us),
+                cell(n, lat_us),
+                cell(p, lat_us),
+                ratio,
+                met.into(),
+            ]);
+        }
+
+        for creates in &self.creates {
+            let d = creates.direct.as_ref();
+            let p = creates.proxy.as_ref();
+            let c = creates.connections;
+            let rate = |o: &Outcome| thousands(o.rate());
+            let lat = |o: &Outcome| format!("{:.3} / {:.3}", millis(o.p(0.5)), millis(o.p(0.99)));
+            let ratio = match (p, d) {
+                (Some(p), Some(d)) => format!("proxy/direct {:.2}", p.rate() / d.rate()),
+                _ => "—".into(),
+            };
+            row([
+                format!(
+                    "`sessions/create` per second, {c} connection{} (direct: `initialize` + `initialized`)",
+                    if c == 1 { "" } else { "s" }
+                ),
+                cell(d, rate),
+                "—".into(),
+                cell(p, rate),
+                ratio,
+                "—".into(),
+            ]);
+            let (ratio, met) = match (p, d) {
+                (Some(p), Some(d)) => {
+                    let diff = millis(p.p(0.5)) - millis(d.p(0.5));
+                    (
+                        format!("p50 difference **{diff:+.3} ms** (goal ≤ 0.200)"),
+                        judged(diff <= 0.2, &[Some(p), Some(d)]),
+                    )
+                }
+                _ => ("—".into(), "—"),
+            };
+            row([
+                "… its latency p50 / p99 (ms)".into(),
+                cell(d, lat),
+                "—".into(),
+                cell(p, lat),
+                ratio,
+                met.into(),
+            ]);
+        }
+
+        if let Some(m) = &self.memory {
+            for &(count, rss) in &m.points {
+                let per = rss.saturating_sub(m.baseline) as f64 / count as f64;
+                row([
+                    format!(
+                        "resident memory per idle session, {} sessions (memory store)",
+                        thousands(count as f64)
+                    ),
+                    "—".into(),
+                    "—".into(),
+                    format!("{} B", thousands(per)),
+                    format!(
+                        "ΔRSS {:.1} MiB / {} sessions (goal < 2,048 B)",
+                        rss.saturating_sub(m.baseline) as f64 / 1048576.0,
+                        thousands(count as f64)
+                    ),
+                    if m.errors > 0 {
+                        "**ERRORS**"
+                    } else {
+                        verdict(per < 2048.0)
+                    }
+                    .into(),
+                ]);
+            }
+        }
+
+        for (list, what) in [
+            (&self.saturation, "at saturation"),
+            (
+                &self.paced_json,
+                &*format!("at {} req/s, JSON", thousands(options.rate as f64)),
+            ),
+        ] {
+            if list.is_empty() {
+                continue;
+            }
+            let d = find(list, "direct");
+            let n = find(list, "nginx");
+            let p = find(list, "proxy");
+            let hop = |o: &Outcome, name: &str| match (o.per_op(0), o.per_op(1)) {
+                (Some(h), Some(u)) => format!("{name} {h:.1} (upstream {u:.1})"),
+                _ => "—".into(),
+            };
+            let ratio = match (p.and_then(|p| p.per_op(0)), n.and_then(|n| n.per_op(0))) {
+                (Some(p), Some(n)) if n > 0.0 => format!("proxy/nginx {:.2}", p / n),
+                _ => "—".into(),
+            };
+            row([
+                format!("CPU time per `tools/call` {what} (µs)"),
+                d.and_then(|o| o.per_op(1))
+                    .map_or("—".into(), |u| format!("upstream {u:.1}")),
+                n.map_or("—".into(), |o| hop(o, "nginx")),
+                p.map_or("—".into(), |o| hop(o, "proxy")),
+                ratio,
+                "—".into(),
+            ]);
+        }
+
+        let _ = writeln!(md);
+        let _ = writeln!(md, "{}", self.details(options));
+        let _ = writeln!(md, "{}", machine(options, elapsed, &self.nginx_version));
+        md
+    }
+
+    fn details(&self, options: &Options) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "Notes:\n");
+        let _ = writeln!(
+            out,
+            "- direct: the client's own `initialize` and `Mcp-Session-Id`; nginx: the same requests through nginx (`proxy_pass`, keep-alive upstream, `proxy_buffering off`, 2 workers, `access_log off`); proxy: a data-layer session per connection (`sessions/create`), `_meta[\"io.modelcontextprotocol/session\"]` with the latest `state` on every call, every answer checked for the session `_meta`."
+        );
+        if let Some(Ok(status)) = &self.rewrite_proof {
+            let _ = writeln!(
+                out,
+                "- The upstream refuses a call that still carries the session `_meta` (checked at start: HTTP {status}), so every successful call through the proxy was rewritten."
+            );
+        }
+        let _ = writeln!(
+            out,
+            "- Saturation: closed loop, {} keep-alive connections, {} round(s) of {} s per target (targets interleaved, {} s warm-up each); req/s and latencies over all rounds, the ratio is the median of the rounds' ratios. Paced: open loop at {} req/s over {} connections for {} s per target; latency counts from the due time whenever the target made the generator late (no coordinated omission). Added latency = proxy percentile − direct percentile in the same run.",
+            options.connections,
+            options.rounds,
+            options.duration.as_secs_f64(),
+            options.warmup.as_secs_f64(),
+            thousands(options.rate as f64),
+            options.paced_connections,
+            options.duration.as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "- CPU: user + system time of each process (/proc/<pid>/stat, the scheduler's exact runtime) over the measured window ÷ calls; nginx = master + workers. The load generator (this process) shares the same 2 cores."
+        );
+        if let Some(m) = &self.memory {
+            let _ = writeln!(
+                out,
+                "- Memory: a fresh proxy; baseline VmRSS {:.1} MiB after {} warm-up sessions; then sessions created at {} /s ({} connections) and VmRSS read 0.5 s later: {}.",
+                m.baseline as f64 / 1048576.0,
+                thousands(m.warm_sessions as f64),
+                thousands(m.create_rate),
+                options.create_connections,
+                m.points
+                    .iter()
+                    .map(|(n, rss)| format!(
+                        "{} → {:.1} MiB",
+                        thousands(*n as f64),
+                        *rss as f64 / 1048576.0
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            if m.points.len() >= 2 {
+                let (n0, r0) = m.points[m.points.len() - 2];
+                let (n1, r1) = m.points[m.points.len() - 1];
+                let _ = writeln!(
+                    out,
+                    "- Marginal memory {}→{} sessions: {} B/session.",
+                    thousands(n0 as f64),
+                    thousands(n1 as f64),
+                    thousands(r1.saturating_sub(r0) as f64 / (n1 - n0).max(1) as f64)
+                );
+            }
+            if let Some(e) = &m.first_error {
+                let _ = writeln!(out, "- Memory run: {} errors, first: `{e}`", m.errors);
+            }
+        }
+        let all = self
+            .saturation
+            .iter()
+            .map(|(l, o)| ("saturation", *l, o))
+            .chain(self.paced_json.iter().map(|(l, o)| ("paced JSON", *l, o)))
+            .chain(self.paced_sse.iter().map(|(l, o)| ("paced SSE", *l, o)))
+            .chain(
+                self.creates
+                    .iter()
+                    .flat_map(|c| c.direct.iter().map(|o| ("handshake", "direct", o))),
+            )
+            .chain(
+                self.creates
+                    .iter()
+                    .flat_map(|c| c.proxy.iter().map(|o| ("sessions/create", "proxy", o))),
+            );
+        let mut clean = true;
+        let all: Vec<_> = all.collect();
+        let noisy: Vec<String> = all
+            .iter()
+            .filter(|(_, _, o)| foreign(o) > 0.15)
+            .map(|(scenario, label, o)| format!("{scenario} / {label} ({:.2} cores)", foreign(o)))
+            .collect();
+        let worst = all.iter().map(|(_, _, o)| foreign(o)).fold(0.0, f64::max);
+        if noisy.is_empty() {
+            let _ = writeln!(
+                out,
+                "- Other processes on the machine used at most {worst:.2} cores during any measured window."
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "- **Other processes loaded the machine during: {}** — those numbers are not to be quoted; run again on a quiet machine.",
+                noisy.join(", ")
+            );
+        }
+        if let (Some(t), Some(p)) = (
+            find(&self.saturation, PASS_THROUGH),
+            find(&self.saturation, "proxy"),
+        ) {
+            let cpu = |o: &Outcome| o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "- The proxy's HTTP hop alone (a legacy client through the same proxy, passed through untouched, measured in the same saturation rounds): {} req/s, p50 / p99 {} µs, proxy CPU {} µs per call — against {} µs per call with data-layer sessions.",
+                thousands(t.rate()),
+                lat_us(t),
+                cpu(t),
+                cpu(p)
+            );
+        }
+        if let (Some(n), Some(p)) = (
+            find(&self.saturation, "nginx"),
+            find(&self.saturation, "proxy"),
+        ) {
+            let irq = |o: &Outcome| o.per_op(4).map_or("?".into(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "- Interrupt time (the loopback network's receive path; charged to no process) per call at saturation: direct {}, nginx {}, proxy {} µs.",
+                find(&self.saturation, "direct").map_or("?".into(), irq),
+                irq(n),
+                irq(p)
+            );
+        }
+        for (scenario, label, o) in all {
+            if o.errors > 0 || o.reconnects > 0 {
+                clean = false;
+                let _ = writeln!(
+                    out,
+                    "- **{scenario} / {label}: {} errors, {} reconnects** of {} calls; first error: `{}`",
+                    o.errors,
+                    o.reconnects,
+                    o.ops,
+                    o.first_error.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        if clean {
+            let _ = writeln!(out, "- No errors and no reconnects in any run.");
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "- {note}");
+        }
+        out
+    }
+}
+
+fn machine(options: &Options, elapsed: Duration, nginx: &str) -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or("?".into(), |kb| format!("{:.1} GiB", kb as f64 / 1048576.0));
+    let os = std::fs::read_to_string("/etc/os-release")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("PRETTY_NAME=")
+                .map(|v| v.trim_matches('"').to_owned())
+        })
+        .unwrap_or_default();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(["-C", env!("CARGO_MANIFEST_DIR")])
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let commit = match (
+        git(&["rev-parse", "--short", "HEAD"]),
+        git(&["status", "--porcelain"]),
+    ) {
+        (Some(c), Some(s)) if !s.is_empty() => format!("{c} + local changes"),
+        (Some(c), _) => c,
+        _ => "unknown".into(),
+    };
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    format!(
+        "Machine: {cpus} CPUs ({cpu}), {mem}, Linux {kernel}, {os}; {nginx}; proxy at {commit}.  \n\
+         Run: `benches/run.sh{}`{} on {}, {:.0} s in all (load generator, proxy, nginx and upstream on the same machine, loopback).",
+        if args.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", args.join(" "))
+        },
+        if options.quick {
+            " (quick mode: not for quoting)"
+        } else {
+            ""
+        },
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now()),
+        elapsed.as_secs_f64()
+    )
+}
