@@ -518,6 +518,30 @@ async fn a_state_issued_for_another_session_is_refused() {
     h.stop().await;
 }
 
+#[tokio::test]
+async fn a_session_unknown_here_is_not_found_whatever_state_it_carries() {
+    // As after a restart with a fresh state key: the session and its state come from
+    // another proxy. The client must hear -32043 (start over), not "bad state".
+    let elsewhere = Harness::start().await;
+    let mut c = elsewhere.client();
+    c.create().await;
+    let h = Harness::start().await;
+    for (id, method, params) in [
+        (13, "tools/call", json!({"name": "echo", "arguments": {"msg": "x"}})),
+        (14, "sessions/delete", json!({})),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": in_session(params, c.session_id(), c.state.as_deref())});
+        let reply = h.post(&body).await;
+        assert_eq!(reply.status, 404, "{method}: {}", reply.text);
+        assert_eq!(reply.error_code(), Some(-32043), "{method}");
+        assert_eq!(reply.json()["error"]["data"]["sessionId"], c.session_id());
+    }
+    assert!(h.upstream_saw("tools/call").is_empty());
+    h.stop().await;
+    elsewhere.stop().await;
+}
+
 // === 8. The upstream loses the session ===
 
 #[tokio::test]

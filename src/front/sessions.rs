@@ -355,6 +355,7 @@ async fn end(app: &App, session: &SessionRef<'_>) -> Result<(), ProxyError> {
     if let Some(state) = &session.state {
         app.sessions
             .check_state(id, state)
+            .await
             .map_err(|e| app.session_error(e, id))?;
     }
     let record = app

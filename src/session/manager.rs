@@ -152,7 +152,7 @@ impl Sessions {
             return Err(SessionError::NotFound);
         }
         if let Some(state) = state {
-            self.check_state(id, state)?;
+            self.check_state(id, state).await?;
         }
         let now = now_millis();
         let expires_at = self.expiry_from(now);
@@ -169,12 +169,18 @@ impl Sessions {
         })
     }
 
-    /// Whether `state` was issued by this proxy for session `id`.
-    pub fn check_state(&self, id: &str, state: &str) -> Result<(), SessionError> {
-        self.signer
-            .verify(id, state)
-            .map(|_| ())
-            .ok_or(SessionError::BadState)
+    /// Whether `state` was issued by this proxy for session `id`. A state that does not
+    /// verify for a session this proxy does not know is `NotFound`, not `BadState`: after
+    /// a restart with a fresh key, or once the session is gone, the client must hear
+    /// -32043 and start over, not be told its state is malformed.
+    pub async fn check_state(&self, id: &str, state: &str) -> Result<(), SessionError> {
+        if self.signer.verify(id, state).is_some() {
+            return Ok(());
+        }
+        match self.store.get(id, now_millis()).await? {
+            Some(_) => Err(SessionError::BadState),
+            None => Err(SessionError::NotFound),
+        }
     }
 
     /// Forgets session `id`; returns its record if it existed.

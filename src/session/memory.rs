@@ -42,6 +42,14 @@ impl SessionStore for MemoryStore {
         Ok(Some(record.clone()))
     }
 
+    async fn get(&self, id: &str, now: Millis) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self
+            .map
+            .get(id)
+            .filter(|record| record.expires_at > now)
+            .map(|record| record.clone()))
+    }
+
     async fn remove(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         Ok(self.map.remove(id).map(|(_, record)| record))
     }

@@ -32,6 +32,14 @@ pub trait SessionStore: Send + Sync + 'static {
         expires_at: Millis,
     ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send;
 
+    /// A live session's record, without using it (no renewal): `None` when the id is
+    /// unknown or the session expired at `now`.
+    fn get(
+        &self,
+        id: &str,
+        now: Millis,
+    ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send;
+
     /// Forgets a session, returning what it was.
     fn remove(
         &self,
@@ -75,6 +83,12 @@ impl SessionStore for Store {
     ) -> Result<Option<SessionRecord>, StoreError> {
         match self {
             Store::Memory(s) => s.renew(id, now, expires_at).await,
+        }
+    }
+
+    async fn get(&self, id: &str, now: Millis) -> Result<Option<SessionRecord>, StoreError> {
+        match self {
+            Store::Memory(s) => s.get(id, now).await,
         }
     }
 
