@@ -6,10 +6,12 @@
 
 mod envelope;
 mod error;
+mod id;
 mod object;
 
 pub use envelope::{Envelope, EnvelopeError, Kind, raw_str};
 pub use error::{ErrorObject, error_response};
+pub use id::same_id;
 pub use object::{RawObject, range_in, splice, write_json_str};
 
 /// JSON-RPC and MCP error codes the proxy produces, in one place so that the two

@@ -350,3 +350,38 @@ async fn deleting_one_session_leaves_the_other_working() {
     assert_eq!(gone.error_code(), Some(-32043), "{}", gone.text);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn ids_the_upstream_rewrites_still_get_their_session_meta() {
+    // The TypeScript server parses the id and writes it back its own way: `1.0` comes back
+    // as `1`, `"\u0041b"` as `"Ab"`. The proxy must still recognise its response, stamp
+    // it, and not invent an error for a stream that "never answered".
+    let h = Interop::everything().await;
+    let mut c = h.client();
+    c.create().await;
+    let session_id = c.session_id().to_owned();
+    let http = http_client();
+    for (raw_id, read_back) in [("1.0", json!(1)), (r#""\u0041b""#, json!("Ab"))] {
+        let params = in_session(
+            json!({"name": "echo", "arguments": {"message": "id"}}),
+            &session_id,
+            c.state.as_deref(),
+        );
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/call","params":{params}}}"#
+        );
+        let reply = post_raw(&http, &h.url(), body.into_bytes(), &HeaderMap::new()).await;
+        assert_eq!(reply.status, 200, "{raw_id}: {}", reply.text);
+        let messages = reply.events();
+        let responses: Vec<&Value> = messages
+            .iter()
+            .filter(|m| m.get("result").is_some() || m.get("error").is_some())
+            .collect();
+        assert_eq!(responses.len(), 1, "{raw_id}: one answer: {}", reply.text);
+        let answer = responses[0];
+        assert_eq!(answer["id"], read_back, "{raw_id}: {answer}");
+        assert_eq!(answer["result"]["content"][0]["text"], "Echo: id");
+        c.state = Some(check_session_meta(answer, &session_id));
+    }
+    h.stop().await;
+}

@@ -15,7 +15,7 @@ use super::headers;
 use super::respond;
 use super::sessions::{Dialect, Message, SessionRef, binding, short};
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind, range_in, write_json_str};
+use crate::jsonrpc::{Envelope, Kind, range_in, same_id, write_json_str};
 use crate::mcp::headers::{JSON, LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::meta;
 use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
@@ -188,7 +188,10 @@ async fn relay_messages(
     let timeout = app.upstream.timeout();
     let is_response = |message: &[u8]| {
         Envelope::parse(message).is_ok_and(|e| {
-            e.kind == Kind::Response && e.id.map(|id| id.get()) == request_id.as_deref()
+            e.kind == Kind::Response
+                && e.id
+                    .zip(request_id.as_deref())
+                    .is_some_and(|(id, ours)| same_id(id.get(), ours))
         })
     };
     let first = match tokio::time::timeout(timeout, messages.recv()).await {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, error_response, splice};
+use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, error_response, same_id, splice};
 use crate::mcp::meta::{self, Payload};
 use crate::sse::{End, Event, Rewrite};
 
@@ -45,7 +45,7 @@ pub fn stamp_message(message: &[u8], stamp: &Stamp) -> Stamped {
     let ours = envelope.kind == Kind::Response
         && envelope
             .id
-            .is_some_and(|id| id.get().as_bytes() == stamp.request_id.as_ref());
+            .is_some_and(|id| same_id(id.get().as_bytes(), &stamp.request_id));
     if !ours {
         return Stamped::Other;
     }

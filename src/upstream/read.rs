@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use super::error::UpstreamError;
-use crate::jsonrpc::{Envelope, Kind};
+use crate::jsonrpc::{Envelope, Kind, same_id};
 use crate::mcp::headers::{JSON, SSE};
 use crate::sse::{Decoder, Item};
 
@@ -83,7 +83,7 @@ async fn find_response(mut body: Incoming, id: &str, limit: usize) -> Result<Byt
             let Item::Event(event) = item else { continue };
             let Some(data) = event.data else { continue };
             let is_ours = Envelope::parse(data.as_bytes()).is_ok_and(|env| {
-                env.kind == Kind::Response && env.id.is_some_and(|raw| raw.get() == id)
+                env.kind == Kind::Response && env.id.is_some_and(|raw| same_id(raw.get(), id))
             });
             if is_ours {
                 return Ok(Bytes::from(data));

@@ -32,7 +32,9 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
 use super::CommandSpec;
-use crate::jsonrpc::{Envelope, ErrorObject, Kind, RawObject, code, error_response, splice};
+use crate::jsonrpc::{
+    Envelope, ErrorObject, Kind, RawObject, code, error_response, same_id, splice,
+};
 use crate::mcp::meta::Payload;
 use crate::upstream::UpstreamError;
 
@@ -497,7 +499,7 @@ fn rewrite_cancelled(message: &[u8], state: &State) -> Option<Bytes> {
     let (proxy_id, _) = state
         .pending
         .iter()
-        .find(|(_, p)| p.original_id.as_ref() == request_id.get().as_bytes())?;
+        .find(|(_, p)| same_id(&p.original_id, request_id.get()))?;
     let rewritten = params.edited(
         &[],
         &[],
