@@ -40,7 +40,7 @@ use crate::config::{Config, HEALTH_PATH, Secret};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, raw_str};
 use crate::mcp::headers::MCP_SESSION_ID;
-use crate::mcp::meta::{MetaError, Payload, SessionMeta};
+use crate::mcp::meta::{self, MetaError, Payload, SessionMeta};
 use crate::metrics::{Metrics, Outcome, method_label};
 use crate::session::{Sessions, is_issued_shape};
 use crate::stateless::Sealer;
@@ -277,6 +277,16 @@ async fn dispatch(
         None
     };
     let session = session_ref(named, top_level.or(in_params), headers.get(&MCP_SESSION_ID))?;
+    // `sessions/create` is the proxy's own, whichever era the client speaks: a 2026-07-28
+    // client that saw `sessions: {}` in `server/discover` opens a session this way.
+    if let (Some(id), "sessions/create") = (request_id, method) {
+        let dialect = match params.and_then(|p| p.member("capabilities")) {
+            Some(_) => Dialect::Sep1364,
+            None => dialect,
+        };
+        let modern = params.is_some_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some());
+        return sessions::create(app, headers, id, params, dialect, modern).await;
+    }
     if session.is_none() && crate::stateless::detect(headers, method, params) {
         let message = Message {
             headers,
@@ -289,13 +299,6 @@ async fn dispatch(
         return stateless::handle(app, &message).await;
     }
     match (request_id, method) {
-        (Some(id), "sessions/create") => {
-            let dialect = match params.and_then(|p| p.member("capabilities")) {
-                Some(_) => Dialect::Sep1364,
-                None => dialect,
-            };
-            return sessions::create(app, headers, id, params, dialect).await;
-        }
         (Some(id), "initialize") if dialect == Dialect::Sep1364 => {
             return sessions::initialize(app, headers, id, params, session.as_ref()).await;
         }

@@ -490,3 +490,57 @@ async fn a_restarted_upstream_is_invisible_to_stateless_clients() {
     assert_eq!(reply.json()["result"]["content"][0]["text"], "again");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_2026_client_opens_uses_and_ends_a_data_layer_session() {
+    // `server/discover` advertises `sessions: {}`; a 2026-07-28 client that takes it up
+    // sends `sessions/create` with its per-request `_meta`, then works inside the session.
+    let h = Harness::start().await;
+    let mut c = client(&h);
+    let created = c.request("sessions/create", json!({})).await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let result = &created.json()["result"];
+    assert_eq!(result["resultType"], "complete");
+    let session_id = result["session"]["sessionId"].as_str().unwrap().to_owned();
+    let mut state = result["session"]["state"].as_str().unwrap().to_owned();
+    assert_eq!(created.header("mcp-session-id"), Some(session_id.as_str()));
+    let init = h.upstream_saw("initialize");
+    assert_eq!(init.len(), 1);
+    assert_eq!(
+        init[0].body.as_ref().unwrap()["params"]["clientInfo"]["name"],
+        "stateless-test",
+        "the upstream learns the client from the create's _meta"
+    );
+
+    // The counter proves one upstream session, not the stateless pool.
+    for expected in ["1", "2"] {
+        let reply = c
+            .request(
+                "tools/call",
+                in_session(
+                    json!({"name": "counter", "arguments": {}}),
+                    &session_id,
+                    Some(&state),
+                ),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let message = final_message(&reply);
+        assert_eq!(message["result"]["content"][0]["text"], expected, "{message}");
+        assert_eq!(message["result"]["resultType"], "complete");
+        let meta = session_meta(&message);
+        assert_eq!(meta["sessionId"], session_id.as_str());
+        state = meta["state"].as_str().unwrap().to_owned();
+    }
+    assert_eq!(h.upstream_saw("initialize").len(), 1, "no pooled connection");
+
+    let deleted = c
+        .request(
+            "sessions/delete",
+            in_session(json!({}), &session_id, Some(&state)),
+        )
+        .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    assert_eq!(h.proxy.live_sessions(), 0);
+    h.stop().await;
+}

@@ -76,6 +76,7 @@ pub async fn forward(
                 write_json_str(&mut id, &session.id);
                 Bytes::from(id)
             }),
+            complete: payload.is_some_and(|(_, p)| p.meta(meta::PROTOCOL_VERSION).is_some()),
         }),
         _ => None,
     };

@@ -126,6 +126,7 @@ pub async fn create(
     id: &RawValue,
     payload: Option<&Payload<'_>>,
     dialect: Dialect,
+    modern: bool,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     if payload.and_then(|p| p.meta(meta::SESSION)).is_some() {
         app.metrics.rejected(Rejection::Invalid);
@@ -154,7 +155,11 @@ pub async fn create(
     write_json_str(&mut body, &rfc3339(issued.expires_at));
     body.extend_from_slice(br#","state":"#);
     write_json_str(&mut body, &issued.state);
-    body.extend_from_slice(b"}}}");
+    body.extend_from_slice(b"}");
+    if modern {
+        body.extend_from_slice(br#","resultType":"complete""#);
+    }
+    body.extend_from_slice(b"}}");
     Ok(with_session_header(
         respond::json(StatusCode::OK, Bytes::from(body)),
         &issued.id,

@@ -25,6 +25,9 @@ pub struct Stamp {
     /// SEP-1364's dialect: the sessionId (a JSON string) to echo as a top-level member
     /// of the response.
     pub top_level: Option<Bytes>,
+    /// The request came from a 2026-07-28 client (it carried the per-request protocol
+    /// version): the result also gets `resultType: "complete"`.
+    pub complete: bool,
 }
 
 /// What [`stamp_message`] found.
@@ -51,11 +54,17 @@ pub fn stamp_message(message: &[u8], stamp: &Stamp) -> Stamped {
     }
     let stamped = envelope.result.and_then(|result| {
         let payload = Payload::open(result).ok()??;
-        splice(
-            message,
-            result,
-            &payload.with_meta(meta::SESSION, &stamp.session),
-        )
+        let rewritten = if stamp.complete {
+            payload.edited(
+                &[],
+                &[],
+                &[("resultType", br#""complete""#)],
+                &[(meta::SESSION, &stamp.session)],
+            )
+        } else {
+            payload.with_meta(meta::SESSION, &stamp.session)
+        };
+        splice(message, result, &rewritten)
     });
     match &stamp.top_level {
         Some(id) => {

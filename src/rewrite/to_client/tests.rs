@@ -9,7 +9,28 @@ fn stamp() -> Stamp {
             "2026-03-01T00:00:00Z",
         )),
         top_level: None,
+        complete: false,
     }
+}
+
+#[test]
+fn a_modern_request_gets_result_type_complete() {
+    let s = Stamp {
+        complete: true,
+        ..stamp()
+    };
+    let Stamped::Response(Some(out)) =
+        stamp_message(br#"{"jsonrpc":"2.0","id":2,"result":{"tools":[]}}"#, &s)
+    else {
+        panic!("not stamped")
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["result"]["resultType"], "complete");
+    assert_eq!(v["result"]["tools"], serde_json::json!([]));
+    assert_eq!(
+        v["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
+        "sess-abc123"
+    );
 }
 
 #[test]
