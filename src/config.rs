@@ -191,11 +191,17 @@ pub fn load_from(overrides: &Overrides, env: Env) -> Result<Config, ConfigError>
     if let Some(listen) = &overrides.listen {
         figment = figment.merge(Serialized::default("listen", listen));
     }
+    // An upstream given on the command line replaces the configured one, whichever kind
+    // it was (an empty url or command counts as unset).
     if let Some(url) = &overrides.upstream {
-        figment = figment.merge(Serialized::default("upstream.url", url));
+        figment = figment
+            .merge(Serialized::default("upstream.url", url))
+            .merge(Serialized::default("upstream.command", ""))
+            .merge(Serialized::default("upstream.args", Vec::<String>::new()));
     }
     if let Some((program, args)) = overrides.command.split_first() {
         figment = figment
+            .merge(Serialized::default("upstream.url", ""))
             .merge(Serialized::default("upstream.command", program))
             .merge(Serialized::default("upstream.args", args));
     }

@@ -153,3 +153,47 @@ fn the_mcp_path_cannot_take_the_health_path() {
     let err = load_file("path = \"/healthz\"\n", Overrides::default()).unwrap_err();
     assert!(err.to_string().contains("path:"), "{err}");
 }
+
+#[test]
+fn an_upstream_on_the_command_line_replaces_the_configured_kind() {
+    let stdio = "[upstream]\ncommand = \"node\"\nargs = [\"server.js\"]\n";
+    let config = load_file(
+        stdio,
+        Overrides {
+            upstream: Some("http://127.0.0.1:3001/mcp".into()),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        config.upstream.url.unwrap().to_string(),
+        "http://127.0.0.1:3001/mcp"
+    );
+    assert!(config.upstream.command.is_none());
+
+    let http = "[upstream]\nurl = \"http://127.0.0.1:3001/mcp\"\n";
+    let config = load_file(
+        http,
+        Overrides {
+            command: vec!["python3".into(), "server.py".into()],
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert!(config.upstream.url.is_none());
+    let command = config.upstream.command.unwrap();
+    assert_eq!(command.program, "python3");
+    assert_eq!(command.args, ["server.py"]);
+}
+
+#[test]
+fn durations_past_a_year_are_refused() {
+    let err = load_file(
+        "[session]\nidle_ttl = \"20000years\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("session.idle_ttl"), "{text}");
+    assert!(text.contains("too long"), "{text}");
+}

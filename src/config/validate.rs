@@ -13,6 +13,10 @@ use super::{
     StatelessConfig, UpstreamConfig,
 };
 
+/// The longest duration any setting takes: a year. Longer ones are typos, and an expiry
+/// past the year 9999 could not be written as RFC 3339.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 struct Problems(Vec<String>);
 
 impl Problems {
@@ -22,6 +26,16 @@ impl Problems {
 
     fn duration(&mut self, key: &str, value: &str, min: Duration) -> Duration {
         match humantime::parse_duration(value.trim()) {
+            Ok(d) if d > MAX_DURATION => {
+                self.add(
+                    key,
+                    format!(
+                        "{value:?} is too long; the maximum is {}",
+                        humantime::format_duration(MAX_DURATION)
+                    ),
+                );
+                MAX_DURATION
+            }
             Ok(d) if d >= min => d,
             Ok(_) => {
                 self.add(
