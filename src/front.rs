@@ -76,6 +76,7 @@ impl App {
                 max_open: config.stateless.max_pooled,
                 max_idle_per_key: config.stateless.max_pooled,
                 idle_ttl: config.stateless.pool_idle_ttl,
+                max_age: stateless::POOLED_SESSION_MAX_AGE,
             },
         );
         let calls = stateless::Calls {

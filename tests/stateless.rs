@@ -544,3 +544,81 @@ async fn a_2026_client_opens_uses_and_ends_a_data_layer_session() {
     assert_eq!(h.proxy.live_sessions(), 0);
     h.stop().await;
 }
+
+/// A stateless `tools/list` with an `Authorization` header; returns the answer.
+async fn list_as(h: &Harness, c: &StatelessClient, authorization: &str) -> Reply {
+    let params = c.params(json!({}));
+    let mut headers = StatelessClient::headers("tools/list", &params);
+    headers.insert(
+        "authorization",
+        HeaderValue::from_str(authorization).unwrap(),
+    );
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+    post_json(&c.http, &h.url(), &body, &headers).await
+}
+
+#[tokio::test]
+async fn pooled_upstream_sessions_are_never_shared_between_callers() {
+    let h = Harness::start().await;
+    let c = client(&h);
+    for who in ["Bearer alice", "Bearer bob", "Bearer alice"] {
+        let reply = list_as(&h, &c, who).await;
+        assert_eq!(reply.status, 200, "{who}: {}", reply.text);
+    }
+    assert_eq!(
+        h.upstream_saw("initialize").len(),
+        2,
+        "one upstream session per caller"
+    );
+    let used: Vec<Option<String>> = h
+        .upstream_saw("tools/list")
+        .into_iter()
+        .map(|r| r.session_id)
+        .collect();
+    assert_eq!(used.len(), 3);
+    assert_eq!(used[0], used[2], "alice's calls share her pooled session");
+    assert_ne!(used[0], used[1], "bob never gets alice's session");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_pool_makes_room_by_ending_its_longest_idle_session() {
+    let h = Harness::with_config(|c| c.stateless.max_pooled = 1).await;
+    let mut plain = client(&h);
+    let mut sampler = client(&h).with_capabilities(json!({"sampling": {}}));
+    for round in 0..2 {
+        for c in [&mut plain, &mut sampler] {
+            let reply = c.request("tools/list", json!({})).await;
+            assert_eq!(reply.status, 200, "round {round}: {}", reply.text);
+        }
+    }
+    assert_eq!(
+        h.upstream_saw("initialize").len(),
+        4,
+        "each call had to evict the other capability set's session"
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || h.demo.live_sessions() == 1).await,
+        "never more than max_pooled upstream sessions: {} open",
+        h.demo.live_sessions()
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn idle_pooled_sessions_are_ended_upstream() {
+    let h = Harness::with_config(|c| c.stateless.pool_idle_ttl = Duration::from_secs(1)).await;
+    let reply = client(&h).request("tools/list", json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(h.demo.live_sessions(), 1);
+    assert!(
+        eventually(Duration::from_secs(5), || h.demo.live_sessions() == 0).await,
+        "the idle pooled session was not ended"
+    );
+    assert_eq!(
+        h.upstream_saw("initialize").len(),
+        1,
+        "nothing reopened it meanwhile"
+    );
+    h.stop().await;
+}

@@ -130,9 +130,13 @@ async fn discover(
     Ok(respond::json(StatusCode::OK, result_message(id, &result)))
 }
 
-/// How long a client may keep the discovery result: the pool re-initializes upstream
-/// sessions at least this often.
+/// How long a client may keep the discovery result.
 const DISCOVER_TTL_MS: u64 = 60_000;
+
+/// The pool re-initializes its upstream sessions at least this often, so a discovery
+/// result is never older than this plus [`DISCOVER_TTL_MS`] (an upstream redeployed with
+/// new capabilities is seen within minutes).
+pub const POOLED_SESSION_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(300);
 
 fn discover_result(negotiated: &Negotiated) -> Vec<u8> {
     let mut capabilities = Vec::with_capacity(negotiated.capabilities.get().len() + 32);

@@ -1,11 +1,16 @@
 //! A bounded pool of open upstream sessions, keyed by what an upstream learns only at
-//! `initialize`: the client's capabilities.
+//! `initialize` — the client's capabilities — and by who is calling.
 //!
 //! Stateless clients (2026-07-28) send their capabilities with every request; a legacy
 //! server needs them once per session. A request checks out an upstream session opened
-//! with exactly its capabilities (opening one if none is idle), uses it alone, and gives
-//! it back; idle sessions are ended after `idle_ttl`. A session that failed mid-use is
-//! ended instead of given back.
+//! with exactly its capabilities and its caller's credentials (opening one if none is
+//! idle), uses it alone, and gives it back. An upstream may tie a session to the
+//! credentials it was opened with, so callers with different `Authorization`, `Cookie` or
+//! `X-Api-Key` headers never share one. Idle sessions are ended after `idle_ttl`, and every
+//! session after `max_age` (so what `server/discover` reports is re-learned). At
+//! `max_open`, the longest-idle session of any key makes room; only when every session is
+//! busy is a request refused. A session that failed mid-use is ended instead of given
+//! back.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
+use http::header::{AUTHORIZATION, COOKIE, HeaderName};
 use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -29,6 +36,8 @@ pub struct PoolSettings {
     pub max_idle_per_key: usize,
     /// An idle session unused this long is ended.
     pub idle_ttl: Duration,
+    /// A session this old is ended when it is next given back or found idle.
+    pub max_age: Duration,
 }
 
 /// The pool. Cheap to share (`Arc`).
@@ -44,6 +53,7 @@ pub struct Pool {
 struct Idle {
     session_id: Option<String>,
     negotiated: Arc<Negotiated>,
+    opened: Instant,
     since: Instant,
 }
 
@@ -54,6 +64,7 @@ pub struct Checkout {
     key: String,
     session_id: Option<String>,
     negotiated: Arc<Negotiated>,
+    opened: Instant,
     broken: bool,
 }
 
@@ -81,9 +92,10 @@ impl Drop for Checkout {
         let idle = Idle {
             session_id: self.session_id.take(),
             negotiated: self.negotiated.clone(),
+            opened: self.opened,
             since: Instant::now(),
         };
-        if self.broken {
+        if self.broken || self.opened.elapsed() >= self.pool.settings.max_age {
             self.pool.end(idle);
             return;
         }
@@ -98,8 +110,38 @@ impl Drop for Checkout {
     }
 }
 
-/// The pool key of a capability set: its JSON with object keys sorted, so that the same
-/// capabilities written in another order share upstream sessions.
+/// Headers that say who is calling; a pooled session serves one caller's values only.
+const CREDENTIALS: [HeaderName; 3] = [
+    AUTHORIZATION,
+    COOKIE,
+    HeaderName::from_static("x-api-key"),
+];
+
+/// The pool key: the caller's credentials (hashed, never kept) and the capabilities.
+pub fn pool_key(capabilities: Option<&RawValue>, forwarded: &HeaderMap) -> String {
+    let mut key = capabilities_key(capabilities);
+    let mut hasher = Sha256::new();
+    let mut any = false;
+    for name in &CREDENTIALS {
+        for value in forwarded.get_all(name) {
+            any = true;
+            hasher.update(name.as_str().as_bytes());
+            hasher.update(b"\0");
+            hasher.update(value.as_bytes());
+            hasher.update(b"\0");
+        }
+    }
+    if any {
+        key.push('\n');
+        for byte in &hasher.finalize()[..16] {
+            key.push_str(&format!("{byte:02x}"));
+        }
+    }
+    key
+}
+
+/// The capabilities part of a pool key: their JSON with object keys sorted, so that the
+/// same capabilities written in another order share upstream sessions.
 pub fn capabilities_key(capabilities: Option<&RawValue>) -> String {
     fn sort(value: Value) -> Value {
         match value {
@@ -144,32 +186,25 @@ impl Pool {
         capabilities: Option<&RawValue>,
         forwarded: &HeaderMap,
     ) -> Result<Checkout, UpstreamError> {
-        let key = capabilities_key(capabilities);
+        let key = pool_key(capabilities, forwarded);
         let reused = {
             let mut pools = self.idle.lock();
             pools.get_mut(&key).and_then(Vec::pop)
         };
         if let Some(idle) = reused {
-            return Ok(Checkout {
-                pool: self.clone(),
-                key,
-                session_id: idle.session_id,
-                negotiated: idle.negotiated,
-                broken: false,
-            });
+            if idle.opened.elapsed() < self.settings.max_age {
+                return Ok(Checkout {
+                    pool: self.clone(),
+                    key,
+                    session_id: idle.session_id,
+                    negotiated: idle.negotiated,
+                    opened: idle.opened,
+                    broken: false,
+                });
+            }
+            self.end(idle);
         }
-        let max = self.settings.max_open;
-        if self
-            .open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
-            })
-            .is_err()
-        {
-            return Err(UpstreamError::Exhausted(format!(
-                "{max} pooled upstream sessions are open, the configured maximum"
-            )));
-        }
+        self.take_slot()?;
         match self.upstream.open(None, capabilities, forwarded).await {
             Ok(Opened {
                 session_id,
@@ -180,6 +215,7 @@ impl Pool {
                     key,
                     session_id,
                     negotiated: Arc::new(negotiated),
+                    opened: Instant::now(),
                     broken: false,
                 };
                 self.hear_every_log(&checkout, forwarded).await;
@@ -190,6 +226,48 @@ impl Pool {
                 Err(e)
             }
         }
+    }
+
+    /// Counts one more open session, making room by ending the longest-idle session of
+    /// any key when the pool is full. `Exhausted` when every session is in use.
+    fn take_slot(&self) -> Result<(), UpstreamError> {
+        let max = self.settings.max_open;
+        loop {
+            if self
+                .open
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < max).then_some(n + 1)
+                })
+                .is_ok()
+            {
+                return Ok(());
+            }
+            match self.take_longest_idle() {
+                // Its slot is freed by `end`; the next turn of the loop takes it (or
+                // another request did, and the loop evicts again or gives up).
+                Some(idle) => self.end(idle),
+                None => {
+                    return Err(UpstreamError::Exhausted(format!(
+                        "all {max} pooled upstream sessions are busy (stateless.max_pooled)"
+                    )));
+                }
+            }
+        }
+    }
+
+    fn take_longest_idle(&self) -> Option<Idle> {
+        let mut pools = self.idle.lock();
+        let (key, index) = pools
+            .iter()
+            .flat_map(|(key, list)| list.iter().enumerate().map(move |(i, idle)| (key, i, idle)))
+            .min_by_key(|(_, _, idle)| idle.since)
+            .map(|(key, i, _)| (key.clone(), i))?;
+        let list = pools.get_mut(&key)?;
+        let idle = list.remove(index);
+        if list.is_empty() {
+            pools.remove(&key);
+        }
+        Some(idle)
     }
 
     /// Pooled sessions serve requests with different log levels; the pool asks the
@@ -214,15 +292,17 @@ impl Pool {
         }
     }
 
-    /// Ends idle sessions older than `idle_ttl`.
+    /// Ends idle sessions unused for `idle_ttl` or older than `max_age`.
     pub fn reap(self: &Arc<Self>) {
         let ttl = self.settings.idle_ttl;
+        let max_age = self.settings.max_age;
         let expired: Vec<Idle> = {
             let mut pools = self.idle.lock();
             let mut expired = Vec::new();
             for list in pools.values_mut() {
-                let (old, fresh): (Vec<Idle>, Vec<Idle>) =
-                    list.drain(..).partition(|idle| idle.since.elapsed() >= ttl);
+                let (old, fresh): (Vec<Idle>, Vec<Idle>) = list.drain(..).partition(|idle| {
+                    idle.since.elapsed() >= ttl || idle.opened.elapsed() >= max_age
+                });
                 *list = fresh;
                 expired.extend(old);
             }
@@ -282,5 +362,29 @@ mod tests {
         assert_eq!(capabilities_key(None), "{}");
         let c = RawValue::from_string(r#"{"sampling":{}}"#.into()).unwrap();
         assert_ne!(capabilities_key(Some(&a)), capabilities_key(Some(&c)));
+    }
+
+    #[test]
+    fn callers_with_other_credentials_get_other_keys() {
+        let none = HeaderMap::new();
+        let mut alice = HeaderMap::new();
+        alice.insert(AUTHORIZATION, "Bearer alice".parse().unwrap());
+        let mut bob = HeaderMap::new();
+        bob.insert(AUTHORIZATION, "Bearer bob".parse().unwrap());
+        let mut alice_cookie = HeaderMap::new();
+        alice_cookie.insert(COOKIE, "Bearer alice".parse().unwrap());
+        let keys = [
+            pool_key(None, &none),
+            pool_key(None, &alice),
+            pool_key(None, &bob),
+            pool_key(None, &alice_cookie),
+        ];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(pool_key(None, &alice), pool_key(None, &alice.clone()));
+        assert!(!keys[1].contains("alice"), "credentials are hashed");
     }
 }
