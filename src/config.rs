@@ -49,6 +49,8 @@ pub struct Config {
 pub struct StatelessConfig {
     /// Upstream sessions the pool keeps open at once.
     pub max_pooled: usize,
+    /// `subscriptions/listen` streams open at once (each holds its own upstream session).
+    pub max_listens: usize,
     /// A pooled upstream session idle this long is ended.
     pub pool_idle_ttl: Duration,
     /// How long an `input_required` call waits for its retry (the `requestState` lifetime).

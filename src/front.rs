@@ -84,6 +84,7 @@ impl App {
             sealer: Sealer::new(key, config.stateless.request_state_ttl),
             parked: Default::default(),
             gather: Duration::from_millis(50),
+            listens: Arc::new(tokio::sync::Semaphore::new(config.stateless.max_listens)),
         };
         App {
             path: config.path.clone(),

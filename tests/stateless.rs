@@ -13,6 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use mcp_session_proxy::demo::DemoOptions;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
@@ -620,5 +621,60 @@ async fn idle_pooled_sessions_are_ended_upstream() {
         1,
         "nothing reopened it meanwhile"
     );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn listen_promises_nothing_when_the_upstream_has_no_notification_stream() {
+    let h = Harness::start_with(
+        DemoOptions {
+            no_get_stream: true,
+            ..DemoOptions::default()
+        },
+        |_| {},
+    )
+    .await;
+    let response = client(&h)
+        .send(
+            "subscriptions/listen",
+            json!({"notifications": {"toolsListChanged": true}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut stream = EventReader::new(response);
+    let ack = stream.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({}),
+        "the upstream answered GET 405: it cannot deliver list changes"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn listen_streams_are_capped() {
+    let h = Harness::with_config(|c| c.stateless.max_listens = 1).await;
+    let params = json!({"notifications": {"toolsListChanged": true}});
+    let first = client(&h).send("subscriptions/listen", params.clone()).await;
+    assert_eq!(first.status(), 200);
+    let mut first = EventReader::new(first);
+    first.next().await.unwrap();
+    let second = client(&h).request("subscriptions/listen", params.clone()).await;
+    assert_eq!(second.status, 503, "{}", second.text);
+    assert_eq!(second.error_code(), Some(-32603));
+    assert!(second.text.contains("max_listens"), "{}", second.text);
+    // Closing the first stream frees its place.
+    drop(first);
+    let mut freed = false;
+    for _ in 0..30 {
+        let again = client(&h).send("subscriptions/listen", params.clone()).await;
+        if again.status() == 200 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(freed, "the closed stream's place was never freed");
     h.stop().await;
 }

@@ -23,6 +23,7 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RawStateless {
     pub max_pooled: u64,
+    pub max_listens: u64,
     pub pool_idle_ttl: String,
     pub request_state_ttl: String,
 }
@@ -31,6 +32,7 @@ impl Default for RawStateless {
     fn default() -> Self {
         RawStateless {
             max_pooled: 100,
+            max_listens: 100,
             pool_idle_ttl: "5m".into(),
             request_state_ttl: "5m".into(),
         }

@@ -218,6 +218,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     let st = &raw.stateless;
     let stateless = StatelessConfig {
         max_pooled: p.size("stateless.max_pooled", st.max_pooled, 1),
+        max_listens: p.size("stateless.max_listens", st.max_listens, 1),
         pool_idle_ttl: p.duration(
             "stateless.pool_idle_ttl",
             &st.pool_idle_ttl,

@@ -39,6 +39,9 @@ pub struct DemoOptions {
     pub always_sse: bool,
     /// Keep a journal of every request (tests); off for the embedded default.
     pub record: bool,
+    /// Answer GET with 405, as a server without a notification stream may (2025-11-25,
+    /// "Listening for Messages from the Server").
+    pub no_get_stream: bool,
 }
 
 impl Default for DemoOptions {
@@ -47,6 +50,7 @@ impl Default for DemoOptions {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             always_sse: false,
             record: false,
+            no_get_stream: false,
         }
     }
 }
@@ -67,6 +71,7 @@ pub(super) struct State {
     /// The only `Host` accepted (DNS-rebinding protection, as FastMCP does).
     authority: String,
     always_sse: bool,
+    no_get_stream: bool,
     sessions: DashMap<String, Arc<Session>>,
     journal: Journal,
 }
@@ -94,6 +99,7 @@ impl DemoServer {
             everyone: Mutex::new(Vec::new()),
             authority: local_addr.to_string(),
             always_sse: options.always_sse,
+            no_get_stream: options.no_get_stream,
             sessions: DashMap::new(),
             journal: Journal::new(options.record),
         });
@@ -260,7 +266,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<DemoB
     } else {
         match parts.method {
             Method::POST => post(&state, &parts.headers, body, &mut received).await,
-            Method::GET => get(&state, &parts.headers),
+            Method::GET if !state.no_get_stream => get(&state, &parts.headers),
             Method::DELETE => delete(&state, &parts.headers),
             _ => reply(
                 StatusCode::METHOD_NOT_ALLOWED,

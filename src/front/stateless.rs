@@ -48,6 +48,8 @@ pub struct Calls {
     pub parked: Parked<oneshot::Sender<Resume>>,
     /// After an upstream request, how long to wait for more before asking the client.
     pub gather: Duration,
+    /// One permit per open `subscriptions/listen` stream (`stateless.max_listens`).
+    pub listens: Arc<tokio::sync::Semaphore>,
 }
 
 /// How the client's HTTP answer starts: a JSON body, or an event stream.

@@ -119,6 +119,11 @@ pub async fn open(
     forwarded: &HeaderMap,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let wanted = requested(message.payload.map(|(_, p)| p))?;
+    let permit = app.calls.listens.clone().try_acquire_owned().map_err(|_| {
+        app.upstream_error(crate::upstream::UpstreamError::Exhausted(
+            "too many subscriptions/listen streams are open (stateless.max_listens)".into(),
+        ))
+    })?;
     let opened = app
         .upstream
         .open(context.client_info, Some(context.capabilities), forwarded)
@@ -126,7 +131,7 @@ pub async fn open(
         .map_err(|e| app.upstream_error(e))?;
     let session_id = opened.session_id;
     let version = opened.negotiated.protocol_version;
-    let honoured = honoured(&wanted, &opened.negotiated.capabilities);
+    let mut honoured = honoured(&wanted, &opened.negotiated.capabilities);
     let binding = Binding {
         session_id: session_id.as_deref(),
         protocol_version: version,
@@ -152,21 +157,18 @@ pub async fn open(
             return Err(app.upstream_error(e));
         }
     };
-    for uri in &honoured.resource_uris {
-        let mut request = Vec::with_capacity(uri.len() + 96);
-        request.extend_from_slice(br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-subscribe","method":"resources/subscribe","params":{"uri":"#);
-        write_json_str(&mut request, uri);
-        request.extend_from_slice(b"}}");
-        if let Ok(reply) = app
-            .upstream
-            .exchange(binding, Bytes::from(request), forwarded)
-            .await
-            && let Ok((_, mut answer)) =
-                Messages::of(reply, 64 * 1024, app.upstream.timeout()).await
-        {
-            while let Some(Ok(_)) = answer.next().await {}
+    if matches!(stream, Messages::Nothing) {
+        // No GET stream (405, say): the upstream has no way to deliver anything, and the
+        // acknowledgement must not promise otherwise.
+        honoured = Wanted::default();
+    }
+    let mut subscribed = Vec::with_capacity(honoured.resource_uris.len());
+    for uri in std::mem::take(&mut honoured.resource_uris) {
+        if subscribe(app, binding, forwarded, &uri).await {
+            subscribed.push(uri);
         }
     }
+    honoured.resource_uris = subscribed;
     let mut ack = Vec::with_capacity(256);
     ack.extend_from_slice(br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":"#);
     honoured.write(&mut ack);
@@ -180,6 +182,7 @@ pub async fn open(
     let task_app = app.clone();
     let task_session = session_id.clone();
     tokio::spawn(async move {
+        let _permit = permit;
         relay(stream, tx, honoured, id).await;
         // The client closed the stream (or the upstream ended it): unsubscribe by
         // ending the upstream session.
@@ -193,6 +196,35 @@ pub async fn open(
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(SSE));
     Ok(response)
+}
+
+/// `resources/subscribe` for `uri`; whether the upstream accepted it (answered a result,
+/// not an error).
+async fn subscribe(app: &Arc<App>, binding: Binding<'_>, forwarded: &HeaderMap, uri: &str) -> bool {
+    let mut request = Vec::with_capacity(uri.len() + 96);
+    request.extend_from_slice(br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-subscribe","method":"resources/subscribe","params":{"uri":"#);
+    write_json_str(&mut request, uri);
+    request.extend_from_slice(b"}}");
+    let Ok(reply) = app
+        .upstream
+        .exchange(binding, Bytes::from(request), forwarded)
+        .await
+    else {
+        return false;
+    };
+    let Ok((_, mut answer)) = Messages::of(reply, 64 * 1024, app.upstream.timeout()).await else {
+        return false;
+    };
+    let mut accepted = false;
+    while let Some(Ok(message)) = answer.next().await {
+        if let Ok(envelope) = Envelope::parse(&message)
+            && envelope.kind == Kind::Response
+        {
+            accepted = envelope.result.is_some();
+            break;
+        }
+    }
+    accepted
 }
 
 /// A listen stream is quiet for long stretches; its client ends it by disconnecting.
