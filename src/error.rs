@@ -84,8 +84,6 @@ pub enum ProxyError {
     /// A stateless (2026-07-28) request refused by its rules.
     #[error("{}", describe_reject(.0))]
     Stateless(Reject),
-    #[error("Missing required client capability: the request needs {}", .capabilities)]
-    MissingCapability { capabilities: serde_json::Value },
     #[error("Invalid params: {0}")]
     RequestState(#[from] RequestStateError),
     #[error("Invalid params: {0}")]
@@ -115,10 +113,10 @@ impl ProxyError {
                 };
                 (StatusCode::BAD_REQUEST, e.code(), data, Fault::Client)
             }
-            E::NoSuchPath { .. } => (
+            E::NoSuchPath { path } => (
                 StatusCode::NOT_FOUND,
                 code::INVALID_REQUEST,
-                None,
+                Some(json!({ "path": path })),
                 Fault::Client,
             ),
             E::UnsupportedMediaType => (
@@ -139,18 +137,26 @@ impl ProxyError {
                 Some(json!({ "limit": limit })),
                 Fault::Client,
             ),
-            E::OriginForbidden { .. } => (
+            E::OriginForbidden { origin } => (
                 StatusCode::FORBIDDEN,
                 code::INVALID_REQUEST,
-                None,
+                Some(json!({ "origin": origin })),
                 Fault::Client,
             ),
-            E::Meta(_) | E::DeleteWithoutSession => (
+            E::Meta(MetaError::MetaNotObject) => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,
-                None,
+                Some(json!({ "key": "_meta" })),
                 Fault::Client,
             ),
+            E::Meta(MetaError::MalformedSession) | E::DeleteWithoutSession | E::CreateInSession => {
+                (
+                    StatusCode::BAD_REQUEST,
+                    code::INVALID_PARAMS,
+                    Some(json!({ "key": format!("_meta.{}", crate::mcp::meta::SESSION) })),
+                    Fault::Client,
+                )
+            }
             E::NotAnObject { key } => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,
@@ -175,12 +181,6 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,
                 Some(json!({ "sessionId": session_id })),
-                Fault::Client,
-            ),
-            E::CreateInSession => (
-                StatusCode::BAD_REQUEST,
-                code::INVALID_PARAMS,
-                None,
                 Fault::Client,
             ),
             E::SessionRequired { method } => (
@@ -235,16 +235,16 @@ impl ProxyError {
                     Fault::Client,
                 ),
             },
-            E::MissingCapability { capabilities } => (
-                StatusCode::BAD_REQUEST,
-                code::MISSING_CLIENT_CAPABILITY,
-                Some(json!({ "requiredCapabilities": capabilities })),
-                Fault::Client,
-            ),
-            E::RequestState(_) | E::InvalidInputResponses(_) => (
+            E::RequestState(_) => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,
-                None,
+                Some(json!({ "key": "requestState" })),
+                Fault::Client,
+            ),
+            E::InvalidInputResponses(_) => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                Some(json!({ "key": "inputResponses" })),
                 Fault::Client,
             ),
             E::StatelessResponse => (

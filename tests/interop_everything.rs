@@ -367,9 +367,8 @@ async fn ids_the_upstream_rewrites_still_get_their_session_meta() {
             &session_id,
             c.state.as_deref(),
         );
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/call","params":{params}}}"#
-        );
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/call","params":{params}}}"#);
         let reply = post_raw(&http, &h.url(), body.into_bytes(), &HeaderMap::new()).await;
         assert_eq!(reply.status, 200, "{raw_id}: {}", reply.text);
         let messages = reply.events();

@@ -113,6 +113,10 @@ async fn create_carrying_session_meta_is_refused() {
             .unwrap()
             .contains("sessions/create")
     );
+    assert_eq!(
+        body["error"]["data"]["key"],
+        "_meta.io.modelcontextprotocol/session"
+    );
     assert!(h.upstream_saw("initialize").is_empty());
     h.stop().await;
 }
@@ -527,7 +531,11 @@ async fn a_session_unknown_here_is_not_found_whatever_state_it_carries() {
     c.create().await;
     let h = Harness::start().await;
     for (id, method, params) in [
-        (13, "tools/call", json!({"name": "echo", "arguments": {"msg": "x"}})),
+        (
+            13,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"msg": "x"}}),
+        ),
         (14, "sessions/delete", json!({})),
     ] {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method,

@@ -527,13 +527,20 @@ async fn a_2026_client_opens_uses_and_ends_a_data_layer_session() {
             .await;
         assert_eq!(reply.status, 200, "{}", reply.text);
         let message = final_message(&reply);
-        assert_eq!(message["result"]["content"][0]["text"], expected, "{message}");
+        assert_eq!(
+            message["result"]["content"][0]["text"], expected,
+            "{message}"
+        );
         assert_eq!(message["result"]["resultType"], "complete");
         let meta = session_meta(&message);
         assert_eq!(meta["sessionId"], session_id.as_str());
         state = meta["state"].as_str().unwrap().to_owned();
     }
-    assert_eq!(h.upstream_saw("initialize").len(), 1, "no pooled connection");
+    assert_eq!(
+        h.upstream_saw("initialize").len(),
+        1,
+        "no pooled connection"
+    );
 
     let deleted = c
         .request(
@@ -656,11 +663,15 @@ async fn listen_promises_nothing_when_the_upstream_has_no_notification_stream() 
 async fn listen_streams_are_capped() {
     let h = Harness::with_config(|c| c.stateless.max_listens = 1).await;
     let params = json!({"notifications": {"toolsListChanged": true}});
-    let first = client(&h).send("subscriptions/listen", params.clone()).await;
+    let first = client(&h)
+        .send("subscriptions/listen", params.clone())
+        .await;
     assert_eq!(first.status(), 200);
     let mut first = EventReader::new(first);
     first.next().await.unwrap();
-    let second = client(&h).request("subscriptions/listen", params.clone()).await;
+    let second = client(&h)
+        .request("subscriptions/listen", params.clone())
+        .await;
     assert_eq!(second.status, 503, "{}", second.text);
     assert_eq!(second.error_code(), Some(-32603));
     assert!(second.text.contains("max_listens"), "{}", second.text);
@@ -668,7 +679,9 @@ async fn listen_streams_are_capped() {
     drop(first);
     let mut freed = false;
     for _ in 0..30 {
-        let again = client(&h).send("subscriptions/listen", params.clone()).await;
+        let again = client(&h)
+            .send("subscriptions/listen", params.clone())
+            .await;
         if again.status() == 200 {
             freed = true;
             break;

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 use http::HeaderMap;
 use http::header::{AUTHORIZATION, COOKIE, HeaderName};
 use parking_lot::Mutex;
-use sha2::{Digest, Sha256};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 
 use super::{Binding, Opened, Upstream, UpstreamError};
 use crate::mcp::initialize::Negotiated;
@@ -111,11 +111,7 @@ impl Drop for Checkout {
 }
 
 /// Headers that say who is calling; a pooled session serves one caller's values only.
-const CREDENTIALS: [HeaderName; 3] = [
-    AUTHORIZATION,
-    COOKIE,
-    HeaderName::from_static("x-api-key"),
-];
+const CREDENTIALS: [HeaderName; 3] = [AUTHORIZATION, COOKIE, HeaderName::from_static("x-api-key")];
 
 /// The pool key: the caller's credentials (hashed, never kept) and the capabilities.
 pub fn pool_key(capabilities: Option<&RawValue>, forwarded: &HeaderMap) -> String {
