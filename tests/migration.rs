@@ -1,0 +1,151 @@
+//! One proxy, one endpoint, every kind of client at once (README, "Migrating a fleet"):
+//! old initialize-based clients at each stateful protocol version, a data-layer session
+//! client, and a stateless (2026-07-28) client, interleaved, each getting its own
+//! semantics and none disturbing another.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use common::*;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+/// An old client: its own `initialize`, the upstream's session id and version headers.
+struct OldClient {
+    url: String,
+    version: &'static str,
+    session: String,
+}
+
+impl OldClient {
+    async fn connect(h: &Harness, version: &'static str) -> OldClient {
+        let http = http_client();
+        let reply = post_json(
+            &http,
+            &h.url(),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": format!("old-{version}"), "version": "1"}}}),
+            &HeaderMap::new(),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{version}: {}", reply.text);
+        let result = &final_message(&reply)["result"];
+        assert_eq!(result["protocolVersion"], version, "negotiated as asked");
+        assert!(
+            result.get("_meta").and_then(|m| m.get(SESSION_KEY)).is_none(),
+            "an old client never sees data-layer session _meta"
+        );
+        let session = reply.header("mcp-session-id").unwrap().to_owned();
+        let client = OldClient {
+            url: h.url(),
+            version,
+            session,
+        };
+        let note = client
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        assert_eq!(note.status, 202, "{}", note.text);
+        client
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "mcp-session-id",
+            HeaderValue::from_str(&self.session).unwrap(),
+        );
+        h.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static(self.version),
+        );
+        h
+    }
+
+    async fn post(&self, body: Value) -> Reply {
+        post_json(&http_client(), &self.url, &body, &self.headers()).await
+    }
+
+    async fn counter(&self) -> String {
+        let reply = self
+            .post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                "params": {"name": "counter", "arguments": {}}}))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let message = final_message(&reply);
+        assert!(
+            message["result"].get("_meta").is_none(),
+            "passed through untouched: {message}"
+        );
+        assert!(message["result"].get("resultType").is_none());
+        message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
+#[tokio::test]
+async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
+    let h = Harness::start().await;
+    let mut old = Vec::new();
+    for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+        old.push(OldClient::connect(&h, version).await);
+    }
+    let mut session = h.client();
+    session.create().await;
+    let mut stateless = StatelessClient::new(h.url());
+
+    // Interleaved rounds: every per-session counter counts only its own calls.
+    for round in 1..=3 {
+        for client in &old {
+            assert_eq!(client.counter().await, round.to_string(), "{}", client.version);
+        }
+        assert_eq!(
+            session.tool_text("counter", json!({})).await,
+            round.to_string()
+        );
+        let reply = stateless
+            .request("tools/call", json!({"name": "echo", "arguments": {"msg": "s"}}))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let result = &final_message(&reply)["result"];
+        assert_eq!(result["resultType"], "complete");
+        assert_eq!(result["content"][0]["text"], "s");
+        assert!(result["_meta"].get(SESSION_KEY).is_none());
+    }
+
+    // The old clients reached the upstream with their own session ids and versions.
+    for client in &old {
+        let theirs: Vec<_> = h
+            .upstream_saw("tools/call")
+            .into_iter()
+            .filter(|r| r.session_id.as_deref() == Some(client.session.as_str()))
+            .collect();
+        assert_eq!(theirs.len(), 3, "{}", client.version);
+        assert!(
+            theirs
+                .iter()
+                .all(|r| r.protocol_version.as_deref() == Some(client.version))
+        );
+    }
+    // Ending one kind leaves the others working.
+    let ended = reqwest::Client::new()
+        .delete(h.url())
+        .headers(old[0].headers())
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    session.delete().await;
+    assert_eq!(old[1].counter().await, "4");
+    let reply = stateless.request("tools/list", json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    h.stop().await;
+}

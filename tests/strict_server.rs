@@ -1,0 +1,154 @@
+//! The strict legacy server the other tests lean on (`demo`, in its recording mode) is
+//! itself held to the 2025-11-25 rules a real server enforces: if it let a wrong request
+//! through, a wrong rewrite by the proxy would pass unnoticed.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use common::*;
+use mcp_session_proxy::demo::{DemoOptions, DemoServer};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::json;
+
+async fn demo() -> DemoServer {
+    DemoServer::start(DemoOptions {
+        record: true,
+        ..DemoOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn headers(session: Option<&str>, version: Option<&str>) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    if let Some(s) = session {
+        h.insert("mcp-session-id", HeaderValue::from_str(s).unwrap());
+    }
+    if let Some(v) = version {
+        h.insert("mcp-protocol-version", HeaderValue::from_str(v).unwrap());
+    }
+    h
+}
+
+/// Opens a session with `initialize`; returns its id (not yet initialized).
+async fn initialize(server: &DemoServer) -> String {
+    let reply = post_json(
+        &http_client(),
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "strict-test", "version": "1"}}}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["result"]["protocolVersion"], "2025-11-25");
+    reply.header("mcp-session-id").unwrap().to_owned()
+}
+
+fn list() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+}
+
+#[tokio::test]
+async fn a_request_without_a_session_id_is_400() {
+    let server = demo().await;
+    let reply = post_json(&http_client(), &server.url(), &list(), &HeaderMap::new()).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    assert!(reply.text.contains("Mcp-Session-Id"), "{}", reply.text);
+}
+
+#[tokio::test]
+async fn an_unknown_session_id_is_404() {
+    let server = demo().await;
+    let reply = post_json(
+        &http_client(),
+        &server.url(),
+        &list(),
+        &headers(Some("no-such-session"), Some("2025-11-25")),
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.text);
+}
+
+#[tokio::test]
+async fn calls_before_notifications_initialized_are_refused() {
+    let server = demo().await;
+    let session = initialize(&server).await;
+    let http = http_client();
+    let h = headers(Some(&session), Some("2025-11-25"));
+    let early = post_json(&http, &server.url(), &list(), &h).await;
+    assert_eq!(early.status, 400, "{}", early.text);
+    assert!(early.text.contains("initialized"), "{}", early.text);
+    let note = post_json(
+        &http,
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &h,
+    )
+    .await;
+    assert_eq!(note.status, 202);
+    let late = post_json(&http, &server.url(), &list(), &h).await;
+    assert_eq!(late.status, 200, "{}", late.text);
+}
+
+#[tokio::test]
+async fn a_wrong_protocol_version_header_is_400() {
+    let server = demo().await;
+    let session = initialize(&server).await;
+    let reply = post_json(
+        &http_client(),
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &headers(Some(&session), Some("2025-06-18")),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+}
+
+#[tokio::test]
+async fn session_meta_reaching_the_server_is_refused_and_recorded() {
+    let server = demo().await;
+    let session = initialize(&server).await;
+    let http = http_client();
+    let h = headers(Some(&session), Some("2025-11-25"));
+    post_json(
+        &http,
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &h,
+    )
+    .await;
+    let leaked = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list",
+        "params": {"_meta": {SESSION_KEY: {"sessionId": "x"}}}});
+    let reply = post_json(&http, &server.url(), &leaked, &h).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    let seen = server
+        .journal()
+        .into_iter()
+        .filter(|r| r.method() == Some("tools/list"))
+        .count();
+    assert_eq!(seen, 1, "the journal records what reached the server");
+}
+
+#[tokio::test]
+async fn a_second_initialize_on_a_session_is_refused() {
+    let server = demo().await;
+    let session = initialize(&server).await;
+    let reply = post_json(
+        &http_client(),
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "again", "version": "1"}}}),
+        &headers(Some(&session), Some("2025-11-25")),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+}
