@@ -364,3 +364,27 @@ async fn resource_and_prompt_through_the_session() {
     check_session_meta(&prompt, &id);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn an_upstream_that_issues_no_session_id_still_serves_data_layer_sessions() {
+    // FastMCP's stateless_http mode answers initialize without Mcp-Session-Id (allowed by
+    // 2025-11-25); the proxy then keeps the data-layer session itself and sends no
+    // Mcp-Session-Id upstream.
+    let h = Interop::fastmcp(&["--stateless-http"]).await;
+    let mut a = h.client();
+    a.create().await;
+    let id = a.session_id().to_owned();
+    let echoed = a.call_tool("echo", json!({"msg": "no id"})).await;
+    assert_eq!(echoed["result"]["content"][0]["text"], "no id", "{echoed}");
+    check_session_meta(&echoed, &id);
+    assert_eq!(
+        a.tool_text("whoami", json!({})).await,
+        "",
+        "the upstream saw no Mcp-Session-Id"
+    );
+    let deleted = a.delete().await;
+    assert_eq!(deleted.status, 200, "{}", deleted.text);
+    let after = a.request("tools/list", json!({})).await;
+    assert_session_not_found(&after, &id);
+    h.stop().await;
+}

@@ -108,7 +108,8 @@ def main_stdio() -> None:
 
 async def main() -> None:
     usage = (
-        "usage: fastmcp_server.py PORT [--json-response] [--session-idle-timeout=SECONDS]\n"
+        "usage: fastmcp_server.py PORT [--json-response] [--stateless-http]"
+        " [--session-idle-timeout=SECONDS]\n"
         "       fastmcp_server.py --stdio"
     )
     if len(sys.argv) < 2:
@@ -119,6 +120,9 @@ async def main() -> None:
     for arg in sys.argv[2:]:
         if arg == "--json-response":
             settings["json_response"] = True
+        elif arg == "--stateless-http":
+            # The SDK's stateless mode: no Mcp-Session-Id is ever issued.
+            settings["stateless_http"] = True
         elif arg.startswith("--session-idle-timeout="):
             settings["session_idle_timeout"] = float(arg.split("=", 1)[1])
         else:
