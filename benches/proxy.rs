@@ -877,7 +877,8 @@ impl Report {
         let _ = writeln!(out, "Notes:\n");
         let _ = writeln!(
             out,
-            "- direct: the client's own `initialize` and `Mcp-Session-Id`; nginx: the same requests through nginx (`proxy_pass`, keep-alive upstream, `proxy_buffering off`, 2 workers, `access_log off`); proxy: a data-layer session per connection (`sessions/create`), `_meta[\"io.modelcontextprotocol/session\"]` with the latest `state` on every call, every answer checked for the session `_meta`."
+            "- direct: the client's own `initialize` and `Mcp-Session-Id`; nginx: the same requests through nginx (`proxy_pass`, keep-alive upstream, `proxy_buffering off`, 2 workers, `access_log off`); proxy: a data-layer session per connection (`sessions/create`), `_meta[\"io.modelcontextprotocol/session\"]` with the latest `state` on every call, every answer checked for the session `_meta`; the proxy runs with `workers = {}` (`MCP_BENCH_PROXY_WORKERS`).",
+            procs::proxy_workers()
         );
         if let Some(Ok(status)) = &self.rewrite_proof {
             let _ = writeln!(

@@ -37,6 +37,8 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
     /// How long in-flight requests may take to finish at shutdown.
     pub shutdown_grace: Duration,
+    /// Threads serving requests; `None`: one per CPU core.
+    pub workers: Option<usize>,
     pub session: SessionConfig,
     pub upstream: UpstreamConfig,
     pub log: LogConfig,

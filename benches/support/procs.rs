@@ -192,6 +192,13 @@ pub fn spawn_upstream() -> (Guard, SocketAddr) {
     (guard, SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
+/// The proxy's `workers` setting in the benchmark: `MCP_BENCH_PROXY_WORKERS`, else 1. On
+/// this 2-core machine the upstream and the load generator keep the other core busy; one
+/// thread hands no work across cores (measured: less CPU per call than one per core).
+pub fn proxy_workers() -> String {
+    std::env::var("MCP_BENCH_PROXY_WORKERS").unwrap_or_else(|_| "1".to_owned())
+}
+
 /// The proxy's release binary in front of `upstream`, with a fresh working directory (no
 /// `proxy.toml` picked up) and no inherited `MCP_PROXY_*` variables.
 pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
@@ -209,6 +216,7 @@ pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
         .args(["--listen", &addr.to_string()])
         .env("MCP_PROXY_LOG__LEVEL", "warn")
         .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
+        .env("MCP_PROXY_WORKERS", proxy_workers())
         .env_remove("RUST_LOG")
         .current_dir(&dir)
         .stdin(Stdio::null())

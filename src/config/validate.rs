@@ -95,6 +95,14 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         );
     }
     let max_body_bytes = p.size("max_body_bytes", raw.max_body_bytes, 1024);
+    let workers = match raw.workers {
+        0 => None,
+        n if n > 1024 => {
+            p.add("workers", format!("{n} is too many; at most 1024 (0: one per core)"));
+            None
+        }
+        n => Some(usize::try_from(n).unwrap_or(1)),
+    };
     for (i, origin) in raw.allowed_origins.iter().enumerate() {
         if !(origin.starts_with("http://") || origin.starts_with("https://"))
             || origin.ends_with('/')
@@ -240,6 +248,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         max_body_bytes,
         allowed_origins: raw.allowed_origins,
         shutdown_grace,
+        workers,
         session: SessionConfig {
             idle_ttl,
             max_sessions,
