@@ -39,7 +39,10 @@ impl OldClient {
         let result = &final_message(&reply)["result"];
         assert_eq!(result["protocolVersion"], version, "negotiated as asked");
         assert!(
-            result.get("_meta").and_then(|m| m.get(SESSION_KEY)).is_none(),
+            result
+                .get("_meta")
+                .and_then(|m| m.get(SESSION_KEY))
+                .is_none(),
             "an old client never sees data-layer session _meta"
         );
         let session = reply.header("mcp-session-id").unwrap().to_owned();
@@ -105,14 +108,22 @@ async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
     // Interleaved rounds: every per-session counter counts only its own calls.
     for round in 1..=3 {
         for client in &old {
-            assert_eq!(client.counter().await, round.to_string(), "{}", client.version);
+            assert_eq!(
+                client.counter().await,
+                round.to_string(),
+                "{}",
+                client.version
+            );
         }
         assert_eq!(
             session.tool_text("counter", json!({})).await,
             round.to_string()
         );
         let reply = stateless
-            .request("tools/call", json!({"name": "echo", "arguments": {"msg": "s"}}))
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"msg": "s"}}),
+            )
             .await;
         assert_eq!(reply.status, 200, "{}", reply.text);
         let result = &final_message(&reply)["result"];
@@ -147,5 +158,67 @@ async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
     assert_eq!(old[1].counter().await, "4");
     let reply = stateless.request("tools/list", json!({})).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn an_old_clients_stream_and_get_stream_pass_through_as_they_happen() {
+    let h = Harness::start().await;
+    let old = OldClient::connect(&h, "2025-11-25").await;
+
+    // Its GET stream (the upstream's own, through the proxy).
+    let get = h
+        .http
+        .get(h.url())
+        .header("accept", "text/event-stream")
+        .headers(old.headers())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    let mut notes = EventReader::new(get);
+
+    // A streamed call: each progress event must arrive when the upstream sends it.
+    let started = std::time::Instant::now();
+    let response = post_streaming(
+        &h.http,
+        &h.url(),
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+            "name": "slow", "arguments": {"steps": 3, "interval_ms": 300},
+            "_meta": {"progressToken": "old"}}}),
+        &old.headers(),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+    let messages = EventReader::new(response).all_timed().await;
+    let progress: Vec<_> = messages
+        .iter()
+        .filter(|(_, m)| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 3, "{messages:?}");
+    let (done_at, result) = messages.last().unwrap();
+    assert_eq!(result["id"], 8);
+    assert!(
+        result["result"].get("_meta").is_none(),
+        "untouched: {result}"
+    );
+    let first_at = progress[0].0;
+    assert!(
+        *done_at - first_at >= std::time::Duration::from_millis(450),
+        "the first progress came {:?} before the result: buffered, not streamed",
+        *done_at - first_at
+    );
+    assert!(first_at - started < std::time::Duration::from_millis(1000));
+
+    // A server notification on the old client's GET stream.
+    let announced = old
+        .post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "announce", "arguments": {"text": "to the old client"}}}))
+        .await;
+    assert_eq!(announced.status, 200, "{}", announced.text);
+    let note = notes.next().await.unwrap();
+    assert_eq!(note["method"], "notifications/message");
+    assert_eq!(note["params"]["data"], "to the old client");
+    drop(notes);
     h.stop().await;
 }

@@ -179,3 +179,43 @@ async fn a_top_level_id_must_agree_with_meta_and_be_a_string() {
     assert_eq!(wrong_type.error_code(), Some(-32602));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn the_top_level_session_id_is_echoed_inside_streams_and_on_errors() {
+    let h = Harness::start().await;
+    let created = post(
+        &h,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create",
+            "params": {"capabilities": {}}}),
+    )
+    .await;
+    let id = created.json()["sessionId"].as_str().unwrap().to_owned();
+
+    let streamed = post(
+        &h,
+        json!({"jsonrpc": "2.0", "id": 2, "sessionId": id, "method": "tools/call",
+            "params": {"name": "slow", "arguments": {"steps": 2, "interval_ms": 20},
+                       "_meta": {"progressToken": 1}}}),
+    )
+    .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    let events = streamed.events();
+    let (last, notes) = events.split_last().unwrap();
+    assert_eq!(last["id"], 2);
+    assert_eq!(last["sessionId"], id.as_str(), "the response in the stream");
+    assert!(!notes.is_empty());
+    assert!(
+        notes.iter().all(|n| n.get("sessionId").is_none()),
+        "notifications carry no session: {notes:?}"
+    );
+
+    let failed = post(
+        &h,
+        json!({"jsonrpc": "2.0", "id": 3, "sessionId": id, "method": "no/such/method"}),
+    )
+    .await;
+    let body = failed.json();
+    assert!(body.get("error").is_some(), "{body}");
+    assert_eq!(body["sessionId"], id.as_str(), "an error response too");
+    h.stop().await;
+}

@@ -691,3 +691,50 @@ async fn listen_streams_are_capped() {
     assert!(freed, "the closed stream's place was never freed");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn an_expired_request_state_is_refused_and_the_waiting_upstream_call_is_cancelled() {
+    let h = Harness::with_config(|c| c.stateless.request_state_ttl = Duration::from_secs(1)).await;
+    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let first = c
+        .request(
+            "tools/call",
+            json!({"name": "sample", "arguments": {"prompt": "late"}}),
+        )
+        .await
+        .json();
+    assert_eq!(first["result"]["resultType"], "input_required");
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    assert_eq!(h.demo.live_sessions(), 1);
+
+    // Nobody came back in time: the upstream hears the call is off and its session ends.
+    assert!(
+        eventually(Duration::from_secs(5), || h
+            .upstream_saw("notifications/cancelled")
+            .len()
+            == 1)
+        .await,
+        "the waiting upstream call was never cancelled"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || h.demo.live_sessions() == 0).await,
+        "the pooled session held by the call was not ended"
+    );
+
+    let answer = json!({"sample-1": {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m"}});
+    let late = c
+        .request(
+            "tools/call",
+            json!({"name": "sample", "arguments": {"prompt": "late"}, "inputResponses": answer, "requestState": state}),
+        )
+        .await;
+    assert_eq!(
+        (late.status, late.error_code()),
+        (400, Some(-32602)),
+        "{}",
+        late.text
+    );
+    assert!(late.text.contains("expired"), "{}", late.text);
+    assert_eq!(late.json()["error"]["data"]["key"], "requestState");
+    h.stop().await;
+}
