@@ -289,7 +289,12 @@ async fn dispatch(
         let modern = params.is_some_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some());
         return sessions::create(app, headers, id, params, dialect, modern).await;
     }
-    if session.is_none() && crate::stateless::detect(headers, method, params) {
+    // An `Mcp-Session-Id` of an old connection means legacy semantics, whatever `_meta`
+    // the message carries.
+    if session.is_none()
+        && !headers.contains_key(&MCP_SESSION_ID)
+        && crate::stateless::detect(headers, method, params)
+    {
         let message = Message {
             headers,
             body,

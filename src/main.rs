@@ -128,8 +128,7 @@ fn serve(config: Config) -> ExitCode {
     if let Some(workers) = config.workers {
         builder.worker_threads(workers);
     }
-    let runtime = match builder.enable_all().build()
-    {
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("mcp-session-proxy: cannot start the async runtime: {e}");

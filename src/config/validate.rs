@@ -98,7 +98,10 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     let workers = match raw.workers {
         0 => None,
         n if n > 1024 => {
-            p.add("workers", format!("{n} is too many; at most 1024 (0: one per core)"));
+            p.add(
+                "workers",
+                format!("{n} is too many; at most 1024 (0: one per core)"),
+            );
             None
         }
         n => Some(usize::try_from(n).unwrap_or(1)),
