@@ -228,14 +228,19 @@ async fn an_old_connections_session_id_means_legacy_semantics_whatever_the_meta(
     let h = Harness::start().await;
     let old = OldClient::connect(&h, "2025-11-25").await;
     let reply = old
-        .post(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        .post(
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
             "name": "counter", "arguments": {},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}))
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+        )
         .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let message = final_message(&reply);
     assert_eq!(message["result"]["content"][0]["text"], "1", "{message}");
-    assert!(message["result"].get("resultType").is_none(), "not stateless");
+    assert!(
+        message["result"].get("resultType").is_none(),
+        "not stateless"
+    );
     let calls = h.upstream_saw("tools/call");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].session_id.as_deref(), Some(old.session.as_str()));
