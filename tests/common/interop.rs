@@ -252,12 +252,18 @@ pub async fn fastmcp(options: &[&str]) -> ServerProcess {
 /// The conformance suite's fixture (`tests/interop/conformance/fixture-server.mjs`, a
 /// 2025-11-25 server on the TypeScript SDK) on a free loopback port.
 pub async fn conformance_fixture() -> ServerProcess {
+    conformance_fixture_with(&[]).await
+}
+
+/// The conformance fixture with extra arguments (e.g. `--input-key-hints`).
+pub async fn conformance_fixture_with(args: &[&str]) -> ServerProcess {
     let root = repo_root();
     let mut command = Command::new("node");
     command
         .env("INTEROP_TOOLS", tools_dir())
         .arg(root.join("tests/interop/conformance/fixture-server.mjs"))
-        .arg("0");
+        .arg("0")
+        .args(args);
     ServerProcess::spawn("conformance fixture", command).await
 }
 

@@ -46,9 +46,15 @@ const argv = process.argv.slice(2);
 let port = Number(process.env.PORT ?? 0);
 let host = '127.0.0.1';
 let jsonResponse = false;
+// --input-key-hints: tag each server-to-client request with the proxy's optional
+// `_meta["mcp-session-proxy/inputKey"]` extension (see INPUT_KEY). Off by default: the
+// conformance tests run this fixture as a plain 2025-11-25 server, which knows nothing of
+// the proxy.
+let inputKeyHints = false;
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i];
   if (a === '--json-response') jsonResponse = true;
+  else if (a === '--input-key-hints') inputKeyHints = true;
   else if (a === '--host') host = argv[++i];
   else if (a === '--port') port = Number(argv[++i]);
   else if (/^\d+$/.test(a)) port = Number(a);
@@ -63,9 +69,10 @@ const SERVER_INFO = { name: 'mcp-session-proxy-conformance-fixture', version: '1
 // 1x1 red PNG and a minimal WAV (same bytes as the suite's reference server).
 const PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==';
 const WAV = 'UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=';
-// Key hint on every server-to-client request this fixture sends: the key the
-// 2026-07-28 suite expects in InputRequiredResult.inputRequests (a proxy that
-// turns upstream requests into inputRequests may use it instead of a key of its own).
+// With --input-key-hints, the key hint on every server-to-client request this fixture
+// sends: the key the 2026-07-28 suite expects in InputRequiredResult.inputRequests (the
+// proxy, which turns upstream requests into inputRequests, uses it instead of a key of
+// its own). A legacy server has no way to choose those keys otherwise.
 const INPUT_KEY = 'mcp-session-proxy/inputKey';
 const LOGGER = 'conformance-fixture';
 
@@ -130,7 +137,10 @@ function createSession() {
   // A server-to-client request on the tools/call (or prompts/get) stream,
   // tagged with the inputRequests key it stands for.
   const ask = (extra, key, method, params, schema) =>
-    extra.sendRequest({ method, params: { ...params, _meta: { [INPUT_KEY]: key } } }, schema);
+    extra.sendRequest(
+      { method, params: inputKeyHints ? { ...params, _meta: { [INPUT_KEY]: key } } : params },
+      schema,
+    );
   const elicit = (extra, key, message, properties, required) =>
     ask(extra, key, 'elicitation/create', {
       mode: 'form',
