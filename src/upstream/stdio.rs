@@ -312,6 +312,12 @@ impl StdioUpstream {
                             None
                         }
                         Ok(warm) => Some(warm),
+                        // After shutdown cleared the identities, a child killed while
+                        // starting is expected, not worth a warning.
+                        Err(e) if !pool.identities.contains(&identity.key) => {
+                            tracing::debug!(error = %e, "a pooled stdio server was no longer wanted");
+                            None
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "could not start a pooled stdio server");
                             None
