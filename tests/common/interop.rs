@@ -222,17 +222,25 @@ impl Drop for ServerProcess {
     }
 }
 
+/// The entry point of `@modelcontextprotocol/server-everything` (`node <it> <mode>`).
+pub fn everything_script() -> PathBuf {
+    tools_dir().join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// The FastMCP fixture, run by the venv's python.
+pub fn fastmcp_script() -> PathBuf {
+    repo_root().join("tests/interop/fastmcp_server.py")
+}
+
 /// `@modelcontextprotocol/server-everything` in streamableHttp mode on a free loopback port.
 pub async fn everything() -> ServerProcess {
-    let root = repo_root();
-    let tools = tools_dir();
     let mut command = Command::new("node");
     command
         .env("PORT", "0")
         .env("GZIP_ALLOWED_DOMAINS", "127.0.0.1")
         .arg("--require")
-        .arg(root.join("tests/interop/everything-loopback.cjs"))
-        .arg(tools.join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg(repo_root().join("tests/interop/everything-loopback.cjs"))
+        .arg(everything_script())
         .arg("streamableHttp");
     ServerProcess::spawn("everything", command).await
 }
@@ -240,12 +248,8 @@ pub async fn everything() -> ServerProcess {
 /// The FastMCP fixture (`tests/interop/fastmcp_server.py`) on a free loopback port, with
 /// extra options such as `--json-response` or `--session-idle-timeout=1`.
 pub async fn fastmcp(options: &[&str]) -> ServerProcess {
-    let root = repo_root();
     let mut command = Command::new(tools_dir().join("venv/bin/python"));
-    command
-        .arg(root.join("tests/interop/fastmcp_server.py"))
-        .arg("0")
-        .args(options);
+    command.arg(fastmcp_script()).arg("0").args(options);
     ServerProcess::spawn("fastmcp", command).await
 }
 
