@@ -1,7 +1,7 @@
 //! Checks every suite makes of the proxy's answers, whatever is behind it: the session
 //! `_meta` of a response, the -32043 of an unknown session, the text of a tool result.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use serde_json::Value;
 
@@ -57,4 +57,22 @@ pub fn text_of(message: &Value) -> &str {
         .pointer("/result/content/0/text")
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("no text in {message}"))
+}
+
+/// Checks timed progress notifications: each carries `token`, their `progress` rises,
+/// and none carries session `_meta` (only the response to the request is stamped).
+pub fn check_progress(progress: &[&(Instant, Value)], token: &str) {
+    let mut last = f64::MIN;
+    for (_, note) in progress {
+        assert_eq!(note["params"]["progressToken"], token, "{note}");
+        let value = note["params"]["progress"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{note}"));
+        assert!(value > last, "progress must increase: {progress:?}");
+        last = value;
+        assert!(
+            !has_session_meta(note),
+            "a notification got session _meta: {note}"
+        );
+    }
 }

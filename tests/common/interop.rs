@@ -73,6 +73,28 @@ pub fn ensure_installed() {
     }
 }
 
+/// Runs `command` (a client, a suite) to its end within `limit`; panics with its stdout
+/// and stderr unless it exits successfully. Returns its output.
+pub async fn run_to_success(
+    mut command: Command,
+    limit: Duration,
+    what: &str,
+) -> std::process::Output {
+    command.kill_on_drop(true);
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
+        .unwrap_or_else(|e| panic!("{what} could not be started: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 /// The tail of a stream of output, kept for failure messages.
 #[derive(Clone, Default)]
 struct Log(Arc<Mutex<String>>);
