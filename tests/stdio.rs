@@ -31,7 +31,9 @@ use common::procs::{
     Marker, Proc, alive, assert_nothing_left, no_zombie_children, reaped, stat, this_process,
     zombie_children,
 };
-use common::stdio::{POOLED, StdioProxy, child_of, everything, fastmcp, misbehaving, stdio_config};
+use common::stdio::{
+    LIVE_CHILDREN, POOLED, StdioProxy, child_of, everything, fastmcp, misbehaving, stdio_config,
+};
 use common::*;
 use mcp_session_proxy::config::Config;
 use reqwest::header::HeaderMap;
@@ -717,7 +719,15 @@ async fn a_client_giving_up_on_create_leaves_no_child_behind() {
         "the abandoned create's child is still running: {:?}",
         proxy.children()
     );
-    // ... and does not hold one of the max_children places.
+    // ... and does not hold one of the max_children places. Gone from /proc is not yet
+    // given back: the proxy releases the place once its waiter has reaped the child and
+    // ended what is left of its process group, a moment later. So wait until the proxy
+    // counts no live child, then take the place with a new session.
+    assert!(
+        proxy.gauge_becomes(LIVE_CHILDREN, 0).await,
+        "the abandoned create's child still holds a max_children place: {LIVE_CHILDREN} = {:?}",
+        proxy.gauge(LIVE_CHILDREN).await
+    );
     let mut c = proxy.client();
     c.create().await;
     assert_eq!(c.tool_text("echo", json!({"text": "ok"})).await, "ok");
