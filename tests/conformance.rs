@@ -1,4 +1,4 @@
-//! The official MCP conformance suite, server side (issue 3), run by `cargo test`:
+//! The official MCP conformance suite, server side, run by `cargo test`:
 //! - 2025-11-25 through the proxy gives exactly the results it gives against the fixture
 //!   server directly (old clients pass through untouched);
 //! - 2026-07-28, the revision's required scenarios (server-stateless, the content

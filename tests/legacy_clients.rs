@@ -1,4 +1,4 @@
-//! Old clients pass through untouched (issue 3): the official Python and TypeScript SDK
+//! Old clients pass through untouched: the official Python and TypeScript SDK
 //! clients speak 2025-11-25 (initialize, Mcp-Session-Id, the GET stream, DELETE, server
 //! requests) through the proxy to the real "everything" server.
 
