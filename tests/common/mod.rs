@@ -327,9 +327,8 @@ impl SessionClient {
     /// Sends a request in the session; adopts the state of a successful response.
     pub async fn request(&mut self, method: &str, params: Value) -> Reply {
         let id = self.id();
-        let params = in_session(params, self.session_id(), self.state.as_deref());
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let reply = post_json(&self.http, &self.url, &body, &self.headers()).await;
+        let body = self.message(json!(id), method, params);
+        let reply = self.post(&body).await;
         self.adopt(&reply);
         reply
     }
@@ -542,8 +541,7 @@ impl SessionClient {
     /// Sends a request in the session and returns the response unread.
     pub async fn request_streaming(&mut self, method: &str, params: Value) -> reqwest::Response {
         let id = self.id();
-        let params = in_session(params, self.session_id(), self.state.as_deref());
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let body = self.message(json!(id), method, params);
         post_streaming(&self.http, &self.url, &body, &self.headers()).await
     }
 
