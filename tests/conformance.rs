@@ -1,4 +1,4 @@
-//! The official MCP conformance suite, server side (issue 3), run by `cargo test`:
+//! The official MCP conformance suite, server side, run by `cargo test`:
 //! - 2025-11-25 through the proxy gives exactly the results it gives against the fixture
 //!   server directly (old clients pass through untouched);
 //! - 2026-07-28, the revision's required scenarios (server-stateless, the content
@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::interop::{
-    Interop, conformance_fixture, conformance_fixture_with, ensure_installed, repo_root, tools_dir,
+    Interop, conformance_fixture, conformance_fixture_with, ensure_installed, repo_root,
+    run_to_success, tools_dir,
 };
 
 /// Runs the suite; returns its `summary.tsv` (scenario, check, status per line).
@@ -40,22 +41,12 @@ async fn run(
         .arg(out)
         .arg(selection)
         .args(baseline)
-        .env("INTEROP_TOOLS", tools_dir())
-        .kill_on_drop(true);
+        .env("INTEROP_TOOLS", tools_dir());
     if let Some(suite) = suite {
         command.env("CONFORMANCE_SUITE", suite);
     }
-    let output = tokio::time::timeout(Duration::from_secs(240), command.output())
-        .await
-        .expect("the conformance suite did not finish within 240 s")
-        .expect("run.sh could not be started");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "conformance {spec} {selection} against {url} failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let what = format!("conformance {spec} {selection} against {url} (run.sh)");
+    run_to_success(command, Duration::from_secs(240), &what).await;
     std::fs::read_to_string(out.join("summary.tsv")).expect("no summary.tsv")
 }
 

@@ -10,35 +10,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use common::assert::{assert_session_not_found, check_progress, check_session_meta, tool_names};
 use common::interop::Interop;
 use common::*;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-
-/// Checks the session `_meta` of a response message and returns its `state`.
-fn check_session_meta(message: &Value, session_id: &str) -> String {
-    let meta = session_meta(message);
-    assert_eq!(meta["sessionId"], session_id, "session _meta of {message}");
-    let state = meta["state"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no state in {message}"));
-    assert!(!state.is_empty(), "empty state in {message}");
-    let expires = meta["expiresAt"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no expiresAt in {message}"));
-    let at = humantime::parse_rfc3339_weak(expires)
-        .unwrap_or_else(|e| panic!("expiresAt {expires:?} is not RFC 3339: {e}"));
-    assert!(at > SystemTime::now(), "expiresAt {expires} is in the past");
-    state.to_owned()
-}
-
-fn has_session_meta(message: &Value) -> bool {
-    ["params", "result"]
-        .iter()
-        .any(|part| message[part]["_meta"].get(SESSION_KEY).is_some())
-}
 
 #[tokio::test]
 async fn tools_list_and_echo_in_a_data_layer_session() {
@@ -65,13 +43,8 @@ async fn tools_list_and_echo_in_a_data_layer_session() {
     );
     let listed = final_message(&reply);
     let list_state = check_session_meta(&listed, &id);
-    let tools: Vec<&str> = listed["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no tools in {listed}"))
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    assert!(tools.contains(&"echo"), "tools: {tools:?}");
+    let tools = tool_names(&listed);
+    assert!(tools.iter().any(|t| t == "echo"), "tools: {tools:?}");
 
     let reply = c
         .request(
@@ -135,19 +108,7 @@ async fn progress_notifications_stream_through_before_the_stamped_result() {
         progress.len() >= 3,
         "want >= 3 progress notifications, got {messages:?}"
     );
-    let mut last = f64::MIN;
-    for (_, note) in &progress {
-        assert_eq!(note["params"]["progressToken"], "progress-1", "{note}");
-        let value = note["params"]["progress"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{note}"));
-        assert!(value > last, "progress must increase: {progress:?}");
-        last = value;
-        assert!(
-            !has_session_meta(note),
-            "a notification got session _meta: {note}"
-        );
-    }
+    check_progress(&progress, "progress-1");
 
     let (done_at, done) = messages
         .iter()
@@ -182,34 +143,17 @@ async fn progress_notifications_stream_through_before_the_stamped_result() {
 async fn sampling_request_round_trips_through_the_session() {
     let h = Interop::everything().await;
     let mut c = h.client();
-    let created = post_json(
-        &c.http,
-        &c.url,
-        &json!({
-            "jsonrpc": "2.0", "id": 1, "method": "sessions/create",
-            "params": {"_meta": {
-                "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
-                "io.modelcontextprotocol/clientInfo": {"name": "interop-test", "version": "0.0.1"},
-            }},
-        }),
-        &HeaderMap::new(),
-    )
+    c.create_with(json!({
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "interop-test", "version": "0.0.1"},
+    }))
     .await;
-    assert_eq!(created.status, 200, "sessions/create: {}", created.text);
-    let session = created.json()["result"]["session"].clone();
-    c.session_id = Some(session["sessionId"].as_str().unwrap().to_owned());
-    c.state = Some(session["state"].as_str().unwrap().to_owned());
     let id = c.session_id().to_owned();
 
     let listed = final_message(&c.request("tools/list", json!({})).await);
-    let tools: Vec<&str> = listed["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no tools in {listed}"))
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let tools = tool_names(&listed);
     assert!(
-        tools.contains(&"trigger-sampling-request"),
+        tools.iter().any(|t| t == "trigger-sampling-request"),
         "the client's sampling capability did not reach the upstream: {tools:?}"
     );
 
@@ -221,19 +165,7 @@ async fn sampling_request_round_trips_through_the_session() {
         .await;
     assert_eq!(response.status(), 200);
     let mut events = EventReader::new(response);
-    let sampling = loop {
-        let message = events
-            .next()
-            .await
-            .expect("the stream ended before sampling/createMessage");
-        if message["method"] == "sampling/createMessage" {
-            break message;
-        }
-        assert!(
-            message.get("result").is_none(),
-            "a result came before sampling: {message}"
-        );
-    };
+    let sampling = events.next_request("sampling/createMessage").await;
     let request_id = sampling["id"].clone();
     assert!(
         !request_id.is_null(),
@@ -257,10 +189,7 @@ async fn sampling_request_round_trips_through_the_session() {
         answer.text
     );
 
-    let mut rest = Vec::new();
-    while let Some(message) = events.next().await {
-        rest.push(message);
-    }
+    let rest = events.rest().await;
     let done = rest
         .iter()
         .find(|m| m.get("method").is_none() && m.get("result").is_some())
@@ -300,14 +229,7 @@ async fn deleted_session_is_gone() {
             json!({"name": "echo", "arguments": {"message": "after"}}),
         )
         .await;
-    assert_eq!(after.status, 404, "{}", after.text);
-    assert_eq!(after.error_code(), Some(-32043), "{}", after.text);
-    assert_eq!(
-        after.json()["error"]["data"]["sessionId"],
-        id.as_str(),
-        "{}",
-        after.text
-    );
+    assert_session_not_found(&after, &id);
     h.stop().await;
 }
 

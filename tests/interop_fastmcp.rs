@@ -12,43 +12,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use common::assert::{assert_session_not_found, check_progress, check_session_meta};
 use common::interop::Interop;
 use common::*;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
-
-/// Checks the session `_meta` of a response message and returns its `state`.
-fn check_session_meta(message: &Value, session_id: &str) -> String {
-    let meta = session_meta(message);
-    assert_eq!(meta["sessionId"], session_id, "session _meta of {message}");
-    let state = meta["state"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no state in {message}"));
-    assert!(!state.is_empty(), "empty state in {message}");
-    let expires = meta["expiresAt"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no expiresAt in {message}"));
-    let at = humantime::parse_rfc3339_weak(expires)
-        .unwrap_or_else(|e| panic!("expiresAt {expires:?} is not RFC 3339: {e}"));
-    assert!(at > SystemTime::now(), "expiresAt {expires} is in the past");
-    state.to_owned()
-}
-
-fn has_session_meta(message: &Value) -> bool {
-    ["params", "result"]
-        .iter()
-        .any(|part| message[part]["_meta"].get(SESSION_KEY).is_some())
-}
-
-/// Asserts a reply is the proxy's -32043 "Session not found" for `session_id`.
-fn assert_session_not_found(reply: &Reply, session_id: &str) {
-    assert_eq!(reply.status, 404, "{}", reply.text);
-    let body = reply.json();
-    assert_eq!(body["error"]["code"], -32043, "{body}");
-    assert_eq!(body["error"]["data"]["sessionId"], session_id, "{body}");
-}
 
 #[tokio::test]
 async fn echo_and_per_session_counters() {
@@ -222,19 +192,7 @@ async fn progress_notifications_stream_through_before_the_stamped_result() {
         3,
         "want 3 progress notifications, got {messages:?}"
     );
-    let mut last = f64::MIN;
-    for (_, note) in &progress {
-        assert_eq!(note["params"]["progressToken"], "slow-1", "{note}");
-        let value = note["params"]["progress"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{note}"));
-        assert!(value > last, "progress must increase: {progress:?}");
-        last = value;
-        assert!(
-            !has_session_meta(note),
-            "a notification got session _meta: {note}"
-        );
-    }
+    check_progress(&progress, "slow-1");
 
     let final_index = messages
         .iter()

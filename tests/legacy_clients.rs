@@ -1,4 +1,4 @@
-//! Old clients pass through untouched (issue 3): the official Python and TypeScript SDK
+//! Old clients pass through untouched: the official Python and TypeScript SDK
 //! clients speak 2025-11-25 (initialize, Mcp-Session-Id, the GET stream, DELETE, server
 //! requests) through the proxy to the real "everything" server.
 
@@ -13,27 +13,18 @@ mod common;
 
 use std::time::Duration;
 
-use common::interop::{Interop, tools_dir};
+use common::interop::{Interop, run_to_success, tools_dir};
 use serde_json::Value;
 
 /// Runs a client script against `url`; returns the JSON it printed.
 async fn run(program: &std::path::Path, args: &[&str], env: &[(&str, String)]) -> Value {
     let mut command = tokio::process::Command::new(program);
-    command.args(args).kill_on_drop(true);
+    command.args(args);
     for (key, value) in env {
         command.env(key, value);
     }
-    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("the client did not finish within 60 s")
-        .expect("the client could not be started");
+    let output = run_to_success(command, Duration::from_secs(60), "the client").await;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "client failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
     let line = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
 }
@@ -105,46 +96,17 @@ async fn the_typescript_sdk_client_works_through_the_proxy() {
 /// again with GET and `Last-Event-ID`, and gets the rest of it, the response included.
 #[tokio::test]
 async fn a_dropped_stream_resumes_with_last_event_id() {
-    use common::{ACCEPT_BOTH, EventReader, post_json};
-    use reqwest::header::{HeaderMap, HeaderValue};
+    use common::{EventReader, LegacyClient, post_streaming};
     use serde_json::json;
 
     let h = Interop::everything().await;
-    let http = common::http_client();
-    let init = post_json(
-        &http,
-        &h.url(),
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "resume", "version": "1"}}}),
-        &HeaderMap::new(),
-    )
-    .await;
-    let session = init.header("mcp-session-id").unwrap().to_owned();
-    let mut headers = HeaderMap::new();
-    headers.insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
-    headers.insert(
-        "mcp-protocol-version",
-        HeaderValue::from_static("2025-11-25"),
-    );
-    post_json(
-        &http,
-        &h.url(),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        &headers,
-    )
-    .await;
+    let old = LegacyClient::connect(h.url(), "2025-11-25").await;
+    let (http, headers) = (&old.http, old.headers());
 
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "trigger-long-running-operation", "arguments": {"duration": 1, "steps": 4},
         "_meta": {"progressToken": "resume-me"}}});
-    let mut request = http
-        .post(h.url())
-        .header("content-type", "application/json")
-        .header("accept", ACCEPT_BOTH);
-    for (name, value) in &headers {
-        request = request.header(name, value);
-    }
-    let response = request.body(call.to_string()).send().await.unwrap();
+    let response = post_streaming(http, &h.url(), &call, &headers).await;
     // Read raw events until the first progress notification, noting its event id.
     let mut stream = response.bytes_stream();
     let mut buffer = String::new();
@@ -169,14 +131,14 @@ async fn a_dropped_stream_resumes_with_last_event_id() {
     // The server finishes the call meanwhile, keeping its events for a resuming client.
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
-    let mut resume = http
+    let response = http
         .get(h.url())
+        .headers(headers)
         .header("accept", "text/event-stream")
-        .header("last-event-id", &last_id);
-    for (name, value) in &headers {
-        resume = resume.header(name, value);
-    }
-    let response = resume.send().await.unwrap();
+        .header("last-event-id", &last_id)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     let mut reader = EventReader::new(response);
     let mut progress = 0;

@@ -1,5 +1,7 @@
-//! The data-layer session lifecycle through the proxy (issue 2, points 1, 2, 5–11), with
-//! the strict demo server as the legacy upstream.
+//! The data-layer session lifecycle through the proxy, as the data-layer sessions draft
+//! ("Data-Layer Sessions for MCP") describes it: create, use, delete, expiry, the cap,
+//! `state`, a lost or unreachable upstream, `require_session`, pass-through, and the
+//! draft's test vectors verbatim. The strict demo server is the legacy upstream.
 
 #![allow(
     clippy::unwrap_used,
@@ -29,7 +31,7 @@ fn header(name: &'static str, value: &str) -> HeaderMap {
 // === 1. sessions/create ===
 
 #[tokio::test]
-async fn create_answers_the_seed_shape_and_opens_an_upstream_session() {
+async fn create_answers_the_drafts_shape_and_opens_an_upstream_session() {
     let h = Harness::start().await;
     let reply = h.post(&create_request(1)).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
@@ -136,11 +138,11 @@ async fn create_with_non_object_client_info_is_refused() {
     h.stop().await;
 }
 
-// === The seed's test vectors, verbatim ===
+// === The data-layer sessions draft's test vectors, verbatim ===
 
-/// The seed's valid creation response, with this proxy's values in place of the example's.
+/// The draft's valid creation response, with this proxy's values in place of the example's.
 #[tokio::test]
-async fn seed_vector_session_creation() {
+async fn draft_vector_session_creation() {
     let h = Harness::start().await;
     let reply = post_raw(
         &h.http,
@@ -159,7 +161,7 @@ async fn seed_vector_session_creation() {
 }
 
 #[tokio::test]
-async fn seed_vector_session_usage() {
+async fn draft_vector_session_usage() {
     let h = Harness::start().await;
     let mut c = h.client();
     c.create().await;
@@ -187,7 +189,7 @@ async fn seed_vector_session_usage() {
 }
 
 #[tokio::test]
-async fn seed_vector_session_not_found() {
+async fn draft_vector_session_not_found() {
     let h = Harness::start().await;
     let reply = post_raw(
         &h.http,
@@ -206,7 +208,7 @@ async fn seed_vector_session_not_found() {
 }
 
 #[tokio::test]
-async fn seed_vector_session_deletion() {
+async fn draft_vector_session_deletion() {
     let h = Harness::start().await;
     let mut c = h.client();
     c.create().await;

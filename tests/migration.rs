@@ -13,85 +13,25 @@
 mod common;
 
 use common::*;
-use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::{Value, json};
+use serde_json::json;
 
-/// An old client: its own `initialize`, the upstream's session id and version headers.
-struct OldClient {
-    url: String,
-    version: &'static str,
-    session: String,
-}
-
-impl OldClient {
-    async fn connect(h: &Harness, version: &'static str) -> OldClient {
-        let http = http_client();
-        let reply = post_json(
-            &http,
-            &h.url(),
-            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": version, "capabilities": {},
-                "clientInfo": {"name": format!("old-{version}"), "version": "1"}}}),
-            &HeaderMap::new(),
-        )
+/// `tools/call counter` from an old client: passed through untouched, its text.
+async fn counter(client: &LegacyClient) -> String {
+    let reply = client
+        .post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "counter", "arguments": {}}}))
         .await;
-        assert_eq!(reply.status, 200, "{version}: {}", reply.text);
-        let result = &final_message(&reply)["result"];
-        assert_eq!(result["protocolVersion"], version, "negotiated as asked");
-        assert!(
-            result
-                .get("_meta")
-                .and_then(|m| m.get(SESSION_KEY))
-                .is_none(),
-            "an old client never sees data-layer session _meta"
-        );
-        let session = reply.header("mcp-session-id").unwrap().to_owned();
-        let client = OldClient {
-            url: h.url(),
-            version,
-            session,
-        };
-        let note = client
-            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await;
-        assert_eq!(note.status, 202, "{}", note.text);
-        client
-    }
-
-    fn headers(&self) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "mcp-session-id",
-            HeaderValue::from_str(&self.session).unwrap(),
-        );
-        h.insert(
-            "mcp-protocol-version",
-            HeaderValue::from_static(self.version),
-        );
-        h
-    }
-
-    async fn post(&self, body: Value) -> Reply {
-        post_json(&http_client(), &self.url, &body, &self.headers()).await
-    }
-
-    async fn counter(&self) -> String {
-        let reply = self
-            .post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                "params": {"name": "counter", "arguments": {}}}))
-            .await;
-        assert_eq!(reply.status, 200, "{}", reply.text);
-        let message = final_message(&reply);
-        assert!(
-            message["result"].get("_meta").is_none(),
-            "passed through untouched: {message}"
-        );
-        assert!(message["result"].get("resultType").is_none());
-        message["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let message = final_message(&reply);
+    assert!(
+        message["result"].get("_meta").is_none(),
+        "passed through untouched: {message}"
+    );
+    assert!(message["result"].get("resultType").is_none());
+    message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 #[tokio::test]
@@ -99,7 +39,7 @@ async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
     let h = Harness::start().await;
     let mut old = Vec::new();
     for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
-        old.push(OldClient::connect(&h, version).await);
+        old.push(LegacyClient::connect(h.url(), version).await);
     }
     let mut session = h.client();
     session.create().await;
@@ -109,7 +49,7 @@ async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
     for round in 1..=3 {
         for client in &old {
             assert_eq!(
-                client.counter().await,
+                counter(client).await,
                 round.to_string(),
                 "{}",
                 client.version
@@ -147,15 +87,10 @@ async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
         );
     }
     // Ending one kind leaves the others working.
-    let ended = reqwest::Client::new()
-        .delete(h.url())
-        .headers(old[0].headers())
-        .send()
-        .await
-        .unwrap();
+    let ended = old[0].delete().await;
     assert!(ended.status().is_success(), "{}", ended.status());
     session.delete().await;
-    assert_eq!(old[1].counter().await, "4");
+    assert_eq!(counter(&old[1]).await, "4");
     let reply = stateless.request("tools/list", json!({})).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     h.stop().await;
@@ -164,7 +99,7 @@ async fn one_endpoint_serves_old_session_and_stateless_clients_together() {
 #[tokio::test]
 async fn an_old_clients_stream_and_get_stream_pass_through_as_they_happen() {
     let h = Harness::start().await;
-    let old = OldClient::connect(&h, "2025-11-25").await;
+    let old = LegacyClient::connect(h.url(), "2025-11-25").await;
 
     // Its GET stream (the upstream's own, through the proxy).
     let get = h
@@ -226,7 +161,7 @@ async fn an_old_clients_stream_and_get_stream_pass_through_as_they_happen() {
 #[tokio::test]
 async fn an_old_connections_session_id_means_legacy_semantics_whatever_the_meta() {
     let h = Harness::start().await;
-    let old = OldClient::connect(&h, "2025-11-25").await;
+    let old = LegacyClient::connect(h.url(), "2025-11-25").await;
     let reply = old
         .post(
             json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {

@@ -1,4 +1,4 @@
-//! Operations (issue 5): metrics, readiness, the admin API, a separate admin listener.
+//! Operations: metrics, readiness, the admin API, a separate admin listener.
 
 #![allow(
     clippy::unwrap_used,

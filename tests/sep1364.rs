@@ -1,6 +1,6 @@
-//! SEP-1364's dialect (seed 001): a top-level `sessionId` on requests, notifications and
-//! responses; `initialize` carrying a `sessionId`; `sessions/create` with
-//! `params.capabilities`; `terminate`.
+//! SEP-1364's dialect ("Elevating MCP Sessions"): a top-level `sessionId` on requests,
+//! notifications and responses; `initialize` carrying a `sessionId`; `sessions/create`
+//! with `params.capabilities`; `terminate`.
 
 #![allow(
     clippy::unwrap_used,

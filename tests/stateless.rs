@@ -1,5 +1,6 @@
-//! Stateless clients (MCP 2026-07-28) in front of the strict legacy demo server (issue 3,
-//! "Modern stateless clients in front of legacy servers").
+//! Stateless clients (MCP 2026-07-28, which released SEP-2575 "Make MCP Stateless") in
+//! front of the strict legacy (2025-11-25) demo server: validation, `server/discover`,
+//! pooled upstream sessions, multi-round-trip requests (SEP-2322), `subscriptions/listen`.
 
 #![allow(
     clippy::unwrap_used,

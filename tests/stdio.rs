@@ -1,16 +1,18 @@
-//! stdio upstreams: a child process per data-layer session (the five points).
+//! stdio upstreams: a child process per data-layer session, started from a warm pool or
+//! on demand, capped, stopped and reaped; misbehaving children cost only their own
+//! session.
 //!
 //! Real servers from a registry run as the children: `@modelcontextprotocol/server-everything`
 //! in stdio mode and the FastMCP fixture with `--stdio` (both installed by
 //! `tests/interop/setup.sh`). `tests/interop/misbehaving_server.py` (standard library
 //! only) crashes, hangs, floods, writes garbage, ignores SIGTERM and starts a grandchild
-//! on demand.
+//! on demand. The proxy in front of them is `common::stdio::StdioProxy`.
 //!
-//! Processes are counted exactly: every child a test starts carries a marker unique to
-//! that test in its environment (`MCP_STDIO_TEST_MARKER`, inherited by grandchildren),
-//! found by reading `/proc`. A process is *reaped* when its `/proc` entry is gone (not
-//! even a zombie). Whatever a test leaves behind is SIGKILLed by pid when its [`Marker`]
-//! drops, so a failing test does not leak processes either.
+//! Processes are counted exactly (`common::procs`): every child a test starts carries a
+//! marker unique to that test in its environment, found by reading `/proc`. A process is
+//! *reaped* when its `/proc` entry is gone (not even a zombie). Whatever a test leaves
+//! behind is SIGKILLed by pid when its `Marker` drops, so a failing test does not leak
+//! processes either.
 
 #![allow(
     clippy::unwrap_used,
@@ -21,351 +23,21 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::interop::{ensure_installed, repo_root, tools_dir};
+use common::assert::{assert_session_not_found, text_of, tool_names};
+use common::log::{proxy_log, session_field};
+use common::procs::{
+    Marker, Proc, alive, assert_nothing_left, no_zombie_children, reaped, stat, this_process,
+    zombie_children,
+};
+use common::stdio::{
+    LIVE_CHILDREN, POOLED, StdioProxy, child_of, everything, fastmcp, misbehaving, stdio_config,
+};
 use common::*;
-use mcp_session_proxy::config::{CommandSpec, Config};
-use mcp_session_proxy::{Running, start};
-use parking_lot::Mutex;
-use reqwest::header::{HeaderMap, HeaderValue};
+use mcp_session_proxy::config::Config;
+use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
-
-// ---------------------------------------------------------------------------------------
-// Processes, read from /proc.
-
-const MARKER_VAR: &str = "MCP_STDIO_TEST_MARKER";
-/// Children started, initialized and waiting for a session.
-const POOLED: &str = "mcp_proxy_pool_size{pool=\"stdio\"}";
-
-/// One process as `/proc/<pid>/stat` describes it; the same process whatever its state.
-#[derive(Debug, Clone, Copy)]
-struct Proc {
-    pid: i32,
-    ppid: i32,
-    state: char,
-    /// Start time in clock ticks after boot: tells a reused pid apart.
-    start: u64,
-}
-
-impl PartialEq for Proc {
-    fn eq(&self, other: &Proc) -> bool {
-        self.pid == other.pid && self.start == other.start
-    }
-}
-
-fn stat(pid: i32) -> Option<Proc> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may contain anything: parse after the last.
-    let rest = text.get(text.rfind(')')? + 1..)?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Proc {
-        pid,
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
-    })
-}
-
-fn all_pids() -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
-/// Running processes (not zombies: their environment is gone) carrying `marker`.
-fn marked(marker: &str) -> Vec<Proc> {
-    let needle = format!("{MARKER_VAR}={marker}");
-    all_pids()
-        .into_iter()
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
-        })
-        .filter_map(stat)
-        .filter(|p| p.state != 'Z' && p.state != 'X')
-        .collect()
-}
-
-/// Still running (a zombie is not).
-fn alive(p: &Proc) -> bool {
-    stat(p.pid).is_some_and(|now| now.start == p.start && now.state != 'Z' && now.state != 'X')
-}
-
-/// Gone for good: exited and reaped by its parent (no zombie left).
-fn reaped(p: &Proc) -> bool {
-    stat(p.pid).is_none_or(|now| now.start != p.start)
-}
-
-/// Children of this test process that are zombies (exited, never waited for).
-fn zombie_children() -> Vec<Proc> {
-    let me = std::process::id() as i32;
-    all_pids()
-        .into_iter()
-        .filter_map(stat)
-        .filter(|p| p.ppid == me && p.state == 'Z')
-        .collect()
-}
-
-/// A marker unique to one test (and one run). Dropped at the end of the test, passed or
-/// failed, it SIGKILLs (by pid) whatever still carries it.
-struct Marker(String);
-
-impl Marker {
-    fn new(test: &str) -> Marker {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        Marker(format!("{test}-{}-{nanos}", std::process::id()))
-    }
-}
-
-impl std::ops::Deref for Marker {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        for p in marked(&self.0) {
-            kill(p.pid);
-        }
-    }
-}
-
-fn kill(pid: i32) {
-    use nix::sys::signal::{Signal, kill};
-    let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-}
-
-// ---------------------------------------------------------------------------------------
-// Commands and proxies.
-
-fn marker_env(marker: &str) -> Vec<(String, String)> {
-    vec![(MARKER_VAR.to_owned(), marker.to_owned())]
-}
-
-/// `tests/interop/misbehaving_server.py` with `flags`.
-fn misbehaving(marker: &str, flags: &[&str]) -> CommandSpec {
-    let mut args = vec![
-        repo_root()
-            .join("tests/interop/misbehaving_server.py")
-            .display()
-            .to_string(),
-    ];
-    args.extend(flags.iter().map(|f| (*f).to_owned()));
-    CommandSpec {
-        program: "python3".to_owned(),
-        args,
-        env: marker_env(marker),
-        cwd: None,
-    }
-}
-
-/// `@modelcontextprotocol/server-everything` in stdio mode.
-fn everything(marker: &str) -> CommandSpec {
-    ensure_installed();
-    let script: PathBuf =
-        tools_dir().join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    CommandSpec {
-        program: "node".to_owned(),
-        args: vec![script.display().to_string(), "stdio".to_owned()],
-        env: marker_env(marker),
-        cwd: None,
-    }
-}
-
-/// The FastMCP fixture (official Python SDK) with `--stdio`.
-fn fastmcp(marker: &str) -> CommandSpec {
-    ensure_installed();
-    CommandSpec {
-        program: tools_dir().join("venv/bin/python").display().to_string(),
-        args: vec![
-            repo_root()
-                .join("tests/interop/fastmcp_server.py")
-                .display()
-                .to_string(),
-            "--stdio".to_owned(),
-        ],
-        env: marker_env(marker),
-        cwd: None,
-    }
-}
-
-/// A proxy in front of `command`: no pool, a short stop grace, a generous timeout.
-fn stdio_config(command: CommandSpec) -> Config {
-    let mut config = config_for("http://unused");
-    config.upstream.url = None;
-    config.upstream.command = Some(command);
-    config.upstream.pool_size = 0;
-    config.upstream.stop_grace = Duration::from_millis(500);
-    config.upstream.timeout = Duration::from_secs(10);
-    config
-}
-
-/// A running proxy whose children carry `marker`.
-struct Proxy {
-    running: Running,
-    marker: String,
-}
-
-impl Proxy {
-    async fn start(config: Config, marker: &str) -> Proxy {
-        let running = start(config).await.expect("the proxy starts");
-        Proxy {
-            running,
-            marker: marker.to_owned(),
-        }
-    }
-
-    fn url(&self) -> String {
-        self.running.url()
-    }
-
-    fn client(&self) -> SessionClient {
-        SessionClient::new(self.url())
-    }
-
-    fn children(&self) -> Vec<Proc> {
-        marked(&self.marker)
-    }
-
-    /// Polls the pool gauge until it reads `n` (10 s at most).
-    async fn pooled_becomes(&self, n: i64) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.gauge(POOLED).await == Some(n) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
-    }
-
-    /// A gauge of `/metrics`, e.g. `mcp_proxy_pool_size{pool="stdio"}`.
-    async fn gauge(&self, name: &str) -> Option<i64> {
-        let url = format!("http://{}/metrics", self.running.local_addr());
-        let text = http_client()
-            .get(url)
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        text.lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-    }
-
-    /// `Running::shutdown`, timed.
-    async fn shutdown(self) -> Duration {
-        let started = Instant::now();
-        self.running.shutdown().await;
-        started.elapsed()
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Messages.
-
-fn session_headers(session_id: &str) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert("mcp-session-id", HeaderValue::from_str(session_id).unwrap());
-    headers
-}
-
-/// A `tools/call` in `c`'s session with a chosen id.
-fn tool_call(c: &SessionClient, id: Value, name: &str, arguments: Value) -> Value {
-    json!({
-        "jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": in_session(json!({"name": name, "arguments": arguments}), c.session_id(), c.state.as_deref()),
-    })
-}
-
-/// `sessions/create` with `_meta` (client capabilities, client info).
-async fn create_with(c: &mut SessionClient, meta: Value) {
-    let created = post_json(
-        &c.http,
-        &c.url,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": meta}}),
-        &HeaderMap::new(),
-    )
-    .await;
-    assert_eq!(created.status, 200, "sessions/create: {}", created.text);
-    let session = created.json()["result"]["session"].clone();
-    c.session_id = Some(session["sessionId"].as_str().unwrap().to_owned());
-    c.state = Some(session["state"].as_str().unwrap().to_owned());
-}
-
-/// The misbehaving child serving `c`'s session (its `pid` tool).
-async fn child_of(c: &mut SessionClient) -> Proc {
-    let pid: i32 = c.tool_text("pid", json!({})).await.parse().unwrap();
-    let child = stat(pid).unwrap_or_else(|| panic!("no process {pid}"));
-    assert_eq!(
-        child.ppid,
-        std::process::id() as i32,
-        "the child is the proxy's (this test process's) own"
-    );
-    child
-}
-
-/// Opens the session's listen stream (`GET` with its `Mcp-Session-Id`).
-async fn listen(c: &SessionClient) -> EventReader {
-    let mut headers = session_headers(c.session_id());
-    headers.insert("accept", HeaderValue::from_static("text/event-stream"));
-    let response = c.http.get(&c.url).headers(headers).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
-    EventReader::new(response)
-}
-
-/// Asserts `reply` is the proxy's -32043 for `c`'s session.
-fn assert_session_not_found(reply: &Reply, session_id: &str) {
-    assert_eq!(reply.status, 404, "{}", reply.text);
-    let body = reply.json();
-    assert_eq!(body["error"]["code"], -32043, "{body}");
-    assert_eq!(body["error"]["message"], "Session not found", "{body}");
-    assert_eq!(body["error"]["data"]["sessionId"], session_id, "{body}");
-}
-
-fn tool_names(message: &Value) -> Vec<String> {
-    message["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no tools in {message}"))
-        .iter()
-        .filter_map(|t| t["name"].as_str().map(str::to_owned))
-        .collect()
-}
-
-fn text_of(message: &Value) -> &str {
-    message
-        .pointer("/result/content/0/text")
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no text in {message}"))
-}
-
-/// Asserts no process with `marker` runs any more.
-fn assert_nothing_left(marker: &str) {
-    let left = marked(marker);
-    assert!(left.is_empty(), "processes left behind: {left:?}");
-}
-
-async fn no_zombie_children() -> bool {
-    eventually(Duration::from_secs(3), || zombie_children().is_empty()).await
-}
 
 // ---------------------------------------------------------------------------------------
 // 1. A real registry server over stdio.
@@ -373,14 +45,14 @@ async fn no_zombie_children() -> bool {
 #[tokio::test]
 async fn everything_over_stdio_lists_echoes_streams_progress_and_ends_with_delete() {
     let marker = Marker::new("everything");
-    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(everything(&marker)), &marker).await;
     assert!(proxy.children().is_empty(), "pool_size 0 starts nothing");
     let mut c = proxy.client();
     c.create().await;
     let children = proxy.children();
     assert_eq!(children.len(), 1, "one child for one session: {children:?}");
     let child = children[0];
-    assert_eq!(child.ppid, std::process::id() as i32);
+    assert_eq!(child.ppid, this_process());
 
     let listed = final_message(&c.request("tools/list", json!({})).await);
     let tools = tool_names(&listed);
@@ -459,15 +131,12 @@ async fn everything_over_stdio_lists_echoes_streams_progress_and_ends_with_delet
 #[tokio::test]
 async fn everything_over_stdio_sampling_round_trip() {
     let marker = Marker::new("sampling");
-    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(everything(&marker)), &marker).await;
     let mut c = proxy.client();
-    create_with(
-        &mut c,
-        json!({
-            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
-            "io.modelcontextprotocol/clientInfo": {"name": "stdio-test", "version": "0.0.1"},
-        }),
-    )
+    c.create_with(json!({
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "stdio-test", "version": "0.0.1"},
+    }))
     .await;
     let tools = tool_names(&final_message(&c.request("tools/list", json!({})).await));
     assert!(
@@ -483,19 +152,7 @@ async fn everything_over_stdio_sampling_round_trip() {
         .await;
     assert_eq!(response.status(), 200);
     let mut events = EventReader::new(response);
-    let sampling = loop {
-        let message = events
-            .next()
-            .await
-            .expect("the stream ended before sampling/createMessage");
-        if message["method"] == "sampling/createMessage" {
-            break message;
-        }
-        assert!(
-            message.get("result").is_none(),
-            "a result before sampling: {message}"
-        );
-    };
+    let sampling = events.next_request("sampling/createMessage").await;
     let request_id = sampling["id"].clone();
     assert!(!request_id.is_null(), "{sampling}");
     assert!(
@@ -512,10 +169,7 @@ async fn everything_over_stdio_sampling_round_trip() {
         )
         .await;
     assert_eq!(answer.status, 202, "{}", answer.text);
-    let mut rest = Vec::new();
-    while let Some(message) = events.next().await {
-        rest.push(message);
-    }
+    let rest = events.rest().await;
     let done = rest
         .iter()
         .find(|m| m.get("method").is_none() && m.get("result").is_some())
@@ -531,7 +185,7 @@ async fn everything_over_stdio_sampling_round_trip() {
 #[tokio::test]
 async fn fastmcp_over_stdio_gives_every_session_its_own_server() {
     let marker = Marker::new("fastmcp");
-    let proxy = Proxy::start(stdio_config(fastmcp(&marker)), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(fastmcp(&marker)), &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
@@ -579,7 +233,7 @@ async fn the_pool_prestarts_children_and_makes_create_fast() {
     let warm_marker = Marker::new("pool-warm");
     let mut config = stdio_config(everything(&warm_marker));
     config.upstream.pool_size = 2;
-    let warm = Proxy::start(config, &warm_marker).await;
+    let warm = StdioProxy::start(config, &warm_marker).await;
     assert!(
         eventually(Duration::from_secs(10), || warm.children().len() == 2).await,
         "2 pooled children before any session: {:?}",
@@ -613,7 +267,7 @@ async fn the_pool_prestarts_children_and_makes_create_fast() {
     );
 
     let cold_marker = Marker::new("pool-cold");
-    let cold = Proxy::start(stdio_config(everything(&cold_marker)), &cold_marker).await;
+    let cold = StdioProxy::start(stdio_config(everything(&cold_marker)), &cold_marker).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(cold.children().is_empty());
     let mut d = cold.client();
@@ -638,7 +292,7 @@ async fn creates_beyond_max_children_get_503_naming_the_limit() {
     let marker = Marker::new("cap");
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.upstream.max_children = 2;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
@@ -675,7 +329,7 @@ async fn max_children_holds_under_concurrent_creates() {
     let marker = Marker::new("cap-race");
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.upstream.max_children = 2;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let url = proxy.url();
     let http = http_client();
     let creates = (0..32).map(|i| {
@@ -716,20 +370,20 @@ async fn max_children_holds_under_concurrent_creates() {
 #[tokio::test]
 async fn requests_with_the_same_id_at_once_never_collide_on_a_child() {
     let marker = Marker::new("same-id");
-    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
     b.create().await;
-    let call = |c: &SessionClient, id: Value, tag: &str| {
-        let body = tool_call(c, id, "same_id_check", json!({"tag": tag, "delay_ms": 400}));
-        let (http, url, headers) = (
-            c.http.clone(),
-            c.url.clone(),
-            session_headers(c.session_id()),
-        );
-        async move { post_json(&http, &url, &body, &headers).await }
-    };
+    async fn call(c: &SessionClient, id: Value, tag: &str) -> Reply {
+        let arguments = json!({"tag": tag, "delay_ms": 400});
+        c.post(&c.message(
+            id,
+            "tools/call",
+            json!({"name": "same_id_check", "arguments": arguments}),
+        ))
+        .await
+    }
     let started = Instant::now();
     // Two requests with id 1 (and one with "1") in flight at once on a's child, one with
     // id 1 on b's.
@@ -780,17 +434,20 @@ async fn requests_with_the_same_id_at_once_never_collide_on_a_child() {
 #[tokio::test]
 async fn a_cancellation_names_the_request_as_the_child_knows_it() {
     let marker = Marker::new("cancel");
-    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
     let mut c = proxy.client();
     c.create().await;
-    let headers = session_headers(c.session_id());
-    let request = tool_call(&c, json!("cancel-me"), "cancellable", json!({"ms": 2000}));
-    let call = post_json(&c.http, &c.url, &request, &headers);
+    let request = c.message(
+        json!("cancel-me"),
+        "tools/call",
+        json!({"name": "cancellable", "arguments": {"ms": 2000}}),
+    );
+    let call = c.post(&request);
     let cancel = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let body = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": in_session(json!({"requestId": "cancel-me", "reason": "test"}), c.session_id(), None)});
-        post_json(&c.http, &c.url, &body, &headers).await
+        c.post(&body).await
     };
     let (answer, cancelled) = tokio::join!(call, cancel);
     assert_eq!(cancelled.status, 202, "{}", cancelled.text);
@@ -816,7 +473,7 @@ async fn an_expired_session_ends_its_child() {
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.session.idle_ttl = Duration::from_secs(1);
     config.session.reap_interval = Duration::from_millis(50);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = proxy.client();
     c.create().await;
     let child = child_of(&mut c).await;
@@ -851,7 +508,7 @@ async fn time_delete(test: &str, flags: &[&str], grace: Duration) -> (Duration, 
     let marker = Marker::new(test);
     let mut config = stdio_config(misbehaving(&marker, flags));
     config.upstream.stop_grace = grace;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = proxy.client();
     c.create().await;
     let child = child_of(&mut c).await;
@@ -897,7 +554,7 @@ async fn shutdown_ends_every_child_pooled_or_in_a_session() {
     let marker = Marker::new("shutdown-all");
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.upstream.pool_size = 2;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
@@ -928,7 +585,7 @@ async fn shutdown_kills_a_child_that_ignores_sigterm_and_its_grandchild() {
         &["--ignore-sigterm", "--linger", "--spawn-grandchild"],
     ));
     config.upstream.stop_grace = grace;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = proxy.client();
     c.create().await;
     let child = child_of(&mut c).await;
@@ -967,7 +624,7 @@ async fn shutdown_with_several_sigterm_proof_children_kills_them_all_within_the_
     let grace = Duration::from_secs(1);
     let mut config = stdio_config(misbehaving(&marker, &["--ignore-sigterm", "--linger"]));
     config.upstream.stop_grace = grace;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut clients = Vec::new();
     let mut children = Vec::new();
     for _ in 0..3 {
@@ -996,7 +653,7 @@ async fn shutdown_kills_a_sigterm_proof_child_whatever_the_stop_grace() {
     let marker = Marker::new("sigterm-long-grace");
     let mut config = stdio_config(misbehaving(&marker, &["--ignore-sigterm", "--linger"]));
     config.upstream.stop_grace = Duration::from_secs(3);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = proxy.client();
     c.create().await;
     let child = child_of(&mut c).await;
@@ -1014,7 +671,7 @@ async fn shutdown_also_ends_a_pooled_child_still_starting() {
     let marker = Marker::new("shutdown-starting");
     let mut config = stdio_config(misbehaving(&marker, &["--slow-start=2000"]));
     config.upstream.pool_size = 1;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     assert!(
         eventually(Duration::from_secs(5), || proxy.children().len() == 1).await,
         "the pool starts a child"
@@ -1035,7 +692,7 @@ async fn a_client_giving_up_on_create_leaves_no_child_behind() {
     let marker = Marker::new("create-abandoned");
     let mut config = stdio_config(misbehaving(&marker, &["--slow-start=1500"]));
     config.upstream.max_children = 1;
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let impatient = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
         .build()
@@ -1062,7 +719,15 @@ async fn a_client_giving_up_on_create_leaves_no_child_behind() {
         "the abandoned create's child is still running: {:?}",
         proxy.children()
     );
-    // ... and does not hold one of the max_children places.
+    // ... and does not hold one of the max_children places. Gone from /proc is not yet
+    // given back: the proxy releases the place once its waiter has reaped the child and
+    // ended what is left of its process group, a moment later. So wait until the proxy
+    // counts no live child, then take the place with a new session.
+    assert!(
+        proxy.gauge_becomes(LIVE_CHILDREN, 0).await,
+        "the abandoned create's child still holds a max_children place: {LIVE_CHILDREN} = {:?}",
+        proxy.gauge(LIVE_CHILDREN).await
+    );
     let mut c = proxy.client();
     c.create().await;
     assert_eq!(c.tool_text("echo", json!({"text": "ok"})).await, "ok");
@@ -1075,7 +740,7 @@ async fn no_orphan_grandchildren_after_delete_or_crash() {
     let marker = Marker::new("grandchild");
     let mut config = stdio_config(misbehaving(&marker, &["--spawn-grandchild"]));
     config.upstream.stop_grace = Duration::from_millis(300);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
 
     // A well-behaved child exits as soon as its stdin closes; what it started must not
     // outlive it.
@@ -1140,14 +805,14 @@ async fn misbehaviour_costs_only_its_own_session(
     let marker = Marker::new(test);
     let mut config = stdio_config(misbehaving(&marker, &[]));
     configure(&mut config);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
     b.create().await;
     let a_child = child_of(&mut a).await;
     let b_child = child_of(&mut b).await;
-    let mut a_listening = listen(&a).await;
+    let mut a_listening = a.listen().await;
 
     let reply = a
         .request("tools/call", json!({"name": tool, "arguments": arguments}))
@@ -1242,7 +907,7 @@ async fn a_hanging_request_times_out_and_nothing_else_notices() {
     let marker = Marker::new("hang");
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.upstream.timeout = Duration::from_millis(500);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
@@ -1293,7 +958,7 @@ async fn after_a_timed_out_request_notifications_still_reach_the_next_request() 
     let marker = Marker::new("hang-then-log");
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.upstream.timeout = Duration::from_millis(500);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut a = proxy.client();
     a.create().await;
 
@@ -1341,53 +1006,17 @@ async fn after_a_timed_out_request_notifications_still_reach_the_next_request() 
 // ---------------------------------------------------------------------------------------
 // 6. The child's stderr in the proxy's log.
 
-/// Everything the proxy logs (at info and above) from the moment a test asks for it.
-fn captured_log() -> Arc<Mutex<Vec<u8>>> {
-    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || LogWriter(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        buffer
-    })
-    .clone()
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The `session=` value of a log line.
-fn session_field(line: &str) -> Option<&str> {
-    let start = line.find("session=")? + "session=".len();
-    line[start..].split_whitespace().next()
-}
-
 #[tokio::test]
 async fn child_stderr_reaches_the_proxy_log_tagged_with_its_session() {
-    let log = captured_log();
+    let log = proxy_log();
     let marker = Marker::new("stderr");
-    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
     let mut a = proxy.client();
     a.create().await;
     let mut b = proxy.client();
     b.create().await;
-    let line_a = format!("stderr-line-from-a-{}", marker.0);
-    let line_b = format!("stderr-line-from-b-{}", marker.0);
+    let line_a = format!("stderr-line-from-a-{}", &*marker);
+    let line_b = format!("stderr-line-from-b-{}", &*marker);
     assert_eq!(
         a.tool_text("stderr", json!({"text": line_a})).await,
         "logged"
@@ -1423,12 +1052,12 @@ async fn child_stderr_reaches_the_proxy_log_tagged_with_its_session() {
 
 #[tokio::test]
 async fn child_stderr_names_the_session_the_way_the_rest_of_the_log_does() {
-    let log = captured_log();
+    let log = proxy_log();
     let marker = Marker::new("stderr-tag");
-    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
     let mut c = proxy.client();
     c.create().await;
-    let line = format!("stderr-tag-line-{}", marker.0);
+    let line = format!("stderr-tag-line-{}", &*marker);
     assert_eq!(c.tool_text("stderr", json!({"text": line})).await, "logged");
     let text = || String::from_utf8_lossy(&log.lock()).into_owned();
     assert!(eventually(Duration::from_secs(3), || text().contains(&line)).await);
@@ -1456,15 +1085,15 @@ async fn child_stderr_names_the_session_the_way_the_rest_of_the_log_does() {
 
 #[tokio::test]
 async fn a_long_stderr_line_does_not_cut_the_childs_stderr() {
-    let log = captured_log();
+    let log = proxy_log();
     let marker = Marker::new("stderr-long");
     let mut config = stdio_config(misbehaving(&marker, &[]));
     config.upstream.timeout = Duration::from_secs(2);
-    let proxy = Proxy::start(config, &marker).await;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = proxy.client();
     c.create().await;
     let child = child_of(&mut c).await;
-    let after = format!("after-the-long-line-{}", marker.0);
+    let after = format!("after-the-long-line-{}", &*marker);
     // 100 kB: longer than the proxy's stderr line limit, and than a pipe's buffer.
     let reply = c
         .request(
@@ -1498,20 +1127,9 @@ async fn a_long_stderr_line_does_not_cut_the_childs_stderr() {
 #[tokio::test]
 async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
     let marker = Marker::new("legacy");
-    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
-    let http = http_client();
-    let url = proxy.url();
-    let init = post_json(
-        &http,
-        &url,
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "legacy-client", "version": "1.0.0"}}}),
-        &HeaderMap::new(),
-    )
-    .await;
-    assert_eq!(init.status, 200, "{}", init.text);
-    let body = init.json();
+    let proxy = StdioProxy::start(stdio_config(everything(&marker)), &marker).await;
+    let old = LegacyClient::connect(proxy.url(), "2025-11-25").await;
+    let body = old.initialized.json();
     assert_eq!(body["id"], 0);
     assert_eq!(body["result"]["protocolVersion"], "2025-11-25", "{body}");
     assert_eq!(
@@ -1522,35 +1140,13 @@ async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
         body["result"]["capabilities"]["tools"].is_object(),
         "{body}"
     );
-    let session_id = init
-        .header("mcp-session-id")
-        .expect("an Mcp-Session-Id for the legacy client")
-        .to_owned();
     let children = proxy.children();
     assert_eq!(children.len(), 1, "{children:?}");
 
-    let mut headers = session_headers(&session_id);
-    headers.insert(
-        "mcp-protocol-version",
-        HeaderValue::from_static("2025-11-25"),
-    );
-    let initialized = post_json(
-        &http,
-        &url,
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        &headers,
-    )
-    .await;
-    assert_eq!(initialized.status, 202, "{}", initialized.text);
-
-    let called = post_json(
-        &http,
-        &url,
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"message": "old client"}}}),
-        &headers,
-    )
-    .await;
+    let called = old
+        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "old client"}}}))
+        .await;
     assert_eq!(called.status, 200, "{}", called.text);
     let message = final_message(&called);
     assert_eq!(message["id"], 1);
@@ -1562,12 +1158,7 @@ async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
         "a legacy client's result carries no session _meta: {message}"
     );
 
-    let deleted = http
-        .delete(&url)
-        .headers(headers.clone())
-        .send()
-        .await
-        .unwrap();
+    let deleted = old.delete().await;
     assert!(
         deleted.status().is_success(),
         "DELETE: {}",
@@ -1578,13 +1169,9 @@ async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
         "the child outlived DELETE: {:?}",
         stat(children[0].pid)
     );
-    let after = post_json(
-        &http,
-        &url,
-        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-        &headers,
-    )
-    .await;
+    let after = old
+        .post(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .await;
     assert_eq!(after.status, 404, "{}", after.text);
     proxy.shutdown().await;
     assert_nothing_left(&marker);
@@ -1596,10 +1183,10 @@ async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
 #[tokio::test]
 async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_their_request() {
     let marker = Marker::new("listen");
-    let proxy = Proxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
     let mut c = proxy.client();
     c.create().await;
-    let mut stream = listen(&c).await;
+    let mut stream = c.listen().await;
 
     // During a request, the child's log notification rides on that request's stream.
     let during = c
@@ -1643,7 +1230,7 @@ async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_thei
 #[tokio::test]
 async fn stateless_clients_are_served_from_pooled_children() {
     let marker = Marker::new("stateless");
-    let proxy = Proxy::start(stdio_config(everything(&marker)), &marker).await;
+    let proxy = StdioProxy::start(stdio_config(everything(&marker)), &marker).await;
     let mut c = StatelessClient::new(proxy.url());
     let discovered = c.request("server/discover", json!({})).await;
     assert_eq!(discovered.status, 200, "{}", discovered.text);

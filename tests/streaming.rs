@@ -1,4 +1,7 @@
-//! Event-stream responses rewritten as they stream (issue 2, points 3 and 4).
+//! Event-stream responses rewritten as they stream: what the upstream sends (progress,
+//! logs, its own requests) passes as it comes, the response inside the stream gets the
+//! session `_meta` of the data-layer sessions draft, and a stream the upstream cuts or
+//! leaves silent ends with an error for the request.
 
 #![allow(
     clippy::unwrap_used,
@@ -89,7 +92,7 @@ async fn progress_and_logs_arrive_in_order_before_the_stamped_result() {
 }
 
 #[tokio::test]
-async fn the_seed_usage_vector_is_stamped_inside_an_event_stream_too() {
+async fn the_draft_usage_vector_is_stamped_inside_an_event_stream_too() {
     let h = Harness::start_with(
         DemoOptions {
             always_sse: true,
@@ -210,7 +213,7 @@ async fn client_notifications_reach_their_upstream_session() {
         json!({"requestId": 7, "reason": "user"})
     );
 
-    // A seed-style notification with no _meta at all is routed by its Mcp-Session-Id.
+    // A notification with no _meta at all is routed by its Mcp-Session-Id header alone.
     let mut headers = HeaderMap::new();
     headers.insert("mcp-session-id", b.session_id().parse().unwrap());
     let bare =

@@ -73,6 +73,28 @@ pub fn ensure_installed() {
     }
 }
 
+/// Runs `command` (a client, a suite) to its end within `limit`; panics with its stdout
+/// and stderr unless it exits successfully. Returns its output.
+pub async fn run_to_success(
+    mut command: Command,
+    limit: Duration,
+    what: &str,
+) -> std::process::Output {
+    command.kill_on_drop(true);
+    let output = tokio::time::timeout(limit, command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
+        .unwrap_or_else(|e| panic!("{what} could not be started: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
 /// The tail of a stream of output, kept for failure messages.
 #[derive(Clone, Default)]
 struct Log(Arc<Mutex<String>>);
@@ -222,17 +244,25 @@ impl Drop for ServerProcess {
     }
 }
 
+/// The entry point of `@modelcontextprotocol/server-everything` (`node <it> <mode>`).
+pub fn everything_script() -> PathBuf {
+    tools_dir().join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// The FastMCP fixture, run by the venv's python.
+pub fn fastmcp_script() -> PathBuf {
+    repo_root().join("tests/interop/fastmcp_server.py")
+}
+
 /// `@modelcontextprotocol/server-everything` in streamableHttp mode on a free loopback port.
 pub async fn everything() -> ServerProcess {
-    let root = repo_root();
-    let tools = tools_dir();
     let mut command = Command::new("node");
     command
         .env("PORT", "0")
         .env("GZIP_ALLOWED_DOMAINS", "127.0.0.1")
         .arg("--require")
-        .arg(root.join("tests/interop/everything-loopback.cjs"))
-        .arg(tools.join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"))
+        .arg(repo_root().join("tests/interop/everything-loopback.cjs"))
+        .arg(everything_script())
         .arg("streamableHttp");
     ServerProcess::spawn("everything", command).await
 }
@@ -240,12 +270,8 @@ pub async fn everything() -> ServerProcess {
 /// The FastMCP fixture (`tests/interop/fastmcp_server.py`) on a free loopback port, with
 /// extra options such as `--json-response` or `--session-idle-timeout=1`.
 pub async fn fastmcp(options: &[&str]) -> ServerProcess {
-    let root = repo_root();
     let mut command = Command::new(tools_dir().join("venv/bin/python"));
-    command
-        .arg(root.join("tests/interop/fastmcp_server.py"))
-        .arg("0")
-        .args(options);
+    command.arg(fastmcp_script()).arg("0").args(options);
     ServerProcess::spawn("fastmcp", command).await
 }
 

@@ -1,6 +1,12 @@
 //! Test harness: the real proxy and the strict demo (legacy) server, both in-process on
-//! 127.0.0.1:0, and a small data-layer-session client that speaks to the proxy over HTTP
-//! the way a session-aware MCP client would.
+//! 127.0.0.1:0, and the clients that speak to the proxy over HTTP the way MCP clients
+//! do: a data-layer session client ([`SessionClient`]), an old initialize-based one
+//! ([`LegacyClient`]) and a stateless 2026-07-28 one ([`StatelessClient`]).
+//!
+//! Beside it: [`assert`] (checks of the proxy's answers shared by every suite),
+//! [`interop`] (third-party servers as child processes, and the proxy in front of them),
+//! [`stdio`] (the proxy in front of a stdio command), [`procs`] (processes read from
+//! `/proc`: markers, alive, reaped, zombies) and [`log`] (the proxy's log captured).
 
 #![allow(
     dead_code,
@@ -13,8 +19,13 @@
     reason = "test harness: a failure must stop the test loudly"
 )]
 
+pub mod assert;
 pub mod interop;
+pub mod log;
+pub mod procs;
+pub mod stdio;
 
+use std::future::Future;
 use std::time::Duration;
 
 use mcp_session_proxy::config::Config;
@@ -188,6 +199,13 @@ pub async fn post_raw(
     }
 }
 
+/// Just `Mcp-Session-Id: <session_id>`.
+pub fn session_header(session_id: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("mcp-session-id", HeaderValue::from_str(session_id).unwrap());
+    headers
+}
+
 /// `params` with the session `_meta` added (keeping any other `_meta`).
 pub fn in_session(mut params: Value, session_id: &str, state: Option<&str>) -> Value {
     let mut session = json!({ "sessionId": session_id });
@@ -235,13 +253,23 @@ impl SessionClient {
     /// `sessions/create`; panics unless it succeeds.
     pub async fn create(&mut self) -> Value {
         let id = self.id();
-        let reply = post_json(
-            &self.http,
-            &self.url,
-            &json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create"}),
-            &HeaderMap::new(),
+        self.create_from(json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create"}))
+            .await
+    }
+
+    /// `sessions/create` with `_meta` (e.g. `io.modelcontextprotocol/clientCapabilities`,
+    /// `…/clientInfo`); panics unless it succeeds.
+    pub async fn create_with(&mut self, meta: Value) -> Value {
+        let id = self.id();
+        self.create_from(
+            json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create",
+            "params": {"_meta": meta}}),
         )
-        .await;
+        .await
+    }
+
+    async fn create_from(&mut self, request: Value) -> Value {
+        let reply = post_json(&self.http, &self.url, &request, &HeaderMap::new()).await;
         assert_eq!(reply.status, 200, "sessions/create failed: {}", reply.text);
         let body = reply.json();
         let session = body["result"]["session"].clone();
@@ -254,20 +282,53 @@ impl SessionClient {
         self.session_id.as_deref().unwrap()
     }
 
-    fn headers(&self) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        if let Some(id) = &self.session_id {
-            headers.insert("mcp-session-id", HeaderValue::from_str(id).unwrap());
+    /// `Mcp-Session-Id` of the session, once there is one.
+    pub fn headers(&self) -> HeaderMap {
+        match &self.session_id {
+            Some(id) => session_header(id),
+            None => HeaderMap::new(),
         }
-        headers
+    }
+
+    /// A request in the session with an id of the caller's choosing, carrying the
+    /// latest state.
+    pub fn message(&self, id: Value, method: &str, params: Value) -> Value {
+        let params = in_session(params, self.session_id(), self.state.as_deref());
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+    }
+
+    /// POSTs a message as it is, with the session's `Mcp-Session-Id`; adopts no state
+    /// (so several can be in flight at once).
+    pub async fn post(&self, body: &Value) -> Reply {
+        post_json(&self.http, &self.url, body, &self.headers()).await
+    }
+
+    /// Opens the session's listen stream (`GET` with its `Mcp-Session-Id`); asserts it
+    /// is an event stream.
+    pub async fn listen(&self) -> EventReader {
+        let response = self
+            .http
+            .get(&self.url)
+            .headers(self.headers())
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/event-stream")
+        );
+        EventReader::new(response)
     }
 
     /// Sends a request in the session; adopts the state of a successful response.
     pub async fn request(&mut self, method: &str, params: Value) -> Reply {
         let id = self.id();
-        let params = in_session(params, self.session_id(), self.state.as_deref());
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let reply = post_json(&self.http, &self.url, &body, &self.headers()).await;
+        let body = self.message(json!(id), method, params);
+        let reply = self.post(&body).await;
         self.adopt(&reply);
         reply
     }
@@ -295,11 +356,7 @@ impl SessionClient {
     /// Text of the first content item of a tool result.
     pub async fn tool_text(&mut self, name: &str, arguments: Value) -> String {
         let message = self.call_tool(name, arguments).await;
-        message
-            .pointer("/result/content/0/text")
-            .and_then(Value::as_str)
-            .unwrap_or_else(|| panic!("no text in {message}"))
-            .to_owned()
+        assert::text_of(&message).to_owned()
     }
 
     pub async fn delete(&mut self) -> Reply {
@@ -356,6 +413,39 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
     check()
 }
 
+/// Polls an asynchronous `check` (e.g. one reading `/metrics`) until it holds or
+/// `within` passes.
+pub async fn eventually_async<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check().await
+}
+
+/// A gauge of the proxy's `/metrics` (on its main listener), e.g.
+/// `mcp_proxy_stdio_children`; `None` if it cannot be read.
+pub async fn gauge(proxy: &Running, name: &str) -> Option<i64> {
+    let url = format!("http://{}/metrics", proxy.local_addr());
+    let text = http_client()
+        .get(url)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}
+
 /// Reads an event-stream response message by message, as it arrives.
 pub struct EventReader {
     stream:
@@ -393,6 +483,33 @@ impl EventReader {
         }
     }
 
+    /// Reads up to the server-to-client request `method` (e.g. `sampling/createMessage`)
+    /// and returns it; asserts the stream neither ended nor answered before it.
+    pub async fn next_request(&mut self, method: &str) -> Value {
+        loop {
+            let message = self
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("the stream ended before {method}"));
+            if message["method"] == method {
+                return message;
+            }
+            assert!(
+                message.get("result").is_none(),
+                "a result came before {method}: {message}"
+            );
+        }
+    }
+
+    /// Every remaining message.
+    pub async fn rest(mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(message) = self.next().await {
+            out.push(message);
+        }
+        out
+    }
+
     /// Every remaining message with the time it arrived.
     pub async fn all_timed(mut self) -> Vec<(std::time::Instant, Value)> {
         let mut out = Vec::new();
@@ -424,8 +541,7 @@ impl SessionClient {
     /// Sends a request in the session and returns the response unread.
     pub async fn request_streaming(&mut self, method: &str, params: Value) -> reqwest::Response {
         let id = self.id();
-        let params = in_session(params, self.session_id(), self.state.as_deref());
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let body = self.message(json!(id), method, params);
         post_streaming(&self.http, &self.url, &body, &self.headers()).await
     }
 
@@ -434,6 +550,88 @@ impl SessionClient {
         let result = in_session(result, self.session_id(), None);
         let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
         post_json(&self.http, &self.url, &body, &self.headers()).await
+    }
+}
+
+/// An old, initialize-based client (2025-11-25, 2025-06-18, 2025-03-26): its own
+/// `initialize` and `notifications/initialized`, then the server's `Mcp-Session-Id` and
+/// the negotiated `MCP-Protocol-Version` on every message.
+pub struct LegacyClient {
+    pub url: String,
+    pub http: reqwest::Client,
+    pub version: &'static str,
+    /// The session id the server issued at `initialize`.
+    pub session: String,
+    /// The answer to its `initialize` (id 0).
+    pub initialized: Reply,
+}
+
+impl LegacyClient {
+    /// `initialize` (id 0) asking for `version`, then `notifications/initialized`.
+    /// Asserts the server accepted both, negotiated `version`, issued a session id and
+    /// put no data-layer session `_meta` in its result.
+    pub async fn connect(url: String, version: &'static str) -> LegacyClient {
+        let http = http_client();
+        let reply = post_json(
+            &http,
+            &url,
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": format!("legacy-{version}"), "version": "1"}}}),
+            &HeaderMap::new(),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{version}: {}", reply.text);
+        let result = &final_message(&reply)["result"];
+        assert_eq!(result["protocolVersion"], version, "negotiated as asked");
+        assert!(
+            result
+                .get("_meta")
+                .and_then(|m| m.get(SESSION_KEY))
+                .is_none(),
+            "an old client never sees data-layer session _meta"
+        );
+        let session = reply
+            .header("mcp-session-id")
+            .expect("an Mcp-Session-Id for the old client")
+            .to_owned();
+        let client = LegacyClient {
+            url,
+            http,
+            version,
+            session,
+            initialized: reply,
+        };
+        let note = client
+            .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        assert_eq!(note.status, 202, "{}", note.text);
+        client
+    }
+
+    /// `Mcp-Session-Id` and `MCP-Protocol-Version`.
+    pub fn headers(&self) -> HeaderMap {
+        let mut headers = session_header(&self.session);
+        headers.insert(
+            "mcp-protocol-version",
+            HeaderValue::from_static(self.version),
+        );
+        headers
+    }
+
+    /// POSTs a message in the session.
+    pub async fn post(&self, body: Value) -> Reply {
+        post_json(&self.http, &self.url, &body, &self.headers()).await
+    }
+
+    /// Ends the session: `DELETE` with its headers.
+    pub async fn delete(&self) -> reqwest::Response {
+        self.http
+            .delete(&self.url)
+            .headers(self.headers())
+            .send()
+            .await
+            .unwrap()
     }
 }
 
