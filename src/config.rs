@@ -79,13 +79,49 @@ pub struct SessionConfig {
     pub state_key: Option<Secret>,
 }
 
+/// The legacy server behind the proxy (`upstream.url`, `upstream.command`, or neither).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The embedded demo server, started in-process and proxied to over HTTP (neither
+    /// `url` nor `command` set).
+    Embedded,
+    /// A Streamable HTTP server.
+    Http(Uri),
+    /// A stdio server: a child process per upstream session.
+    Stdio(CommandSpec),
+}
+
+impl Target {
+    /// The HTTP upstream's URL, if the target is one.
+    pub fn url(&self) -> Option<&Uri> {
+        match self {
+            Target::Http(url) => Some(url),
+            _ => None,
+        }
+    }
+
+    /// The stdio server's command, if the target is one.
+    pub fn command(&self) -> Option<&CommandSpec> {
+        match self {
+            Target::Stdio(command) => Some(command),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Embedded => f.write_str("the embedded demo server"),
+            Target::Http(url) => write!(f, "{url}"),
+            Target::Stdio(command) => write!(f, "stdio: {}", command.program),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
-    /// A Streamable HTTP upstream. With neither `url` nor `command`, the embedded demo
-    /// server runs and is proxied to.
-    pub url: Option<Uri>,
-    /// A stdio upstream: a child process per upstream session.
-    pub command: Option<CommandSpec>,
+    pub target: Target,
     /// Started and initialized stdio children kept ready, per client identity.
     pub pool_size: usize,
     /// stdio children alive at once.

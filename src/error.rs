@@ -1,5 +1,5 @@
 //! Every error the proxy itself answers a client with, and the one place that decides its
-//! HTTP status, JSON-RPC code, message and `data` (PROTOCOL.md §5).
+//! HTTP status, JSON-RPC code, message and `data` (the table in docs/PROTOCOL.md).
 
 use std::time::Duration;
 
@@ -66,6 +66,10 @@ pub enum ProxyError {
     )]
     SessionHeaderMismatch { header: String, meta: String },
     #[error(
+        "Invalid Request: the top-level sessionId ({top_level:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({meta:?})"
+    )]
+    SessionIdMismatch { top_level: String, meta: String },
+    #[error(
         "Invalid params: the session state was not issued by this proxy for this session (it was changed, or belongs to another session); send the state from the session's latest response"
     )]
     BadSessionState { session_id: String },
@@ -90,6 +94,13 @@ pub enum ProxyError {
     InvalidInputResponses(&'static str),
     #[error("Invalid Request: a client of the stateless protocol does not send responses")]
     StatelessResponse,
+    /// SEP-2575 / 2026-07-28: the upstream asked for something the client did not declare
+    /// it can give (sampling, elicitation, roots).
+    #[error(
+        "Missing required client capability: the server needs {} to serve this request",
+        .required.join(", ")
+    )]
+    MissingClientCapability { required: Vec<&'static str> },
     #[error("Upstream error: {source}")]
     Upstream {
         upstream: String,
@@ -163,7 +174,7 @@ impl ProxyError {
                 Some(json!({ "key": key })),
                 Fault::Client,
             ),
-            // Seed 000, "Errors": exactly `{code: -32043, message: "Session not found",
+            // The data-layer sessions draft, "Errors": exactly `{code: -32043, message: "Session not found",
             // data: {sessionId}}`.
             E::SessionNotFound { session_id } => (
                 StatusCode::NOT_FOUND,
@@ -175,6 +186,12 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Some(json!({ "sessionId": meta, "headerSessionId": header })),
+                Fault::Client,
+            ),
+            E::SessionIdMismatch { top_level, meta } => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                Some(json!({ "sessionId": meta, "topLevelSessionId": top_level })),
                 Fault::Client,
             ),
             E::BadSessionState { session_id } => (
@@ -253,9 +270,23 @@ impl ProxyError {
                 None,
                 Fault::Client,
             ),
+            E::MissingClientCapability { required } => {
+                let required: serde_json::Map<String, serde_json::Value> = required
+                    .iter()
+                    .map(|c| ((*c).to_owned(), json!({})))
+                    .collect();
+                (
+                    StatusCode::BAD_REQUEST,
+                    code::MISSING_CLIENT_CAPABILITY,
+                    Some(json!({ "requiredCapabilities": required })),
+                    Fault::Client,
+                )
+            }
             E::Upstream { upstream, source } => {
                 let status = match source {
-                    UpstreamError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+                    UpstreamError::Timeout(_) | UpstreamError::Idle(_) => {
+                        StatusCode::GATEWAY_TIMEOUT
+                    }
                     UpstreamError::Exhausted(_) => StatusCode::SERVICE_UNAVAILABLE,
                     UpstreamError::Unreachable(_)
                     | UpstreamError::SessionGone

@@ -8,14 +8,15 @@ mod envelope;
 mod error;
 mod id;
 mod object;
+pub mod write;
 
 pub use envelope::{Envelope, EnvelopeError, Kind, raw_str};
-pub use error::{ErrorObject, error_response};
+pub use error::ErrorObject;
 pub use id::same_id;
-pub use object::{RawObject, range_in, splice, write_json_str};
+pub use object::{RawObject, canonical, range_in, splice, write_json_str};
 
 /// JSON-RPC and MCP error codes the proxy produces, in one place so that the two
-/// data-layer session codes (still a draft, see PROTOCOL.md §2) can move together.
+/// data-layer session codes (still a draft; see docs/PROTOCOL.md) can move together.
 pub mod code {
     pub const PARSE_ERROR: i32 = -32700;
     pub const INVALID_REQUEST: i32 = -32600;

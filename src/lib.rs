@@ -1,9 +1,11 @@
-//! mcp-session-proxy: data-layer sessions (and old clients, untouched) in front of MCP
-//! servers that only speak the 2025-11-25 `initialize` protocol.
+//! mcp-session-proxy: data-layer sessions, the stateless MCP 2026-07-28 protocol, and old
+//! clients untouched, in front of MCP servers that only speak the 2025-11-25
+//! `initialize` protocol.
 //!
-//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in and
-//! chooses the path; `session` keeps sessions; `rewrite` edits messages; `upstream`
-//! reaches the legacy server; `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
+//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in;
+//! `route` classifies each message; `paths` serve it — `session` keeps sessions,
+//! `rewrite` edits messages, `upstream` reaches the legacy server — and `response` is
+//! what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
 
 pub mod config;
 pub mod demo;
@@ -12,7 +14,10 @@ pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod metrics;
+pub mod paths;
+pub mod response;
 pub mod rewrite;
+pub mod route;
 pub mod session;
 pub mod sse;
 pub mod stateless;
@@ -24,14 +29,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, Target};
 use crate::demo::{DemoOptions, DemoServer};
-use crate::front::{App, Role, Serving, serve, short_id};
+use crate::front::{Endpoint, Front, Ops, Role, Serving, serve};
 use crate::metrics::Metrics;
-use crate::session::{
-    MemoryStore, ReaperHandle, SessionRecord, Sessions, StateSigner, Store, spawn_reaper,
-};
+use crate::paths::{PassThrough, SessionPath, StatelessPath, StatelessSettings};
+use crate::route::Rules;
+use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
 use crate::upstream::{HttpUpstream, StdioSettings, StdioUpstream, Upstream};
 
 /// Why the proxy could not start.
@@ -53,10 +59,10 @@ pub enum StartError {
 pub struct Running {
     serving: Serving,
     operations: Option<Serving>,
-    app: Arc<App>,
+    front: Arc<Front>,
     reaper: ReaperHandle,
-    deaths: tokio::task::JoinHandle<()>,
-    pool_reaper: tokio::task::JoinHandle<()>,
+    deaths: JoinHandle<()>,
+    pool_reaper: JoinHandle<()>,
     demo: Option<DemoServer>,
     path: String,
     /// How long ending the upstream sessions may take at shutdown.
@@ -64,27 +70,28 @@ pub struct Running {
 }
 
 /// Starts the proxy: the embedded demo server when no upstream is configured, the
-/// session reaper, and the listener.
+/// session reaper, and the listeners.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
     let (deaths_tx, deaths) = tokio::sync::mpsc::unbounded_channel();
-    let (upstream, demo) = match (&config.upstream.url, &config.upstream.command) {
-        (_, Some(command)) => {
+    let u = &config.upstream;
+    let (upstream, demo) = match &u.target {
+        Target::Stdio(command) => {
             let stdio = StdioUpstream::new(
                 StdioSettings {
                     command: command.clone(),
-                    timeout: config.upstream.timeout,
-                    max_message_bytes: config.upstream.max_message_bytes,
-                    stop_grace: config.upstream.stop_grace,
-                    pool_size: config.upstream.pool_size,
-                    max_children: config.upstream.max_children,
+                    timeout: u.timeout,
+                    max_message_bytes: u.max_message_bytes,
+                    stop_grace: u.stop_grace,
+                    pool_size: u.pool_size,
+                    max_children: u.max_children,
                 },
                 deaths_tx,
             );
             (Upstream::Stdio(stdio), None)
         }
-        (Some(url), None) => (http_upstream(&config, url.clone(), &metrics), None),
-        (None, None) => {
+        Target::Http(url) => (http_upstream(&config, url.clone(), &metrics), None),
+        Target::Embedded => {
             let demo = DemoServer::start(DemoOptions::default())
                 .await
                 .map_err(StartError::Demo)?;
@@ -104,57 +111,90 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             key
         }
     };
-    let signer = StateSigner::new(&key);
     let sessions = Arc::new(Sessions::new(
         Store::Memory(MemoryStore::new()),
-        signer,
+        StateSigner::new(&key),
         session::Settings {
             idle_ttl: config.session.idle_ttl,
             max_sessions: config.session.max_sessions,
         },
     ));
-    let app = Arc::new(App::new(&config, upstream, sessions.clone(), metrics, &key));
-    let pool_reaper = spawn_pool_reaper(app.clone(), config.stateless.pool_idle_ttl);
-    let deaths = spawn_death_watch(app.clone(), deaths);
+    let session_path = Arc::new(SessionPath::new(
+        upstream.clone(),
+        sessions.clone(),
+        metrics.clone(),
+        u.sse_idle_timeout,
+    ));
+    let stateless = Arc::new(StatelessPath::new(
+        upstream.clone(),
+        metrics.clone(),
+        &key,
+        &StatelessSettings {
+            max_pooled: config.stateless.max_pooled,
+            max_listens: config.stateless.max_listens,
+            pool_idle_ttl: config.stateless.pool_idle_ttl,
+            request_state_ttl: config.stateless.request_state_ttl,
+            sse_idle_timeout: u.sse_idle_timeout,
+        },
+    ));
+    let front = Arc::new(Front {
+        endpoint: Endpoint {
+            path: config.path.clone(),
+            max_body_bytes: config.max_body_bytes,
+            allowed_origins: config.allowed_origins.clone(),
+            rules: Rules {
+                require_session: u.require_session,
+                sessionless_way_in: upstream.has_sessionless_way_in(),
+            },
+            upstream: upstream.label().clone(),
+            session: session_path.clone(),
+            stateless: stateless.clone(),
+            passthrough: PassThrough::new(upstream.clone(), metrics.clone()),
+        },
+        ops: Ops {
+            session: session_path.clone(),
+            metrics: metrics.clone(),
+            serve_metrics: config.admin.metrics,
+            admin_token: config.admin.token.clone(),
+        },
+        metrics,
+    });
+    let pool_reaper = spawn_pool_reaper(stateless, config.stateless.pool_idle_ttl);
+    let deaths = spawn_death_watch(session_path.clone(), deaths);
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
-        let app = app.clone();
-        move |id, record| {
-            app.metrics().sessions_expired.inc();
-            tracing::info!(session = %short_id(&id), "session expired");
-            app.end_upstream(record.upstream_session, record.negotiated.protocol_version);
-        }
+        let session_path = session_path.clone();
+        move |id, record| session_path.expired(&id, record)
     });
     let main_role = match config.admin.listen {
         Some(_) => Role::Mcp,
         None => Role::McpAndOperations,
     };
-    let serving = listen(config.listen, &app, main_role, config.shutdown_grace).await?;
+    let serving = listen(config.listen, &front, main_role, config.shutdown_grace).await?;
     let operations = match config.admin.listen {
-        Some(addr) => Some(listen(addr, &app, Role::Operations, config.shutdown_grace).await?),
+        Some(addr) => Some(listen(addr, &front, Role::Operations, config.shutdown_grace).await?),
         None => None,
     };
     Ok(Running {
         serving,
         operations,
-        app,
+        front,
         reaper,
         deaths,
         pool_reaper,
         demo,
         path: config.path,
         // A stdio child may need all three steps (stdin, SIGTERM, SIGKILL) to end.
-        end_within: Duration::from_secs(5)
-            .max(config.upstream.stop_grace * 3 + Duration::from_secs(1)),
+        end_within: Duration::from_secs(5).max(u.stop_grace * 3 + Duration::from_secs(1)),
     })
 }
 
 /// Ends pooled upstream sessions that have been idle too long.
-fn spawn_pool_reaper(app: Arc<App>, idle_ttl: Duration) -> tokio::task::JoinHandle<()> {
+fn spawn_pool_reaper(stateless: Arc<StatelessPath>, idle_ttl: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval((idle_ttl / 4).max(Duration::from_millis(250)));
         loop {
             tick.tick().await;
-            app.pool().reap();
+            stateless.pool().reap();
         }
     })
 }
@@ -172,47 +212,29 @@ fn http_upstream(config: &Config, url: http::Uri, metrics: &Metrics) -> Upstream
     )))
 }
 
-/// A stdio server that dies on its own takes its session with it: the session is
-/// forgotten at once (its client gets -32043), not at its next use or expiry.
+/// A stdio server that dies on its own takes its session with it.
 fn spawn_death_watch(
-    app: Arc<App>,
+    session_path: Arc<SessionPath>,
     mut deaths: tokio::sync::mpsc::UnboundedReceiver<String>,
-) -> tokio::task::JoinHandle<()> {
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         while let Some(key) = deaths.recv().await {
-            if let Some(stdio) = app.upstream().stdio() {
-                stdio.forget(&key);
-            }
-            let sessions = match app.sessions().list(usize::MAX).await {
-                Ok(sessions) => sessions,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not look up the session of a dead stdio server");
-                    continue;
-                }
-            };
-            let owner = sessions
-                .into_iter()
-                .find(|(_, record)| record.upstream_session.as_deref() == Some(key.as_str()));
-            if let Some((id, _)) = owner
-                && let Ok(Some(_)) = app.sessions().end(&id).await
-            {
-                app.metrics().sessions_lost.inc();
-                tracing::info!(session = %short_id(&id), "session ended: its stdio server died");
-            }
+            session_path.upstream_session_died(&key).await;
         }
     })
 }
 
 async fn listen(
     addr: SocketAddr,
-    app: &Arc<App>,
+    front: &Arc<Front>,
     role: Role,
     grace: Duration,
 ) -> Result<Serving, StartError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Listen { addr, source })?;
-    serve(listener, app.clone(), role, grace).map_err(|source| StartError::Listen { addr, source })
+    serve(listener, front.clone(), role, grace)
+        .map_err(|source| StartError::Listen { addr, source })
 }
 
 impl Running {
@@ -232,12 +254,12 @@ impl Running {
 
     /// The upstream being proxied to (the embedded demo server's URL when it runs).
     pub fn upstream_url(&self) -> &str {
-        self.app.upstream().label()
+        &self.front.endpoint.upstream
     }
 
     /// Sessions live in this proxy.
     pub fn live_sessions(&self) -> usize {
-        self.app.sessions().live()
+        self.front.endpoint.session.sessions().live()
     }
 
     /// Stops accepting, drains requests, ends every session upstream (they live in this
@@ -250,40 +272,14 @@ impl Running {
         drop(self.reaper);
         self.deaths.abort();
         self.pool_reaper.abort();
-        self.app.pool().close().await;
-        match self.app.sessions().take_all().await {
-            Ok(all) => {
-                let ended = end_all_upstream(self.app.upstream(), all);
-                if tokio::time::timeout(self.end_within, ended).await.is_err() {
-                    tracing::warn!("not every upstream session could be ended at shutdown");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "could not read sessions at shutdown"),
-        }
-        self.app.upstream().shutdown().await;
+        let endpoint = &self.front.endpoint;
+        endpoint.stateless.pool().close().await;
+        endpoint.session.end_all(self.end_within).await;
+        endpoint.session.upstream().shutdown().await;
         if let Some(demo) = self.demo {
             demo.stop().await;
         }
     }
-}
-
-/// Ends every session's upstream connection, 64 at a time.
-async fn end_all_upstream(upstream: &Upstream, sessions: Vec<(String, SessionRecord)>) {
-    let mut ending = tokio::task::JoinSet::new();
-    for (_, record) in sessions {
-        if ending.len() >= 64 {
-            ending.join_next().await;
-        }
-        let upstream = upstream.clone();
-        ending.spawn(async move {
-            let binding = upstream::Binding {
-                session_id: record.upstream_session.as_deref(),
-                protocol_version: record.negotiated.protocol_version,
-            };
-            let _ = upstream.terminate(binding).await;
-        });
-    }
-    while ending.join_next().await.is_some() {}
 }
 
 /// Runs until `shutdown` completes, then shuts down gracefully.

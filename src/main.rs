@@ -92,14 +92,9 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Check { layers }) => match load(layers) {
             Ok(config) => {
-                let upstream = match (&config.upstream.url, &config.upstream.command) {
-                    (Some(url), _) => url.to_string(),
-                    (None, Some(command)) => format!("stdio: {}", command.program),
-                    (None, None) => "the embedded demo server".to_owned(),
-                };
                 println!(
-                    "configuration OK: listen {}{}, upstream {upstream}",
-                    config.listen, config.path,
+                    "configuration OK: listen {}{}, upstream {}",
+                    config.listen, config.path, config.upstream.target,
                 );
                 ExitCode::SUCCESS
             }

@@ -7,4 +7,7 @@
 pub mod headers;
 pub mod initialize;
 pub mod meta;
+pub mod method;
 pub mod version;
+
+pub use method::Method;

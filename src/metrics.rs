@@ -256,41 +256,7 @@ impl Drop for StreamGuard {
 
 /// The method label for `method`: itself when it is a known MCP method, else `other`.
 pub fn method_label(method: &str) -> &'static str {
-    const KNOWN: &[&str] = &[
-        "sessions/create",
-        "sessions/delete",
-        "initialize",
-        "ping",
-        "tools/list",
-        "tools/call",
-        "resources/list",
-        "resources/templates/list",
-        "resources/read",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "prompts/list",
-        "prompts/get",
-        "completion/complete",
-        "logging/setLevel",
-        "tasks/get",
-        "tasks/result",
-        "tasks/list",
-        "tasks/cancel",
-        "server/discover",
-        "subscriptions/listen",
-        "notifications/initialized",
-        "notifications/cancelled",
-        "notifications/progress",
-        "notifications/roots/list_changed",
-        "response",
-        "GET",
-        "DELETE",
-    ];
-    KNOWN
-        .iter()
-        .copied()
-        .find(|m| *m == method)
-        .unwrap_or("other")
+    crate::mcp::Method::parse(method).map_or("other", crate::mcp::Method::as_str)
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
-//! The two rewrites of the data-layer session path, as pure functions of bytes: to the
-//! upstream, the session `_meta` comes off; to the client, the response gets it back,
-//! with a fresh `state` and `expiresAt`. Nothing here knows HTTP.
+//! The rewrites, as pure functions of bytes. On the session path: to the upstream, the
+//! session `_meta` comes off; to the client, the response gets it back, with a fresh
+//! `state` and `expiresAt`. On the stateless path: the 2026-07-28 `_meta` comes off, and
+//! results, errors and the upstream's own requests take 2026-07-28's shapes. Nothing here
+//! knows HTTP.
 
+pub mod stateless;
 pub mod to_client;
 pub mod to_upstream;

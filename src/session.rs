@@ -10,7 +10,7 @@ mod record;
 mod state;
 mod store;
 
-pub use id::{generate as generate_id, is_issued_shape, is_visible_ascii};
+pub use id::{generate as generate_id, is_issued_shape, is_visible_ascii, log_tag};
 pub use manager::{
     Issued, Lease, ReaperHandle, SessionError, Sessions, Settings, Slot, spawn_reaper,
 };

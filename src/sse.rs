@@ -1,15 +1,15 @@
-//! Server-sent events: an incremental decoder, an encoder, and a body that rewrites an
-//! event stream one event at a time as it flows.
+//! Server-sent events: an incremental decoder, an encoder, and the body that writes a
+//! stream of events one at a time as they arrive, rewriting each on its way.
 
 mod body;
-mod channel;
 mod decoder;
 mod encoder;
+mod source;
 
-pub use body::{End, Rewrite, RewriteBody};
-pub use channel::{MessageStream, Unchanged};
+pub use body::{EventBody, Rewrite, Unchanged};
 pub use decoder::{Decoder, Event, Item, TooLarge};
 pub use encoder::{write_event, write_item};
+pub use source::{Decoded, End, ItemSource};
 
 #[cfg(test)]
 mod tests;

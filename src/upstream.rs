@@ -2,35 +2,41 @@
 //! (one shared endpoint, an `Mcp-Session-Id` per upstream session) or over stdio (a child
 //! process per upstream session).
 //!
-//! This module knows the legacy transports' rules (headers, the handshake, what a 404 for
-//! a session means, stdio framing and process lifetimes) and nothing of data-layer
-//! sessions: callers hand it an upstream session to speak in (a [`Binding`]), or none.
+//! One interface whatever the transport: [`Upstream::open`] runs the handshake,
+//! [`Upstream::exchange`] sends a message in an upstream session and returns the
+//! [`Answer`] as a stream of JSON-RPC messages, [`Upstream::terminate`] ends the
+//! session. Whether the upstream lost a session is decided here, once
+//! ([`UpstreamError::SessionGone`]). Only an old client passed through gets the raw HTTP
+//! response ([`Upstream::forward`]), and only an HTTP upstream has that way in.
+//!
+//! This module knows the legacy transports' rules (headers, the handshake, stdio framing
+//! and process lifetimes) and nothing of data-layer sessions: callers hand it an upstream
+//! session to speak in (a [`Binding`]), or none.
 
-mod client;
+pub(crate) mod answer;
 mod error;
 mod handshake;
-mod messages;
+mod http;
+mod lost;
 mod pool;
 mod read;
 mod stdio;
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use ::http::{HeaderMap, Method, Response};
 use bytes::Bytes;
-use http::{HeaderMap, Response};
 use hyper::body::Incoming;
 use serde_json::value::RawValue;
-use tokio::sync::mpsc;
 
-pub use client::{Binding, HttpUpstream, Settings};
+pub use answer::{Answer, Delivery, Messages};
 pub use error::UpstreamError;
 pub use handshake::Opened;
-pub use messages::Messages;
+pub use http::{Binding, HttpUpstream, Settings};
 pub use pool::{Checkout, Pool, PoolSettings, capabilities_key};
-pub use read::{Media, media_type, read_body, read_response_from_sse, says_session_lost};
+pub use read::{Media, media_type};
 pub use stdio::{CommandSpec, StdioSettings, StdioUpstream};
-
-use self::stdio::StdioReply;
 
 /// The legacy server behind the proxy.
 #[derive(Debug, Clone)]
@@ -39,15 +45,13 @@ pub enum Upstream {
     Stdio(Arc<StdioUpstream>),
 }
 
-/// What the upstream answered to one message.
-#[derive(Debug)]
-pub enum Reply {
-    /// Streamable HTTP: the response as the upstream sent it (JSON, an event stream, 202).
-    Http(Response<Incoming>),
-    /// stdio: the messages answering a request, its response last.
-    Messages(mpsc::Receiver<Bytes>),
-    /// stdio: a notification or response was delivered.
-    Delivered,
+/// How many stdio children there are, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Children {
+    /// Started and initialized, waiting in the warm pool.
+    pub pooled: usize,
+    /// Alive, pooled or serving a session.
+    pub live: usize,
 }
 
 impl Upstream {
@@ -60,7 +64,7 @@ impl Upstream {
     }
 
     /// Time allowed for an answer to begin.
-    pub fn timeout(&self) -> std::time::Duration {
+    pub fn timeout(&self) -> Duration {
         match self {
             Upstream::Http(http) => http.settings().timeout,
             Upstream::Stdio(stdio) => stdio.settings().timeout,
@@ -75,20 +79,10 @@ impl Upstream {
         }
     }
 
-    /// The HTTP upstream, for what only HTTP has (legacy pass-through).
-    pub fn http(&self) -> Option<&HttpUpstream> {
-        match self {
-            Upstream::Http(http) => Some(http),
-            Upstream::Stdio(_) => None,
-        }
-    }
-
-    /// The stdio upstream, for what only stdio has (children, the warm pool).
-    pub fn stdio(&self) -> Option<&Arc<StdioUpstream>> {
-        match self {
-            Upstream::Http(_) => None,
-            Upstream::Stdio(stdio) => Some(stdio),
-        }
+    /// Whether a message outside any upstream session can reach the upstream (an old
+    /// client passed through). A stdio server's sessions are its processes: it has none.
+    pub fn has_sessionless_way_in(&self) -> bool {
+        matches!(self, Upstream::Http(_))
     }
 
     /// Opens an upstream session with the client's identity (or the proxy's own).
@@ -104,48 +98,50 @@ impl Upstream {
         }
     }
 
-    /// Sends one message in an upstream session.
+    /// Sends one message in an upstream session; its answer, as messages.
     pub async fn exchange(
         &self,
         binding: Binding<'_>,
         message: Bytes,
         forwarded: &HeaderMap,
-    ) -> Result<Reply, UpstreamError> {
+    ) -> Result<Answer, UpstreamError> {
         match self {
-            Upstream::Http(http) => http
-                .post(Some(binding), message, forwarded)
-                .await
-                .map(Reply::Http),
+            Upstream::Http(http) => http.exchange(Some(binding), message, forwarded).await,
             Upstream::Stdio(stdio) => {
                 let key = binding.session_id.ok_or(UpstreamError::SessionGone)?;
-                Ok(match stdio.exchange(key, message).await? {
-                    StdioReply::Messages(messages) => Reply::Messages(messages),
-                    StdioReply::Delivered => Reply::Delivered,
-                })
+                stdio.exchange(key, message).await
             }
         }
     }
 
-    /// The upstream session's own stream of server messages (the GET stream over HTTP).
+    /// The upstream session's own stream of server messages (the GET stream over HTTP,
+    /// the messages no request claims of a stdio child).
     pub async fn listen(
         &self,
         binding: Binding<'_>,
         forwarded: &HeaderMap,
-    ) -> Result<Reply, UpstreamError> {
+    ) -> Result<Answer, UpstreamError> {
         match self {
-            Upstream::Http(http) => {
-                let request = http.request(
-                    http::Method::GET,
-                    Some(binding),
-                    forwarded,
-                    Default::default(),
-                )?;
-                http.send(request, Some(binding)).await.map(Reply::Http)
-            }
+            Upstream::Http(http) => http.listen(binding, forwarded).await,
             Upstream::Stdio(stdio) => {
                 let key = binding.session_id.ok_or(UpstreamError::SessionGone)?;
-                stdio.listen(key).map(Reply::Messages)
+                stdio.listen(key)
             }
+        }
+    }
+
+    /// Passes an old client's request on as it is and returns the raw response.
+    pub async fn forward(
+        &self,
+        method: Method,
+        forwarded: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match self {
+            Upstream::Http(http) => http.forward(method, forwarded, body).await,
+            Upstream::Stdio(_) => Err(UpstreamError::Protocol(
+                "a stdio server has no session-less way in".into(),
+            )),
         }
     }
 
@@ -162,6 +158,13 @@ impl Upstream {
         }
     }
 
+    /// Forgets an upstream session that ended on its own (a stdio child that died).
+    pub fn forget(&self, session_id: &str) {
+        if let Upstream::Stdio(stdio) = self {
+            stdio.forget(session_id);
+        }
+    }
+
     /// Names an upstream session after the data-layer session it serves, where the
     /// upstream logs per session (a stdio child's stderr).
     pub fn label_session(&self, binding: Binding<'_>, label: String) {
@@ -170,10 +173,21 @@ impl Upstream {
         }
     }
 
+    /// The stdio children, for the metrics; `None` for an HTTP upstream.
+    pub fn children(&self) -> Option<Children> {
+        match self {
+            Upstream::Http(_) => None,
+            Upstream::Stdio(stdio) => Some(Children {
+                pooled: stdio.pooled(),
+                live: stdio.live_children(),
+            }),
+        }
+    }
+
     /// Whether the upstream looks able to serve (for readiness).
     pub async fn reachable(&self) -> bool {
         match self {
-            Upstream::Http(http) => http.reachable(std::time::Duration::from_secs(10)).await,
+            Upstream::Http(http) => http.reachable(Duration::from_secs(10)).await,
             Upstream::Stdio(stdio) => stdio.healthy(),
         }
     }

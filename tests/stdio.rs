@@ -79,13 +79,7 @@ async fn everything_over_stdio_lists_echoes_streams_progress_and_ends_with_delet
                    "_meta": {"progressToken": "stdio-progress"}}),
         )
         .await;
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
+    assert_event_stream(&response);
     assert_eq!(response.headers()["mcp-session-id"], c.session_id());
     let messages = EventReader::new(response).all_timed().await;
     let progress: Vec<&(Instant, Value)> = messages
@@ -1069,7 +1063,7 @@ async fn child_stderr_names_the_session_the_way_the_rest_of_the_log_does() {
     let tag = session_field(&logged).unwrap().trim_matches('"').to_owned();
     // Every other line about this session names it by its short tag (`session created`,
     // `session deleted`, each request's span). The child's stderr must be traceable to it.
-    let short = mcp_session_proxy::front::short_id(c.session_id());
+    let short = mcp_session_proxy::session::log_tag(c.session_id());
     let traceable = tag == short
         || text()
             .lines()

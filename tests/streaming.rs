@@ -35,13 +35,7 @@ async fn progress_and_logs_arrive_in_order_before_the_stamped_result() {
             json!({"name": "slow", "arguments": {"steps": 4, "interval_ms": 250}, "_meta": {"progressToken": "tok"}}),
         )
         .await;
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
+    assert_event_stream(&response);
     assert_eq!(response.headers()["mcp-session-id"], c.session_id());
     assert!(response.headers().get("content-length").is_none());
     let messages = EventReader::new(response).all_timed().await;

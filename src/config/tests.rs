@@ -53,7 +53,7 @@ fn the_defaults_are_valid() {
     assert_eq!(config.path, "/mcp");
     assert_eq!(config.max_body_bytes, 4 * 1024 * 1024);
     assert_eq!(config.session.idle_ttl, Duration::from_secs(30 * 60));
-    assert!(config.upstream.url.is_none());
+    assert!(config.upstream.target.url().is_none());
     assert!(!config.upstream.require_session);
 }
 
@@ -84,7 +84,7 @@ fn a_file_sets_values_and_flags_win_over_it() {
     .unwrap();
     assert_eq!(config.listen.to_string(), "127.0.0.1:9100");
     assert_eq!(
-        config.upstream.url.unwrap().to_string(),
+        config.upstream.target.url().unwrap().to_string(),
         "http://127.0.0.1:3001/mcp"
     );
     assert!(config.upstream.require_session);
@@ -166,10 +166,10 @@ fn an_upstream_on_the_command_line_replaces_the_configured_kind() {
     )
     .unwrap();
     assert_eq!(
-        config.upstream.url.unwrap().to_string(),
+        config.upstream.target.url().unwrap().to_string(),
         "http://127.0.0.1:3001/mcp"
     );
-    assert!(config.upstream.command.is_none());
+    assert!(config.upstream.target.command().is_none());
 
     let http = "[upstream]\nurl = \"http://127.0.0.1:3001/mcp\"\n";
     let config = load_file(
@@ -180,8 +180,8 @@ fn an_upstream_on_the_command_line_replaces_the_configured_kind() {
         },
     )
     .unwrap();
-    assert!(config.upstream.url.is_none());
-    let command = config.upstream.command.unwrap();
+    assert!(config.upstream.target.url().is_none());
+    let command = config.upstream.target.command().unwrap();
     assert_eq!(command.program, "python3");
     assert_eq!(command.args, ["server.py"]);
 }

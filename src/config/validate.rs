@@ -10,7 +10,7 @@ use super::HEALTH_PATH;
 use super::raw::RawConfig;
 use super::{
     AdminConfig, CommandSpec, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
-    StatelessConfig, UpstreamConfig,
+    StatelessConfig, Target, UpstreamConfig,
 };
 
 /// The longest duration any setting takes: a year. Longer ones are typos, and an expiry
@@ -154,16 +154,22 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             cwd: u.cwd.as_deref().filter(|c| !c.is_empty()).map(Into::into),
         });
-    if url.is_some() && command.is_some() {
-        p.add(
-            "upstream",
-            "set either url (a Streamable HTTP server) or command (a stdio server), not both",
-        );
-    }
-    if command.is_none() && !u.args.is_empty() {
+    let target = match (url, command) {
+        (Some(_), Some(_)) => {
+            p.add(
+                "upstream",
+                "set either url (a Streamable HTTP server) or command (a stdio server), not both",
+            );
+            Target::Embedded
+        }
+        (Some(url), None) => Target::Http(url),
+        (None, Some(command)) => Target::Stdio(command),
+        (None, None) => Target::Embedded,
+    };
+    if !matches!(target, Target::Stdio(_)) && !u.args.is_empty() {
         p.add("upstream.args", "arguments without upstream.command");
     }
-    if let Some(cwd) = command.as_ref().and_then(|c| c.cwd.as_ref())
+    if let Target::Stdio(CommandSpec { cwd: Some(cwd), .. }) = &target
         && !cwd.is_dir()
     {
         p.add(
@@ -259,8 +265,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             state_key,
         },
         upstream: UpstreamConfig {
-            url,
-            command,
+            target,
             pool_size,
             max_children,
             stop_grace,

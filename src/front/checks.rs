@@ -4,16 +4,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 
 use crate::error::ProxyError;
-
-/// What the client's `Accept` allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Accepts {
-    pub json: bool,
-    pub sse: bool,
-}
+pub use crate::mcp::headers::Accepts;
 
 /// `Content-Type` must be `application/json` (parameters such as `charset` allowed).
 pub fn content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
@@ -107,11 +100,11 @@ fn is_loopback_origin(origin: &str) -> bool {
 
 /// Reads the whole request body, refusing more than `limit` bytes (early, from
 /// `Content-Length`, when the client announced it).
-pub async fn read_body(
-    body: Incoming,
-    headers: &HeaderMap,
-    limit: usize,
-) -> Result<Bytes, ProxyError> {
+pub async fn read_body<B>(body: B, headers: &HeaderMap, limit: usize) -> Result<Bytes, ProxyError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
     let announced = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

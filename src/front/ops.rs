@@ -2,18 +2,31 @@
 //! API (`/admin/sessions`). None of them shows a usable sessionId: sessions are named by
 //! a 64-bit hash (the same tag the logs use).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
-use super::body::ProxyBody;
-use super::respond;
-use super::sessions::short;
-use super::{App, not_allowed};
-use crate::config::HEALTH_PATH;
-use crate::session::{now_millis, rfc3339};
-use crate::upstream::Binding;
+use super::not_allowed;
+use crate::config::{HEALTH_PATH, Secret};
+use crate::metrics::Metrics;
+use crate::paths::SessionPath;
+use crate::response::{self as respond, ProxyBody};
+use crate::session::{log_tag as short, now_millis, rfc3339};
+
+/// What the operations endpoints use.
+#[derive(Debug)]
+pub struct Ops {
+    /// The sessions to list and revoke, and the upstream to check.
+    pub session: Arc<SessionPath>,
+    pub metrics: Arc<Metrics>,
+    /// Serve `/metrics`.
+    pub serve_metrics: bool,
+    /// The admin API's bearer token; `None`: the admin API is off.
+    pub admin_token: Option<Secret>,
+}
 
 const READY_PATH: &str = "/readyz";
 const METRICS_PATH: &str = "/metrics";
@@ -21,8 +34,14 @@ const ADMIN_SESSIONS: &str = "/admin/sessions";
 /// The `pool` label of the stdio warm pool.
 const POOL_STDIO: &str = "stdio";
 
-/// Answers an operations request, or `None` when the path is not one of them.
-pub async fn route<B>(app: &App, request: &Request<B>) -> Option<Response<ProxyBody>> {
+impl Ops {
+    /// Answers an operations request, or `None` when the path is not one of them.
+    pub async fn route<B>(&self, request: &Request<B>) -> Option<Response<ProxyBody>> {
+        route(self, request).await
+    }
+}
+
+async fn route<B>(app: &Ops, request: &Request<B>) -> Option<Response<ProxyBody>> {
     let path = request.uri().path();
     let method = request.method();
     let is_read = method == Method::GET || method == Method::HEAD;
@@ -46,9 +65,9 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
 
 /// Ready when the configuration loaded (it did, or the proxy would not run), the
 /// upstream is reachable and the session store answers.
-async fn ready(app: &App) -> Response<ProxyBody> {
-    let upstream = app.upstream.reachable().await;
-    let store = app.sessions.store_reachable().await;
+async fn ready(app: &Ops) -> Response<ProxyBody> {
+    let upstream = app.session.upstream().reachable().await;
+    let store = app.session.sessions().store_reachable().await;
     let word = |ok: bool| if ok { "ok" } else { "failing" };
     let status = if upstream && store {
         StatusCode::OK
@@ -64,16 +83,20 @@ async fn ready(app: &App) -> Response<ProxyBody> {
                 "upstream": word(upstream),
                 "store": word(store),
             },
-            "upstream": app.upstream.label().as_ref(),
+            "upstream": app.session.upstream().label().as_ref(),
         }),
     )
 }
 
-fn metrics(app: &App) -> Response<ProxyBody> {
-    app.metrics.sessions_active.set(app.sessions.live() as i64);
-    if let Some(stdio) = app.upstream.stdio() {
-        app.metrics.pool_size(POOL_STDIO).set(stdio.pooled() as i64);
-        app.metrics.stdio_children.set(stdio.live_children() as i64);
+fn metrics(app: &Ops) -> Response<ProxyBody> {
+    app.metrics
+        .sessions_active
+        .set(app.session.sessions().live() as i64);
+    if let Some(children) = app.session.upstream().children() {
+        app.metrics
+            .pool_size(POOL_STDIO)
+            .set(children.pooled as i64);
+        app.metrics.stdio_children.set(children.live as i64);
     }
     let mut response = Response::new(ProxyBody::full(app.metrics.encode()));
     response.headers_mut().insert(
@@ -85,7 +108,7 @@ fn metrics(app: &App) -> Response<ProxyBody> {
 
 /// Whether the request carries `Authorization: Bearer <admin token>` (compared in
 /// constant time).
-fn authorized<B>(app: &App, request: &Request<B>) -> Option<bool> {
+fn authorized<B>(app: &Ops, request: &Request<B>) -> Option<bool> {
     let token = app.admin_token.as_ref()?;
     let presented = request
         .headers()
@@ -103,7 +126,7 @@ fn authorized<B>(app: &App, request: &Request<B>) -> Option<bool> {
     Some(same_length && difference == 0)
 }
 
-async fn admin<B>(app: &App, request: &Request<B>) -> Response<ProxyBody> {
+async fn admin<B>(app: &Ops, request: &Request<B>) -> Response<ProxyBody> {
     match authorized(app, request) {
         // The admin API is off: it does not exist.
         None => return json(StatusCode::NOT_FOUND, json!({"error": "not found"})),
@@ -129,14 +152,14 @@ async fn admin<B>(app: &App, request: &Request<B>) -> Response<ProxyBody> {
 }
 
 /// `GET /admin/sessions[?limit=N]`: hashed id, upstream, age, idle time, expiry.
-async fn list(app: &App, query: Option<&str>) -> Response<ProxyBody> {
+async fn list(app: &Ops, query: Option<&str>) -> Response<ProxyBody> {
     let limit = query
         .into_iter()
         .flat_map(|q| q.split('&'))
         .find_map(|pair| pair.strip_prefix("limit="))
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(1000);
-    let sessions = match app.sessions.list(limit).await {
+    let sessions = match app.session.sessions().list(limit).await {
         Ok(sessions) => sessions,
         Err(e) => {
             return json(
@@ -146,14 +169,14 @@ async fn list(app: &App, query: Option<&str>) -> Response<ProxyBody> {
         }
     };
     let now = now_millis();
-    let ttl = app.sessions.settings().idle_ttl.as_millis() as u64;
+    let ttl = app.session.sessions().settings().idle_ttl.as_millis() as u64;
     let rows: Vec<_> = sessions
         .iter()
         .map(|(id, record)| {
             let last_use = record.expires_at.saturating_sub(ttl);
             json!({
                 "id": short(id),
-                "upstream": app.upstream.label().as_ref(),
+                "upstream": app.session.upstream().label().as_ref(),
                 "ageSeconds": now.saturating_sub(record.created_at) / 1000,
                 "idleSeconds": now.saturating_sub(last_use) / 1000,
                 "expiresAt": rfc3339(record.expires_at),
@@ -163,14 +186,14 @@ async fn list(app: &App, query: Option<&str>) -> Response<ProxyBody> {
         .collect();
     json(
         StatusCode::OK,
-        json!({"total": app.sessions.live(), "sessions": rows}),
+        json!({"total": app.session.sessions().live(), "sessions": rows}),
     )
 }
 
 /// `DELETE /admin/sessions/<hash>`: ends that session here and upstream; its client
 /// gets -32043 from then on.
-async fn revoke(app: &App, tag: &str) -> Response<ProxyBody> {
-    let sessions = match app.sessions.list(usize::MAX).await {
+async fn revoke(app: &Ops, tag: &str) -> Response<ProxyBody> {
+    let sessions = match app.session.sessions().list(usize::MAX).await {
         Ok(sessions) => sessions,
         Err(e) => {
             return json(
@@ -185,16 +208,8 @@ async fn revoke(app: &App, tag: &str) -> Response<ProxyBody> {
             json!({"error": "no session with this id hash"}),
         );
     };
-    match app.sessions.end(&id).await {
-        Ok(Some(record)) => {
-            let binding = Binding {
-                session_id: record.upstream_session.as_deref(),
-                protocol_version: record.negotiated.protocol_version,
-            };
-            if let Err(e) = app.upstream.terminate(binding).await {
-                tracing::warn!(session = %tag, error = %e, "upstream did not end a revoked session");
-            }
-            app.metrics.sessions_deleted.inc();
+    match app.session.end(&id).await {
+        Ok(Some(_)) => {
             tracing::info!(session = %tag, "session revoked by the admin API");
             respond::status(StatusCode::NO_CONTENT)
         }

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{App, handle};
+use super::{Front, handle};
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,10 +59,10 @@ impl Serving {
     }
 }
 
-/// Serves `app` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until shut down.
+/// Serves `front` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until shut down.
 pub fn serve(
     listener: TcpListener,
-    app: Arc<App>,
+    front: Arc<Front>,
     role: Role,
     grace: Duration,
 ) -> std::io::Result<Serving> {
@@ -85,10 +85,10 @@ pub fn serve(
                 _ = stopped.changed() => break,
             };
             let _ = stream.set_nodelay(true);
-            let app = app.clone();
+            let front = front.clone();
             let service = service_fn(move |request| {
-                let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(app, request, role).await) }
+                let front = front.clone();
+                async move { Ok::<_, Infallible>(handle(front, request, role).await) }
             });
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             let connection = graceful.watch(connection.into_owned());

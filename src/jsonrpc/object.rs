@@ -103,6 +103,26 @@ pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// `value` with object keys sorted at every depth: one spelling for JSON values that
+/// differ only in member order (pool keys, what a `requestState` is bound to).
+pub fn canonical(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, canonical(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
+        other => other,
+    }
+}
+
 /// Where `part` (a slice of `whole`, e.g. a `RawValue` parsed from it) sits in `whole`.
 pub fn range_in(whole: &[u8], part: &RawValue) -> Option<Range<usize>> {
     let start = (part.get().as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;

@@ -16,8 +16,16 @@ pub const SSE: &str = "text/event-stream";
 /// What a 2025-11-25 client must send as `Accept` on POST.
 pub const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
+/// What a client's `Accept` header allows of the two media types of the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepts {
+    pub json: bool,
+    pub sse: bool,
+}
+
 /// Whether `id` may be a session id: non-empty, visible ASCII only (0x21–0x7E), as both
-/// the 2025-11-25 transport (`Mcp-Session-Id`) and seed 000 (`sessionId`) require.
+/// the 2025-11-25 transport (`Mcp-Session-Id`) and the data-layer sessions draft
+/// (`sessionId`) require.
 pub fn is_visible_ascii(id: &str) -> bool {
     !id.is_empty() && id.bytes().all(|b| (0x21..=0x7e).contains(&b))
 }

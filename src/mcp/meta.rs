@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use crate::jsonrpc::{RawObject, write_json_str};
 
-/// Data-layer session metadata (seed 000): `{sessionId, state?, expiresAt?}`.
+/// Data-layer session metadata (the data-layer sessions draft): `{sessionId, state?, expiresAt?}`.
 pub const SESSION: &str = "io.modelcontextprotocol/session";
 /// Per-request client identity (2026-07-28; also read from `sessions/create`).
 pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";

@@ -1,19 +1,16 @@
 //! Upstream → client: put the session back into the response.
 //!
-//! Seed 000, "Using Sessions": successful responses MUST include
+//! The data-layer sessions draft, "Using Sessions": successful responses MUST include
 //! `_meta["io.modelcontextprotocol/session"]`, with the sessionId exactly as the request
 //! had it. Only the response to the client's own request is stamped; notifications and
 //! server-to-client requests on the same stream pass unchanged (notifications carry no
 //! session metadata).
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use serde_json::json;
 
-use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, error_response, same_id, splice};
+use crate::jsonrpc::{Envelope, Kind, same_id, splice};
 use crate::mcp::meta::{self, Payload};
-use crate::sse::{End, Event, Rewrite};
+use crate::sse::Event;
 
 /// What to stamp, and on which response.
 #[derive(Debug, Clone)]
@@ -88,26 +85,24 @@ fn with_top_level_session(message: &[u8], id: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Stamps the response inside an event stream, event by event.
+/// Stamps the response inside an event stream, event by event, and remembers whether it
+/// came (a stream that ends without it gets an error from the relay).
 #[derive(Debug)]
 pub struct StampEvents {
     stamp: Stamp,
-    upstream: Arc<str>,
     responded: bool,
 }
 
 impl StampEvents {
-    pub fn new(stamp: Stamp, upstream: Arc<str>) -> Self {
+    pub fn new(stamp: Stamp) -> Self {
         StampEvents {
             stamp,
-            upstream,
             responded: false,
         }
     }
-}
 
-impl Rewrite for StampEvents {
-    fn event(&mut self, event: &mut Event) {
+    /// Stamps `event` if it carries the response.
+    pub fn event(&mut self, event: &mut Event) {
         let Some(data) = &event.data else { return };
         if let Stamped::Response(rewritten) = stamp_message(data.as_bytes(), &self.stamp) {
             self.responded = true;
@@ -117,39 +112,14 @@ impl Rewrite for StampEvents {
         }
     }
 
-    fn end(&mut self, how: End) -> Option<Event> {
-        if self.responded {
-            return None;
-        }
-        let reason = match how {
-            End::Complete => {
-                "the upstream ended the event stream before sending the response".to_owned()
-            }
-            End::Failed(e) => format!("the upstream connection failed mid-stream: {e}"),
-            End::Idle(after) => format!(
-                "the upstream sent nothing for {} ms and the stream was closed",
-                after.as_millis()
-            ),
-            End::TooLarge(limit) => format!("the upstream sent an event larger than {limit} bytes"),
-        };
-        Some(stream_error(&self.stamp.request_id, &self.upstream, reason))
+    /// Whether the response went by.
+    pub fn responded(&self) -> bool {
+        self.responded
     }
-}
 
-/// The event that ends a stream whose response never came.
-fn stream_error(request_id: &[u8], upstream: &str, reason: String) -> Event {
-    let id = std::str::from_utf8(request_id)
-        .ok()
-        .and_then(|s| serde_json::value::RawValue::from_string(s.to_owned()).ok());
-    let error = ErrorObject {
-        code: code::INTERNAL_ERROR,
-        message: reason,
-        data: Some(json!({ "upstream": upstream })),
-    };
-    let body = error_response(id.as_deref(), &error);
-    Event {
-        data: Some(String::from_utf8_lossy(&body).into_owned()),
-        ..Event::default()
+    /// The raw id of the request being answered.
+    pub fn request_id(&self) -> &[u8] {
+        &self.stamp.request_id
     }
 }
 

@@ -56,7 +56,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_usage_vector_reaches_the_upstream_without_session_meta() {
+    fn the_drafts_usage_vector_reaches_the_upstream_without_session_meta() {
         let out = strip(
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"msg":"hi"},"_meta":{"io.modelcontextprotocol/session":{"sessionId":"sess-abc123","state":"eyJrIjoidiJ9"}}}}"#,
         );

@@ -1,6 +1,6 @@
 //! Session identifiers.
 //!
-//! Seed 000: a sessionId "SHOULD be globally unique and cryptographically secure" and
+//! The data-layer sessions draft: a sessionId "SHOULD be globally unique and cryptographically secure" and
 //! "MUST only contain visible ASCII characters (ranging from 0x21 to 0x7E)".
 
 use base64::Engine;
@@ -25,6 +25,19 @@ pub use crate::mcp::headers::is_visible_ascii;
 /// Whether `id` has the shape of an id this proxy issues (it may still be unknown).
 pub fn is_issued_shape(id: &str) -> bool {
     id.starts_with(PREFIX)
+}
+
+/// A short, non-reversible tag of a sessionId for logs and the admin API (neither may
+/// show a usable sessionId): 64 bits of its SHA-256, in hex.
+pub fn log_tag(id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    let digest = Sha256::digest(id.as_bytes());
+    let mut out = String::with_capacity(16);
+    for b in &digest[..8] {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The `state` token: opaque to clients, meaningful only to the proxy that issued it.
 //!
-//! Seed 000 asks that `state` be echoed byte for byte and, in production, be signed or
+//! The data-layer sessions draft asks that `state` be echoed byte for byte and, in production, be signed or
 //! encrypted. Here it carries a version byte and the session's use sequence, sealed with
 //! HMAC-SHA256 over the sessionId, so a token is good only for the session it was issued
 //! for and any change to it is detected before the request goes anywhere.

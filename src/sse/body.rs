@@ -1,13 +1,12 @@
-//! A response body that rewrites an upstream event stream event by event.
+//! The response body of every event stream the proxy writes: items from an
+//! [`ItemSource`], each event rewritten (or not) on its way, re-encoded and sent on at
+//! once. Nothing waits for the end of the stream.
 //!
-//! Each upstream frame is decoded, its complete events rewritten and re-encoded, and the
-//! result sent on at once: nothing waits for the end of the stream, and at most one
-//! unfinished event is held. A stream that fails, stalls past the idle timeout or sends an
-//! oversized event is ended cleanly, and the [`Rewrite`] may add a last event saying so
-//! (the client then gets a JSON-RPC error instead of a cut connection).
+//! A stream that fails, stalls past the idle timeout or sends an oversized event is ended
+//! cleanly, and the [`Rewrite`] may add a last event saying so (the client then gets a
+//! JSON-RPC error instead of a cut connection).
 
 use std::convert::Infallible;
-use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -18,21 +17,9 @@ use http_body::{Body, Frame};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use super::decoder::{Decoder, Event, Item};
+use super::decoder::{Event, Item};
 use super::encoder::{write_event, write_item};
-
-/// Why a stream ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum End {
-    /// The upstream finished the stream.
-    Complete,
-    /// The upstream connection failed mid-stream.
-    Failed(String),
-    /// Nothing arrived for this long.
-    Idle(Duration),
-    /// An event was larger than this many bytes.
-    TooLarge(usize),
-}
+use super::source::{End, ItemSource};
 
 /// What to do with each event of a stream.
 pub trait Rewrite: Send + 'static {
@@ -42,43 +29,47 @@ pub trait Rewrite: Send + 'static {
     fn end(&mut self, how: End) -> Option<Event>;
 }
 
+/// Passes events as they are (a stream no one needs to rewrite).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unchanged;
+
+impl Rewrite for Unchanged {
+    fn event(&mut self, _: &mut Event) {}
+    fn end(&mut self, _: End) -> Option<Event> {
+        None
+    }
+}
+
+/// Bytes gathered into one frame before it is sent, when many items are ready at once.
+const FRAME_BYTES: usize = 64 * 1024;
+
 pin_project! {
     /// See the module documentation.
-    pub struct RewriteBody<B, R> {
-        #[pin]
-        inner: B,
+    pub struct EventBody<S, R> {
+        source: S,
         #[pin]
         idle: Sleep,
         idle_timeout: Duration,
-        decoder: Decoder,
         rewrite: R,
-        items: Vec<Item>,
         done: bool,
     }
 }
 
-impl<B, R> RewriteBody<B, R> {
-    /// Rewrites `inner` with `rewrite`, refusing events over `max_event_bytes` and ending
-    /// the stream after `idle_timeout` without a frame.
-    pub fn new(inner: B, rewrite: R, max_event_bytes: usize, idle_timeout: Duration) -> Self {
-        RewriteBody {
-            inner,
+impl<S, R> EventBody<S, R> {
+    /// Streams `source` rewritten by `rewrite`, ended after `idle_timeout` without an
+    /// item.
+    pub fn new(source: S, rewrite: R, idle_timeout: Duration) -> Self {
+        EventBody {
+            source,
             idle: tokio::time::sleep(idle_timeout),
             idle_timeout,
-            decoder: Decoder::new(max_event_bytes),
             rewrite,
-            items: Vec::new(),
             done: false,
         }
     }
 }
 
-impl<B, R> Body for RewriteBody<B, R>
-where
-    B: Body<Data = Bytes>,
-    B::Error: Display,
-    R: Rewrite,
-{
+impl<S: ItemSource, R: Rewrite> Body for EventBody<S, R> {
     type Data = Bytes;
     type Error = Infallible;
 
@@ -87,56 +78,46 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let mut this = self.project();
-        loop {
-            if *this.done {
-                return Poll::Ready(None);
-            }
-            let end = match this.inner.as_mut().poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    let data = match frame.into_data() {
-                        Ok(data) => data,
-                        // Trailers pass through untouched.
-                        Err(frame) => return Poll::Ready(Some(Ok(frame))),
-                    };
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        let mut out = Vec::new();
+        let end = loop {
+            match this.source.poll_item(cx) {
+                Poll::Ready(Some(Ok(mut item))) => {
+                    if let Item::Event(event) = &mut item {
+                        this.rewrite.event(event);
+                    }
+                    write_item(&mut out, &item);
                     let deadline = Instant::now() + *this.idle_timeout;
                     this.idle.as_mut().reset(deadline);
-                    let fed = this.decoder.feed(&data, this.items);
-                    let mut out = Vec::with_capacity(data.len() + 128);
-                    for mut item in this.items.drain(..) {
-                        if let Item::Event(event) = &mut item {
-                            this.rewrite.event(event);
-                        }
-                        write_item(&mut out, &item);
+                    if out.len() >= FRAME_BYTES {
+                        break None;
                     }
-                    if let Err(too_large) = fed {
-                        *this.done = true;
-                        this.decoder.finish();
-                        if let Some(last) = this.rewrite.end(End::TooLarge(too_large.limit)) {
-                            write_event(&mut out, &last);
-                        }
-                    }
-                    if out.is_empty() {
-                        continue;
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
                 }
-                Poll::Ready(Some(Err(e))) => End::Failed(e.to_string()),
-                Poll::Ready(None) => End::Complete,
+                Poll::Ready(Some(Err(end))) => break Some(end),
+                Poll::Ready(None) => break Some(End::Complete),
+                Poll::Pending if !out.is_empty() => break None,
                 Poll::Pending => match this.idle.as_mut().poll(cx) {
-                    Poll::Ready(()) => End::Idle(*this.idle_timeout),
+                    Poll::Ready(()) => break Some(End::Idle(*this.idle_timeout)),
                     Poll::Pending => return Poll::Pending,
                 },
-            };
+            }
+        };
+        if let Some(end) = end {
             *this.done = true;
-            this.decoder.finish();
-            return match this.rewrite.end(end) {
-                Some(last) => {
-                    let mut out = Vec::with_capacity(256);
-                    write_event(&mut out, &last);
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
-                }
-                None => Poll::Ready(None),
-            };
+            if let Some(last) = this.rewrite.end(end) {
+                write_event(&mut out, &last);
+            }
         }
+        if out.is_empty() {
+            Poll::Ready(None)
+        } else {
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
     }
 }

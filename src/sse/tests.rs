@@ -136,7 +136,7 @@ fn encoding_then_decoding_gives_the_event_back() {
     assert_eq!(decode_chunks(&[&out]), vec![Item::Event(original)]);
 }
 
-// === RewriteBody ===
+// === EventBody over a decoded body ===
 
 struct ChannelBody(mpsc::Receiver<Result<Bytes, &'static str>>);
 
@@ -180,10 +180,9 @@ where
 #[tokio::test]
 async fn each_event_is_sent_on_as_soon_as_it_is_complete() {
     let (tx, rx) = mpsc::channel(4);
-    let mut body = Box::pin(RewriteBody::new(
-        ChannelBody(rx),
+    let mut body = Box::pin(EventBody::new(
+        Decoded::new(ChannelBody(rx), 1024),
         Upper,
-        1024,
         Duration::from_secs(60),
     ));
     tx.send(Ok(Bytes::from_static(b"data: one\n\ndata: tw")))
@@ -204,10 +203,9 @@ async fn each_event_is_sent_on_as_soon_as_it_is_complete() {
 #[tokio::test]
 async fn a_failed_upstream_ends_the_stream_cleanly() {
     let (tx, rx) = mpsc::channel(4);
-    let mut body = Box::pin(RewriteBody::new(
-        ChannelBody(rx),
+    let mut body = Box::pin(EventBody::new(
+        Decoded::new(ChannelBody(rx), 1024),
         Upper,
-        1024,
         Duration::from_secs(60),
     ));
     tx.send(Err("reset")).await.unwrap();
@@ -219,10 +217,9 @@ async fn a_failed_upstream_ends_the_stream_cleanly() {
 #[tokio::test(start_paused = true)]
 async fn a_silent_upstream_is_cut_after_the_idle_timeout() {
     let (tx, rx) = mpsc::channel::<Result<Bytes, &'static str>>(4);
-    let mut body = Box::pin(RewriteBody::new(
-        ChannelBody(rx),
+    let mut body = Box::pin(EventBody::new(
+        Decoded::new(ChannelBody(rx), 1024),
         Upper,
-        1024,
         Duration::from_secs(5),
     ));
     let last = next_text(&mut body).await.unwrap();
@@ -233,10 +230,9 @@ async fn a_silent_upstream_is_cut_after_the_idle_timeout() {
 #[tokio::test]
 async fn an_oversized_event_ends_the_stream() {
     let (tx, rx) = mpsc::channel(4);
-    let mut body = Box::pin(RewriteBody::new(
-        ChannelBody(rx),
+    let mut body = Box::pin(EventBody::new(
+        Decoded::new(ChannelBody(rx), 8),
         Upper,
-        8,
         Duration::from_secs(60),
     ));
     tx.send(Ok(Bytes::from_static(b"data: far too long\n\n")))

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use serde_json::value::RawValue;
 
-use super::results::LogLevel;
+use super::logs::LogLevel;
 use crate::jsonrpc::raw_str;
 use crate::mcp::headers::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 use crate::mcp::meta::{self, Payload};

@@ -11,6 +11,9 @@ pub enum UpstreamError {
     Unreachable(String),
     #[error("the upstream did not answer within {} ms", .0.as_millis())]
     Timeout(Duration),
+    /// An answer under way went silent.
+    #[error("the upstream sent nothing for {} ms and the stream was closed", .0.as_millis())]
+    Idle(Duration),
     /// The upstream answered 404 to a request carrying its `Mcp-Session-Id`: it no longer
     /// knows the session (2025-11-25 transport, "Session Management" §4).
     #[error("the upstream no longer knows this session")]

@@ -1,13 +1,15 @@
-//! Opening and ending an upstream session: the 2025-11-25 lifecycle ("Lifecycle",
-//! "Initialization"): `initialize`, then `notifications/initialized`.
+//! Opening an upstream session: the 2025-11-25 lifecycle ("Lifecycle",
+//! "Initialization"): `initialize`, then `notifications/initialized`. The same exchange
+//! over HTTP and over a stdio child's pipes; what the `InitializeResult` says is read in
+//! one place.
 
 use bytes::Bytes;
-use http::HeaderMap;
+use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 
-use super::client::{Binding, HttpUpstream};
+use super::answer::Messages;
 use super::error::UpstreamError;
-use super::read::{Media, media_type, read_body, read_response_from_sse};
+use super::http::{Binding, HttpUpstream};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::headers::{MCP_SESSION_ID, is_visible_ascii};
 use crate::mcp::initialize::{self, Negotiated};
@@ -15,7 +17,8 @@ use crate::mcp::initialize::{self, Negotiated};
 /// An open upstream session.
 #[derive(Debug)]
 pub struct Opened {
-    /// The `Mcp-Session-Id` the upstream issued, if it issued one.
+    /// The upstream's session id (`Mcp-Session-Id`, or the proxy's key for a stdio
+    /// child); `None` when the upstream issued none.
     pub session_id: Option<String>,
     pub negotiated: Negotiated,
 }
@@ -29,12 +32,9 @@ impl HttpUpstream {
         capabilities: Option<&RawValue>,
         forwarded: &HeaderMap,
     ) -> Result<Opened, UpstreamError> {
-        let timeout = self.settings().timeout;
-        let limit = self.settings().max_message_bytes;
         let body = Bytes::from(initialize::request_body(client_info, capabilities));
-        let response = self.post(None, body, forwarded).await?;
-        let status = response.status();
-        let session_id = match response.headers().get(&MCP_SESSION_ID) {
+        let mut answer = self.exchange(None, body, forwarded).await?;
+        let session_id = match answer.headers.get(&MCP_SESSION_ID) {
             None => None,
             Some(value) => match value.to_str() {
                 Ok(id) if is_visible_ascii(id) => Some(id.to_owned()),
@@ -45,56 +45,22 @@ impl HttpUpstream {
                 }
             },
         };
-        let media = media_type(response.headers());
-        let body = response.into_body();
-        let message = match media {
-            Media::EventStream if status.is_success() => {
-                read_response_from_sse(body, initialize::REQUEST_ID, limit, timeout).await?
-            }
-            _ => read_body(body, limit, timeout).await?,
-        };
-        let envelope = Envelope::parse(&message).map_err(|_| {
-            if status.is_success() {
-                UpstreamError::Protocol("the initialize response is not JSON-RPC".into())
-            } else {
-                UpstreamError::Refused {
-                    status,
-                    detail: String::from_utf8_lossy(&message[..message.len().min(200)])
-                        .into_owned(),
-                }
-            }
-        })?;
-        if envelope.kind != Kind::Response {
-            return Err(UpstreamError::Protocol(
-                "the initialize response is not a JSON-RPC response".into(),
-            ));
-        }
-        if let Some(error) = envelope.error {
-            return Err(UpstreamError::Refused {
-                status,
-                detail: format!("initialize failed: {}", error.get()),
-            });
-        }
-        let result = envelope
-            .result
-            .ok_or_else(|| UpstreamError::Protocol("initialize returned no result".into()))?;
         let negotiated =
-            initialize::parse_result(result).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-
+            read_result(&mut answer.messages, answer.status, self.settings().timeout).await?;
         let binding = Binding {
             session_id: session_id.as_deref(),
             protocol_version: negotiated.protocol_version,
         };
         let ack = self
-            .post(
+            .exchange(
                 Some(binding),
                 Bytes::from_static(initialize::INITIALIZED),
                 forwarded,
             )
             .await?;
-        if !ack.status().is_success() {
+        if !ack.status.is_success() {
             return Err(UpstreamError::Refused {
-                status: ack.status(),
+                status: ack.status,
                 detail: "notifications/initialized was refused".into(),
             });
         }
@@ -103,4 +69,49 @@ impl HttpUpstream {
             negotiated,
         })
     }
+}
+
+/// Reads the answer to the proxy's `initialize` (`status` is the HTTP status it came
+/// with, 200 for a stdio child) and what it negotiated.
+pub async fn read_result(
+    messages: &mut Messages,
+    status: StatusCode,
+    timeout: std::time::Duration,
+) -> Result<Negotiated, UpstreamError> {
+    // A JSON body is the answer, whatever id it carries (a refusal may name none).
+    let message = match messages {
+        Messages::One(one) => one
+            .take()
+            .ok_or_else(|| UpstreamError::Protocol("initialize returned nothing".into()))?,
+        _ => {
+            messages
+                .response_to(initialize::REQUEST_ID.as_bytes(), timeout)
+                .await?
+        }
+    };
+    let envelope = Envelope::parse(&message).map_err(|_| {
+        if status.is_success() {
+            UpstreamError::Protocol("the initialize response is not JSON-RPC".into())
+        } else {
+            UpstreamError::Refused {
+                status,
+                detail: String::from_utf8_lossy(&message[..message.len().min(200)]).into_owned(),
+            }
+        }
+    })?;
+    if envelope.kind != Kind::Response {
+        return Err(UpstreamError::Protocol(
+            "the initialize response is not a JSON-RPC response".into(),
+        ));
+    }
+    if let Some(error) = envelope.error {
+        return Err(UpstreamError::Refused {
+            status,
+            detail: format!("initialize failed: {}", error.get()),
+        });
+    }
+    let result = envelope
+        .result
+        .ok_or_else(|| UpstreamError::Protocol("initialize returned no result".into()))?;
+    initialize::parse_result(result).map_err(|e| UpstreamError::Protocol(e.to_string()))
 }

@@ -139,20 +139,9 @@ pub fn pool_key(capabilities: Option<&RawValue>, forwarded: &HeaderMap) -> Strin
 /// The capabilities part of a pool key: their JSON with object keys sorted, so that the
 /// same capabilities written in another order share upstream sessions.
 pub fn capabilities_key(capabilities: Option<&RawValue>) -> String {
-    fn sort(value: Value) -> Value {
-        match value {
-            Value::Object(map) => {
-                let mut entries: Vec<(String, Value)> = map.into_iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-                Value::Object(entries.into_iter().map(|(k, v)| (k, sort(v))).collect())
-            }
-            Value::Array(items) => Value::Array(items.into_iter().map(sort).collect()),
-            other => other,
-        }
-    }
     capabilities
         .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-        .map(|value| sort(value).to_string())
+        .map(|value| crate::jsonrpc::canonical(value).to_string())
         .unwrap_or_else(|| "{}".to_owned())
 }
 
@@ -274,17 +263,18 @@ impl Pool {
         if !has_logging {
             return;
         }
-        let request = bytes::Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-log-level","method":"logging/setLevel","params":{"level":"debug"}}"#,
+        let request = crate::jsonrpc::write::request(
+            br#""mcp-session-proxy-log-level""#,
+            crate::mcp::Method::LoggingSetLevel.as_str(),
+            Some(br#"{"level":"debug"}"#),
         );
-        if let Ok(reply) = self
+        let answer = self
             .upstream
             .exchange(checkout.binding(), request, forwarded)
-            .await
-            && let Ok((_, mut messages)) =
-                super::Messages::of(reply, 64 * 1024, Duration::from_secs(5)).await
-        {
-            while let Some(Ok(_)) = messages.next().await {}
+            .await;
+        if let Ok(mut answer) = answer {
+            let drain = async { while let Some(Ok(_)) = answer.messages.next_message().await {} };
+            let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
         }
     }
 

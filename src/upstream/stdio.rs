@@ -1,5 +1,6 @@
-//! stdio upstreams: every upstream session is its own child process (seed 002 describes
-//! an MCP server as `command` + `args` + `env` + a working directory).
+//! stdio upstreams: every upstream session is its own child process (the Agent Client
+//! Protocol's session setup describes an MCP server as `command` + `args` + `env`, plus
+//! a working directory).
 //!
 //! Start-up latency is hidden by a warm pool: children started and initialized ahead of
 //! time, kept per client identity (clientInfo + capabilities, which a server learns only
@@ -22,11 +23,14 @@ use tokio::sync::mpsc;
 
 use self::child::{Child, LiveSlot};
 use super::Opened;
+use super::answer::Answer;
 use super::error::UpstreamError;
+use super::handshake::read_result;
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::initialize::{self, Negotiated};
 
-/// How to start the server (seed 002's `command`, `args`, `env`, plus `cwd`).
+/// How to start the server (the Agent Client Protocol's `command`, `args`, `env`, plus
+/// `cwd`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandSpec {
     pub program: String,
@@ -184,21 +188,21 @@ impl StdioUpstream {
     }
 
     /// Sends one message to the child behind `key`: a request gets its messages back,
-    /// anything else is just delivered.
-    pub async fn exchange(&self, key: &str, message: Bytes) -> Result<StdioReply, UpstreamError> {
+    /// anything else is just delivered. A child that is gone has lost the session.
+    pub async fn exchange(&self, key: &str, message: Bytes) -> Result<Answer, UpstreamError> {
         let child = self.child(key)?;
         let is_request = Envelope::parse(&message).is_ok_and(|e| e.kind == Kind::Request);
         if is_request {
-            Ok(StdioReply::Messages(child.request(&message).await?))
+            Ok(Answer::channel(child.request(&message).await?))
         } else {
             child.send(message).await?;
-            Ok(StdioReply::Delivered)
+            Ok(Answer::accepted())
         }
     }
 
     /// Messages of the child behind `key` that no request claims.
-    pub fn listen(&self, key: &str) -> Result<mpsc::Receiver<Bytes>, UpstreamError> {
-        self.child(key)?.listen()
+    pub fn listen(&self, key: &str) -> Result<Answer, UpstreamError> {
+        Ok(Answer::channel(self.child(key)?.listen()?))
     }
 
     /// Stops the child behind `key` and waits until it is reaped.
@@ -354,7 +358,8 @@ impl StdioUpstream {
         self.all.retain(|_, child| child.strong_count() > 0);
         self.all.insert(tag, Arc::downgrade(&child));
         let mut starting = StopUnlessKept(Some(child.clone()));
-        match tokio::time::timeout(self.settings.timeout, handshake(&child, identity)).await {
+        let timeout = self.settings.timeout;
+        match tokio::time::timeout(timeout, handshake(&child, identity, timeout)).await {
             Ok(Ok(negotiated)) => {
                 self.spawn_ok.store(true, Ordering::Release);
                 starting.keep();
@@ -393,46 +398,33 @@ impl Drop for StopUnlessKept {
     }
 }
 
-/// What a child answered.
-#[derive(Debug)]
-pub enum StdioReply {
-    /// A request's messages; the last is its response.
-    Messages(mpsc::Receiver<Bytes>),
-    /// A notification or response was written to the child.
-    Delivered,
-}
-
 /// `initialize`, then `notifications/initialized`.
-async fn handshake(child: &Child, identity: &Identity) -> Result<Negotiated, UpstreamError> {
+async fn handshake(
+    child: &Child,
+    identity: &Identity,
+    timeout: Duration,
+) -> Result<Negotiated, UpstreamError> {
     let body = initialize::request_body(
         identity.client_info.as_deref(),
         identity.capabilities.as_deref(),
     );
-    let mut messages = child.request(&body).await?;
-    while let Some(message) = messages.recv().await {
-        let Ok(envelope) = Envelope::parse(&message) else {
-            continue;
-        };
-        if envelope.kind != Kind::Response {
-            continue;
-        }
-        if let Some(error) = envelope.error {
-            return Err(UpstreamError::Refused {
+    let mut answer = Answer::channel(child.request(&body).await?);
+    let negotiated = read_result(&mut answer.messages, answer.status, timeout)
+        .await
+        .map_err(|e| match e {
+            UpstreamError::Protocol(why) if why.contains("without the response") => {
+                UpstreamError::Unreachable(
+                    "the stdio server ended before answering initialize".into(),
+                )
+            }
+            UpstreamError::Refused { detail, .. } => UpstreamError::Refused {
                 status: http::StatusCode::BAD_GATEWAY,
-                detail: format!("initialize failed: {}", error.get()),
-            });
-        }
-        let result = envelope
-            .result
-            .ok_or_else(|| UpstreamError::Protocol("initialize returned no result".into()))?;
-        let negotiated =
-            initialize::parse_result(result).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-        child
-            .send(Bytes::from_static(initialize::INITIALIZED))
-            .await?;
-        return Ok(negotiated);
-    }
-    Err(UpstreamError::Unreachable(
-        "the stdio server ended before answering initialize".into(),
-    ))
+                detail,
+            },
+            other => other,
+        })?;
+    child
+        .send(Bytes::from_static(initialize::INITIALIZED))
+        .await?;
+    Ok(negotiated)
 }

@@ -28,7 +28,7 @@ pub mod stdio;
 use std::future::Future;
 use std::time::Duration;
 
-use mcp_session_proxy::config::Config;
+use mcp_session_proxy::config::{Config, Target};
 use mcp_session_proxy::demo::{DemoOptions, DemoServer, Received};
 use mcp_session_proxy::{Running, start};
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -48,7 +48,7 @@ pub struct Harness {
 pub fn config_for(upstream: &str) -> Config {
     let mut config = Config::defaults();
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.upstream.url = Some(upstream.parse().unwrap());
+    config.upstream.target = Target::Http(upstream.parse().unwrap());
     // Open event streams hold a graceful shutdown for this long at most.
     config.shutdown_grace = Duration::from_secs(2);
     config
@@ -314,13 +314,7 @@ impl SessionClient {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 200);
-        assert!(
-            response.headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("text/event-stream")
-        );
+        assert_event_stream(&response);
         EventReader::new(response)
     }
 
@@ -720,4 +714,14 @@ impl StatelessClient {
             text: response.text().await.unwrap(),
         }
     }
+}
+
+/// A 200 answer whose body is an event stream.
+pub fn assert_event_stream(response: &reqwest::Response) {
+    assert_eq!(response.status(), 200);
+    let content_type = response.headers()["content-type"].to_str().unwrap();
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "not an event stream: {content_type}"
+    );
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_session_proxy::config::{CommandSpec, Config};
+use mcp_session_proxy::config::{CommandSpec, Config, Target};
 use mcp_session_proxy::{Running, start};
 use serde_json::json;
 
@@ -68,8 +68,7 @@ pub fn fastmcp(marker: &Marker) -> CommandSpec {
 /// A proxy in front of `command`: no pool, a short stop grace, a generous timeout.
 pub fn stdio_config(command: CommandSpec) -> Config {
     let mut config = config_for("http://unused");
-    config.upstream.url = None;
-    config.upstream.command = Some(command);
+    config.upstream.target = Target::Stdio(command);
     config.upstream.pool_size = 0;
     config.upstream.stop_grace = Duration::from_millis(500);
     config.upstream.timeout = Duration::from_secs(10);

@@ -93,7 +93,7 @@ fn with_meta_adds_or_replaces_the_key() {
 }
 
 #[test]
-fn the_stamp_has_the_seed_shape() {
+fn the_stamp_has_the_drafts_shape() {
     let stamp = session_stamp("sess-abc123", "eyJrIjoidjIifQ==", "2026-03-01T00:00:00Z");
     assert_eq!(
         stamp,

@@ -42,7 +42,7 @@ async fn a_lease_renews_and_advances_the_state() {
     assert_eq!(second.record.seq, 2);
     assert_ne!(first.state, second.state);
     assert!(second.expires_at >= first.expires_at);
-    // An older state of the same session is still good (last write wins, seed 000).
+    // An older state of the same session is still good (last write wins, as the data-layer sessions draft says).
     assert!(s.lease(&issued.id, Some(&issued.state)).await.is_ok());
 }
 

@@ -25,18 +25,17 @@ use bytes::Bytes;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
-use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
 use super::CommandSpec;
-use crate::jsonrpc::{
-    Envelope, ErrorObject, Kind, RawObject, code, error_response, same_id, splice,
-};
+use crate::jsonrpc::{Envelope, Kind, RawObject, same_id, splice};
+use crate::mcp::Method;
 use crate::mcp::meta::Payload;
 use crate::upstream::UpstreamError;
+use crate::upstream::answer::Delivery;
 
 /// Messages queued for one request (or the listen stream) before the client reads them.
 const QUEUE: usize = 64;
@@ -91,7 +90,7 @@ struct State {
     pending: HashMap<u64, Pending>,
     /// Proxy ids of requests in flight, oldest first.
     order: VecDeque<u64>,
-    listen: Option<mpsc::Sender<Bytes>>,
+    listen: Option<mpsc::Sender<Delivery>>,
     /// Why the child is unusable, once it is.
     dead: Option<String>,
 }
@@ -101,7 +100,7 @@ struct Pending {
     /// The client's id, raw JSON.
     original_id: Bytes,
     progress_token: Option<String>,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Delivery>,
 }
 
 impl State {
@@ -255,7 +254,7 @@ impl Child {
 
     /// Sends a request; its messages (the last being the response) arrive on the returned
     /// channel. `message` must be a JSON-RPC request.
-    pub async fn request(&self, message: &[u8]) -> Result<mpsc::Receiver<Bytes>, UpstreamError> {
+    pub async fn request(&self, message: &[u8]) -> Result<mpsc::Receiver<Delivery>, UpstreamError> {
         let envelope = Envelope::parse(message)
             .map_err(|e| UpstreamError::Protocol(format!("not a request: {e}")))?;
         let Some(id) = envelope.id else {
@@ -315,7 +314,7 @@ impl Child {
 
     /// The session's listen stream: messages no request claims. A new one replaces the
     /// previous one.
-    pub fn listen(&self) -> Result<mpsc::Receiver<Bytes>, UpstreamError> {
+    pub fn listen(&self) -> Result<mpsc::Receiver<Delivery>, UpstreamError> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let mut state = self.state.lock();
         if let Some(why) = &state.dead {
@@ -400,13 +399,9 @@ impl Child {
             std::mem::take(&mut state.pending)
         };
         for (_, request) in pending {
-            let id = serde_json::from_slice::<Box<RawValue>>(&request.original_id).ok();
-            let error = ErrorObject {
-                code: code::INTERNAL_ERROR,
-                message: format!("The stdio server stopped before answering: {why}"),
-                data: Some(json!({ "upstream": "stdio" })),
-            };
-            let _ = request.tx.try_send(error_response(id.as_deref(), &error));
+            let _ = request.tx.try_send(Err(UpstreamError::Unreachable(format!(
+                "the stdio server stopped before answering: {why}"
+            ))));
         }
     }
 
@@ -437,12 +432,12 @@ impl Child {
                     Some(message) => Bytes::from(message),
                     None => Bytes::copy_from_slice(line),
                 };
-                let _ = request.tx.try_send(message);
+                let _ = request.tx.try_send(Ok(message));
             }
             Kind::Request | Kind::Notification => {
                 state.prune();
                 let message = Bytes::copy_from_slice(line);
-                let by_token = (envelope.method() == "notifications/progress")
+                let by_token = (envelope.method() == Method::Progress.as_str())
                     .then(|| {
                         let token = envelope
                             .params
@@ -472,7 +467,7 @@ impl Child {
                     // A slow reader loses messages rather than stalling the child's other
                     // requests.
                     Some(tx) => {
-                        if tx.try_send(message).is_err() {
+                        if tx.try_send(Ok(message)).is_err() {
                             tracing::debug!(session = %self.tag, "a message for a slow or gone reader was dropped");
                         }
                     }
@@ -490,7 +485,7 @@ impl Child {
 /// id the child knows; `None` for anything else.
 fn rewrite_cancelled(message: &[u8], state: &State) -> Option<Bytes> {
     let envelope = Envelope::parse(message).ok()?;
-    if envelope.method() != "notifications/cancelled" {
+    if envelope.method() != Method::Cancelled.as_str() {
         return None;
     }
     let params_raw = envelope.params?;

@@ -15,20 +15,26 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{First, declares, result_message, wants_log};
-use crate::front::App;
-use crate::jsonrpc::{Envelope, ErrorObject, Kind, RawObject, code, error_response, raw_str};
-use crate::stateless::LogLevel;
-use crate::stateless::request_state::Binding as StateBinding;
-use crate::stateless::results::{
-    capability_for, complete, input_request, input_required, key_of, upstream_error,
-    upstream_result,
+use super::{GATHER, StatelessPath, declares};
+use crate::error::ProxyError;
+use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, write};
+use crate::mcp::Method;
+use crate::rewrite::stateless::{
+    complete, error_for_client, input_request, input_required, key_of,
 };
-use crate::upstream::{Checkout, Messages};
+use crate::stateless::request_state::Binding as StateBinding;
+use crate::stateless::{LogLevel, log_passes};
+use crate::upstream::{Checkout, Delivery, Messages, UpstreamError};
+
+/// How the client's HTTP answer starts: a JSON body, or an event stream.
+#[derive(Debug)]
+pub enum First {
+    Json(StatusCode, Bytes),
+    Stream(Bytes, mpsc::Receiver<Delivery>),
+}
 
 /// The next round of a parked call: the client's retry.
 #[derive(Debug)]
@@ -43,7 +49,7 @@ pub struct Resume {
 /// Everything a call's task needs.
 #[derive(Debug)]
 pub struct Call {
-    pub app: Arc<App>,
+    pub path: Arc<StatelessPath>,
     pub checkout: Checkout,
     pub messages: Messages,
     /// The id the upstream knows the call by (the first request's).
@@ -68,7 +74,7 @@ enum Out {
     /// Nothing sent yet: the answer may still be JSON with any status.
     Head(oneshot::Sender<First>),
     /// An event stream is open.
-    Stream(mpsc::Sender<Bytes>),
+    Stream(mpsc::Sender<Delivery>),
     /// No one is listening (answered already, or gone).
     Gone,
 }
@@ -93,7 +99,7 @@ impl Out {
                 true
             }
             Out::Stream(tx) => {
-                let sent = tx.send(message).await.is_ok();
+                let sent = tx.send(Ok(message)).await.is_ok();
                 if sent {
                     *self = Out::Stream(tx);
                 }
@@ -110,7 +116,7 @@ impl Out {
                 let _ = first.send(First::Json(status, message));
             }
             Out::Stream(tx) => {
-                let _ = tx.send(message).await;
+                let _ = tx.send(Ok(message)).await;
             }
             Out::Gone => {}
         }
@@ -122,12 +128,15 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
     let mut out = Out::Head(first);
     let mut pending: Vec<Pending> = Vec::new();
     let mut missing: Vec<&'static str> = Vec::new();
-    let idle = call.app.sse_idle_timeout;
-    let gather = call.app.calls.gather;
+    let idle = call.path.sse_idle_timeout;
+    let gather = GATHER;
     loop {
         let deciding = !pending.is_empty() || !missing.is_empty();
-        let next =
-            tokio::time::timeout(if deciding { gather } else { idle }, call.messages.next()).await;
+        let next = tokio::time::timeout(
+            if deciding { gather } else { idle },
+            call.messages.next_message(),
+        )
+        .await;
         let message = match next {
             Err(_) if !pending.is_empty() => {
                 if park(&mut call, &mut out, &mut pending).await {
@@ -138,28 +147,24 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
             Err(_) if !missing.is_empty() => {
                 // Nothing the client can answer: it lacks the capability. The upstream
                 // got an error for its request; the call is drained in the background.
-                let error = missing_capability(&call.client_id, &missing);
-                out.finish(StatusCode::BAD_REQUEST, error).await;
-                missing.clear();
+                missing_capability(&call, &mut out, std::mem::take(&mut missing)).await;
                 continue;
             }
             Err(_) => {
-                fail(&mut out, &call, "the upstream sent nothing for too long").await;
+                fail(&mut out, &call, UpstreamError::Idle(idle)).await;
                 cancel(&mut call).await;
                 break;
             }
             Ok(None) => {
-                fail(
-                    &mut out,
-                    &call,
-                    "the upstream ended its answer without a response",
-                )
-                .await;
+                let ended = UpstreamError::Protocol(
+                    "the upstream ended its answer without a response".into(),
+                );
+                fail(&mut out, &call, ended).await;
                 call.checkout.discard();
                 break;
             }
             Ok(Some(Err(e))) => {
-                fail(&mut out, &call, &e.to_string()).await;
+                fail(&mut out, &call, e).await;
                 call.checkout.discard();
                 break;
             }
@@ -170,9 +175,9 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
         };
         match envelope.kind {
             Kind::Notification => {
-                let forward = match envelope.method() {
-                    "notifications/message" => wants_log(call.log_level, &envelope),
-                    "notifications/progress" => true,
+                let forward = match Method::parse(envelope.method()) {
+                    Some(Method::LogMessage) => log_passes(&envelope, call.log_level),
+                    Some(Method::Progress) => true,
                     // Other notifications belong to subscriptions/listen streams.
                     _ => false,
                 };
@@ -183,20 +188,20 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
             }
             Kind::Request => {
                 let Some(id) = envelope.id else { continue };
-                let method = envelope.method();
-                if method == "ping" {
-                    let pong = upstream_result(id, &empty_object());
-                    answer(&call, pong).await;
+                let method = Method::parse(envelope.method());
+                if method == Some(Method::Ping) {
+                    answer(&call, write::result(id.get().as_bytes(), b"{}")).await;
                     continue;
                 }
                 let Some(key) = key_of(&envelope) else {
                     continue;
                 };
                 if let Some(response) = call.provided.remove(&key) {
-                    answer(&call, upstream_result(id, &response)).await;
+                    let reply = write::result(id.get().as_bytes(), response.get().as_bytes());
+                    answer(&call, reply).await;
                     continue;
                 }
-                match capability_for(method) {
+                match method.and_then(Method::client_capability) {
                     Some(capability) if declares(&call.capabilities, capability) => {
                         pending.push(Pending {
                             key,
@@ -205,23 +210,16 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
                         });
                     }
                     Some(capability) => {
-                        let refusal = upstream_error(
-                            id,
-                            code::METHOD_NOT_FOUND,
-                            &format!("the client did not declare the {capability} capability"),
-                        );
-                        answer(&call, refusal).await;
+                        let why = format!("the client did not declare the {capability} capability");
+                        answer(&call, refusal(id, why)).await;
                         if !missing.contains(&capability) {
                             missing.push(capability);
                         }
                     }
                     None => {
-                        let refusal = upstream_error(
-                            id,
-                            code::METHOD_NOT_FOUND,
-                            "a client of the stateless protocol takes no requests of this kind",
-                        );
-                        answer(&call, refusal).await;
+                        let why =
+                            "a client of the stateless protocol takes no requests of this kind";
+                        answer(&call, refusal(id, why.to_owned())).await;
                     }
                 }
             }
@@ -230,8 +228,7 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
                     continue;
                 }
                 if !missing.is_empty() {
-                    let error = missing_capability(&call.client_id, &missing);
-                    out.finish(StatusCode::BAD_REQUEST, error).await;
+                    missing_capability(&call, &mut out, missing).await;
                     break;
                 }
                 let (status, answer) = final_answer(&call, &envelope);
@@ -243,20 +240,22 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
     // Dropping the call gives its upstream session back to the pool (or ends it).
 }
 
-fn empty_object() -> Box<RawValue> {
-    RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| Box::<RawValue>::default())
+/// The proxy's own error answer to an upstream request the client cannot take.
+fn refusal(id: &RawValue, why: String) -> Bytes {
+    let error = ErrorObject {
+        code: code::METHOD_NOT_FOUND,
+        message: why,
+        data: None,
+    };
+    write::error(Some(id.get().as_bytes()), &error)
 }
 
 /// Sends a message to the upstream call (an answer to one of its requests).
-async fn answer(call: &Call, message: Vec<u8>) {
+async fn answer(call: &Call, message: Bytes) {
     let reply = call
-        .app
+        .path
         .upstream
-        .exchange(
-            call.checkout.binding(),
-            Bytes::from(message),
-            &call.forwarded,
-        )
+        .exchange(call.checkout.binding(), message, &call.forwarded)
         .await;
     if let Err(e) = reply {
         tracing::warn!(error = %e, "could not answer an upstream request");
@@ -267,9 +266,9 @@ async fn answer(call: &Call, message: Vec<u8>) {
 /// the call goes on.
 async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> bool {
     let (resume_tx, resume_rx) = oneshot::channel();
-    let calls = &call.app.calls;
-    let park_id = calls.parked.park(resume_tx);
-    let token = calls.sealer.seal(
+    let path = call.path.clone();
+    let park_id = path.parked.park(resume_tx);
+    let token = path.sealer.seal(
         park_id,
         StateBinding {
             caller: &call.caller,
@@ -283,13 +282,13 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
         .collect();
     let server_info = call.checkout.negotiated().server_info.clone();
     let result = input_required(&requests, &token, &server_info);
-    out.finish(StatusCode::OK, result_message(&call.client_id, &result))
+    out.finish(StatusCode::OK, write::result(&call.client_id, &result))
         .await;
-    let resumed = tokio::time::timeout(calls.sealer.ttl(), resume_rx).await;
+    let resumed = tokio::time::timeout(path.sealer.ttl(), resume_rx).await;
     let resume = match resumed {
         Ok(Ok(resume)) => resume,
         _ => {
-            calls.parked.take(&park_id);
+            path.parked.take(&park_id);
             cancel(call).await;
             return false;
         }
@@ -301,7 +300,10 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
     let mut still = Vec::new();
     for request in pending.drain(..) {
         match call.provided.remove(&request.key) {
-            Some(response) => answer(call, upstream_result(&request.upstream_id, &response)).await,
+            Some(response) => {
+                let id = request.upstream_id.get().as_bytes();
+                answer(call, write::result(id, response.get().as_bytes())).await
+            }
             None => still.push(request),
         }
     }
@@ -313,49 +315,33 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
 /// Tells the upstream the call is off (the client left, or never came back) and ends
 /// the session: what else it was doing for the call is unknown.
 async fn cancel(call: &mut Call) {
-    let mut message = Vec::with_capacity(128);
-    message.extend_from_slice(
-        br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"#,
-    );
-    message.extend_from_slice(&call.upstream_id);
-    message.extend_from_slice(br#","reason":"the client went away"}}"#);
-    answer(call, message).await;
+    let mut params = Vec::with_capacity(96);
+    params.extend_from_slice(br#"{"requestId":"#);
+    params.extend_from_slice(&call.upstream_id);
+    params.extend_from_slice(br#","reason":"the client went away"}"#);
+    answer(
+        call,
+        write::notification(Method::Cancelled.as_str(), Some(&params)),
+    )
+    .await;
     call.checkout.discard();
 }
 
-async fn fail(out: &mut Out, call: &Call, why: &str) {
-    let id = std::str::from_utf8(&call.client_id)
-        .ok()
-        .and_then(|s| RawValue::from_string(s.to_owned()).ok());
-    let error = ErrorObject {
-        code: code::INTERNAL_ERROR,
-        message: format!("Upstream error: {why}"),
-        data: Some(json!({ "upstream": call.app.upstream.label().as_ref() })),
-    };
-    out.finish(
-        StatusCode::BAD_GATEWAY,
-        error_response(id.as_deref(), &error),
-    )
-    .await;
+/// Ends the client's round with the proxy's own error.
+async fn finish_with(out: &mut Out, call: &Call, error: &ProxyError) {
+    let (status, object, _) = error.answer();
+    tracing::debug!(error = %error, "a stateless call failed");
+    out.finish(status, write::error(Some(&call.client_id), &object))
+        .await;
 }
 
-fn missing_capability(client_id: &[u8], missing: &[&'static str]) -> Bytes {
-    let id = std::str::from_utf8(client_id)
-        .ok()
-        .and_then(|s| RawValue::from_string(s.to_owned()).ok());
-    let required: serde_json::Map<String, serde_json::Value> = missing
-        .iter()
-        .map(|c| ((*c).to_owned(), json!({})))
-        .collect();
-    let error = ErrorObject {
-        code: code::MISSING_CLIENT_CAPABILITY,
-        message: format!(
-            "Missing required client capability: the server needs {} to serve this request",
-            missing.join(", ")
-        ),
-        data: Some(json!({ "requiredCapabilities": required })),
-    };
-    error_response(id.as_deref(), &error)
+async fn fail(out: &mut Out, call: &Call, source: UpstreamError) {
+    finish_with(out, call, &call.path.error(source)).await;
+}
+
+/// The client lacks what the upstream asked for: -32021 with `requiredCapabilities`.
+async fn missing_capability(call: &Call, out: &mut Out, required: Vec<&'static str>) {
+    finish_with(out, call, &ProxyError::MissingClientCapability { required }).await;
 }
 
 /// The upstream's response as the client's: a 2026-07-28 result, or the error with
@@ -365,66 +351,8 @@ fn final_answer(call: &Call, envelope: &Envelope<'_>) -> (StatusCode, Bytes) {
     if let Some(result) = envelope.result {
         let rewritten = complete(result, &call.method, server_info)
             .unwrap_or_else(|| result.get().as_bytes().to_vec());
-        return (StatusCode::OK, result_message(&call.client_id, &rewritten));
+        return (StatusCode::OK, write::result(&call.client_id, &rewritten));
     }
-    let error = envelope.error.and_then(RawObject::parse);
-    let error_code = error
-        .as_ref()
-        .and_then(|e| e.get("code"))
-        .and_then(|c| c.get().parse::<i32>().ok());
-    let message = error
-        .as_ref()
-        .and_then(|e| e.get("message"))
-        .and_then(raw_str)
-        .map(|m| m.into_owned())
-        .unwrap_or_else(|| "error".to_owned());
-    let data = error
-        .as_ref()
-        .and_then(|e| e.get("data"))
-        .and_then(|d| serde_json::from_str::<serde_json::Value>(d.get()).ok());
-    let (status, object) = match error_code {
-        // 2025-11-25's "resource not found" is -32602 with the URI in 2026-07-28.
-        Some(code::RESOURCE_NOT_FOUND) => (
-            StatusCode::OK,
-            ErrorObject {
-                code: code::INVALID_PARAMS,
-                message,
-                data: Some(json!({ "uri": call.uri })),
-            },
-        ),
-        Some(code::METHOD_NOT_FOUND) => (
-            StatusCode::NOT_FOUND,
-            ErrorObject {
-                code: code::METHOD_NOT_FOUND,
-                message,
-                data,
-            },
-        ),
-        Some(code::INVALID_PARAMS) if call.uri.is_some() => (
-            StatusCode::OK,
-            ErrorObject {
-                code: code::INVALID_PARAMS,
-                message,
-                data: Some(match data {
-                    Some(serde_json::Value::Object(mut map)) => {
-                        map.entry("uri").or_insert_with(|| json!(call.uri));
-                        serde_json::Value::Object(map)
-                    }
-                    _ => json!({ "uri": call.uri }),
-                }),
-            },
-        ),
-        other => (
-            StatusCode::OK,
-            ErrorObject {
-                code: other.unwrap_or(code::INTERNAL_ERROR),
-                message,
-                data,
-            },
-        ),
-    };
-    let id = std::str::from_utf8(&call.client_id)
-        .ok()
-        .and_then(|s| RawValue::from_string(s.to_owned()).ok());
-    (status, error_response(id.as_deref(), &object))
+    let (status, object) = error_for_client(envelope.error, call.uri.as_deref());
+    (status, write::error(Some(&call.client_id), &object))
 }

@@ -7,23 +7,26 @@
 //! session.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::HeaderValue;
 use http::{HeaderMap, Response};
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
-use super::super::App;
-use super::super::body::ProxyBody;
-use super::super::sessions::Message;
+use super::super::relay::Relay;
+use super::StatelessPath;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind, RawObject, raw_str, write_json_str};
+use crate::jsonrpc::{Envelope, Kind, RawObject, raw_str, write, write_json_str};
+use crate::mcp::Method;
 use crate::mcp::headers::SSE;
 use crate::mcp::meta::{self, Payload};
-use crate::sse::{MessageStream, Unchanged};
+use crate::response::{self, ProxyBody};
+use crate::rewrite::stateless::tagged_params;
+use crate::route::Message;
 use crate::stateless::Context;
-use crate::upstream::{Binding, Messages};
+use crate::upstream::{Binding, Delivery, Messages, UpstreamError};
 
 /// What a client may opt into, and what the upstream honours.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -112,129 +115,161 @@ fn honoured(wanted: &Wanted, capabilities: &RawValue) -> Wanted {
 
 /// Opens the subscription.
 pub async fn open(
-    app: &Arc<App>,
+    path: &Arc<StatelessPath>,
     message: &Message<'_, '_>,
     context: &Context<'_>,
     id: Bytes,
     forwarded: &HeaderMap,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let wanted = requested(message.payload.map(|(_, p)| p))?;
-    let permit = app.calls.listens.clone().try_acquire_owned().map_err(|_| {
-        app.upstream_error(crate::upstream::UpstreamError::Exhausted(
+    let wanted = requested(message.params())?;
+    let permit = path.listens.clone().try_acquire_owned().map_err(|_| {
+        path.error(UpstreamError::Exhausted(
             "too many subscriptions/listen streams are open (stateless.max_listens)".into(),
         ))
     })?;
-    let opened = app
-        .upstream
+    let upstream = &path.upstream;
+    let opened = upstream
         .open(context.client_info, Some(context.capabilities), forwarded)
         .await
-        .map_err(|e| app.upstream_error(e))?;
-    let session_id = opened.session_id;
-    let version = opened.negotiated.protocol_version;
+        .map_err(|e| path.error(e))?;
+    let session = Subscription {
+        path: path.clone(),
+        session_id: opened.session_id,
+        version: opened.negotiated.protocol_version,
+    };
     let mut honoured = honoured(&wanted, &opened.negotiated.capabilities);
-    let binding = Binding {
-        session_id: session_id.as_deref(),
-        protocol_version: version,
-    };
-    let end = |app: &Arc<App>| {
-        app.end_upstream(session_id.clone().map(Into::into), version);
-    };
     // The stream must be open before the client hears the acknowledgement, so that
     // nothing it triggers right after is missed.
     let mut get = forwarded.clone();
     get.insert(http::header::ACCEPT, HeaderValue::from_static(SSE));
-    let stream = match app.upstream.listen(binding, &get).await {
-        Ok(reply) => Messages::of(
-            reply,
-            app.upstream.max_message_bytes(),
-            app.upstream.timeout(),
-        )
-        .await
-        .map(|(_, messages)| messages)
-        .unwrap_or(Messages::Nothing),
-        Err(e) => {
-            end(app);
-            return Err(app.upstream_error(e));
-        }
+    let stream = match upstream.listen(session.binding(), &get).await {
+        Ok(answer) if answer.status.is_success() => answer.messages,
+        Ok(_) => Messages::Nothing,
+        Err(e) => return Err(path.error(e)),
     };
-    if matches!(stream, Messages::Nothing) {
+    if matches!(
+        stream,
+        Messages::Nothing | Messages::One(_) | Messages::Opaque(_)
+    ) {
         // No GET stream (405, say): the upstream has no way to deliver anything, and the
         // acknowledgement must not promise otherwise.
         honoured = Wanted::default();
     }
     let mut subscribed = Vec::with_capacity(honoured.resource_uris.len());
     for uri in std::mem::take(&mut honoured.resource_uris) {
-        if subscribe(app, binding, forwarded, &uri).await {
+        if subscribe(path, session.binding(), forwarded, &uri).await {
             subscribed.push(uri);
         }
     }
     honoured.resource_uris = subscribed;
-    let mut ack = Vec::with_capacity(256);
-    ack.extend_from_slice(br#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"notifications":"#);
-    honoured.write(&mut ack);
-    ack.extend_from_slice(br#","_meta":{"#);
-    write_json_str(&mut ack, meta::SUBSCRIPTION_ID);
-    ack.push(b':');
-    ack.extend_from_slice(&id);
-    ack.extend_from_slice(b"}}}");
+    let mut params = Vec::with_capacity(128);
+    params.extend_from_slice(br#"{"notifications":"#);
+    honoured.write(&mut params);
+    params.extend_from_slice(br#","_meta":{"#);
+    write_json_str(&mut params, meta::SUBSCRIPTION_ID);
+    params.push(b':');
+    params.extend_from_slice(&id);
+    params.extend_from_slice(b"}}");
+    let ack = write::notification(Method::SubscriptionsAcknowledged.as_str(), Some(&params));
 
     let (tx, rx) = mpsc::channel(64);
-    let task_app = app.clone();
-    let task_session = session_id.clone();
     tokio::spawn(async move {
         let _permit = permit;
+        // The client closing the stream (or the upstream ending it) unsubscribes: the
+        // upstream session ends when `session` drops.
+        let _session = session;
         relay(stream, tx, honoured, id).await;
-        // The client closed the stream (or the upstream ended it): unsubscribe by
-        // ending the upstream session.
-        task_app.end_upstream(task_session.map(Into::into), version);
     });
-    let mut response = Response::new(ProxyBody::Listen {
-        body: MessageStream::new(Some(Bytes::from(ack)), rx, Unchanged, LISTEN_IDLE),
-        open: app.metrics.stream_opened(),
-    });
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(SSE));
-    Ok(response)
+    let relay = Relay {
+        upstream,
+        metrics: &path.metrics,
+        idle_timeout: LISTEN_IDLE,
+    };
+    let messages = Messages::Channel {
+        first: Some(ack),
+        rx,
+    };
+    Ok(response::events(relay.stream(messages, None)))
+}
+
+/// The upstream session a subscription holds; ended when dropped.
+struct Subscription {
+    path: Arc<StatelessPath>,
+    session_id: Option<String>,
+    version: &'static str,
+}
+
+impl Subscription {
+    fn binding(&self) -> Binding<'_> {
+        Binding {
+            session_id: self.session_id.as_deref(),
+            protocol_version: self.version,
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let Some(session_id) = self.session_id.take() else {
+            return;
+        };
+        let upstream = self.path.upstream.clone();
+        let version = self.version;
+        tokio::spawn(async move {
+            let binding = Binding {
+                session_id: Some(&session_id),
+                protocol_version: version,
+            };
+            if let Err(e) = upstream.terminate(binding).await {
+                tracing::debug!(error = %e, "a subscription's upstream session did not end cleanly");
+            }
+        });
+    }
 }
 
 /// `resources/subscribe` for `uri`; whether the upstream accepted it (answered a result,
 /// not an error).
-async fn subscribe(app: &Arc<App>, binding: Binding<'_>, forwarded: &HeaderMap, uri: &str) -> bool {
-    let mut request = Vec::with_capacity(uri.len() + 96);
-    request.extend_from_slice(br#"{"jsonrpc":"2.0","id":"mcp-session-proxy-subscribe","method":"resources/subscribe","params":{"uri":"#);
-    write_json_str(&mut request, uri);
-    request.extend_from_slice(b"}}");
-    let Ok(reply) = app
-        .upstream
-        .exchange(binding, Bytes::from(request), forwarded)
-        .await
-    else {
+async fn subscribe(
+    path: &StatelessPath,
+    binding: Binding<'_>,
+    forwarded: &HeaderMap,
+    uri: &str,
+) -> bool {
+    let mut params = Vec::with_capacity(uri.len() + 16);
+    params.extend_from_slice(br#"{"uri":"#);
+    write_json_str(&mut params, uri);
+    params.push(b'}');
+    let request = write::request(
+        br#""mcp-session-proxy-subscribe""#,
+        Method::ResourcesSubscribe.as_str(),
+        Some(&params),
+    );
+    let Ok(mut answer) = path.upstream.exchange(binding, request, forwarded).await else {
         return false;
     };
-    let Ok((_, mut answer)) = Messages::of(reply, 64 * 1024, app.upstream.timeout()).await else {
-        return false;
-    };
-    let mut accepted = false;
-    while let Some(Ok(message)) = answer.next().await {
-        if let Ok(envelope) = Envelope::parse(&message)
-            && envelope.kind == Kind::Response
-        {
-            accepted = envelope.result.is_some();
-            break;
+    let read = async {
+        while let Some(Ok(message)) = answer.messages.next_message().await {
+            if let Ok(envelope) = Envelope::parse(&message)
+                && envelope.kind == Kind::Response
+            {
+                return envelope.result.is_some();
+            }
         }
-    }
-    accepted
+        false
+    };
+    tokio::time::timeout(path.upstream.timeout(), read)
+        .await
+        .unwrap_or(false)
 }
 
 /// A listen stream is quiet for long stretches; its client ends it by disconnecting.
-const LISTEN_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Passes the opted-in notifications, tagged, until either side ends.
-async fn relay(mut stream: Messages, tx: mpsc::Sender<Bytes>, wanted: Wanted, id: Bytes) {
+async fn relay(mut stream: Messages, tx: mpsc::Sender<Delivery>, wanted: Wanted, id: Bytes) {
     loop {
         let message = tokio::select! {
-            message = stream.next() => message,
+            message = stream.next_message() => message,
             () = tx.closed() => return,
         };
         let Some(Ok(message)) = message else { return };
@@ -244,19 +279,19 @@ async fn relay(mut stream: Messages, tx: mpsc::Sender<Bytes>, wanted: Wanted, id
         if envelope.kind != Kind::Notification || !passes(&envelope, &wanted) {
             continue;
         }
-        let tagged = tag(&message, &envelope, &id);
-        if tx.send(tagged).await.is_err() {
+        let tagged = tag(&envelope, &id);
+        if tx.send(Ok(tagged)).await.is_err() {
             return;
         }
     }
 }
 
 fn passes(envelope: &Envelope<'_>, wanted: &Wanted) -> bool {
-    match envelope.method() {
-        "notifications/tools/list_changed" => wanted.tools,
-        "notifications/prompts/list_changed" => wanted.prompts,
-        "notifications/resources/list_changed" => wanted.resources,
-        "notifications/resources/updated" => envelope
+    match Method::parse(envelope.method()) {
+        Some(Method::ToolsListChanged) => wanted.tools,
+        Some(Method::PromptsListChanged) => wanted.prompts,
+        Some(Method::ResourcesListChanged) => wanted.resources,
+        Some(Method::ResourcesUpdated) => envelope
             .params
             .and_then(RawObject::parse)
             .and_then(|p| p.get("uri").and_then(raw_str).map(|u| u.into_owned()))
@@ -266,27 +301,6 @@ fn passes(envelope: &Envelope<'_>, wanted: &Wanted) -> bool {
 }
 
 /// The notification with `_meta["io.modelcontextprotocol/subscriptionId"]` set.
-fn tag(message: &Bytes, envelope: &Envelope<'_>, id: &[u8]) -> Bytes {
-    let payload = envelope
-        .params
-        .and_then(|p| Payload::open(p).ok().flatten());
-    let params = match &payload {
-        Some(payload) => payload.edited(&[], &[], &[], &[(meta::SUBSCRIPTION_ID, id)]),
-        None => {
-            let mut out = Vec::with_capacity(96);
-            out.extend_from_slice(br#"{"_meta":{"#);
-            write_json_str(&mut out, meta::SUBSCRIPTION_ID);
-            out.push(b':');
-            out.extend_from_slice(id);
-            out.extend_from_slice(b"}}");
-            out
-        }
-    };
-    let mut out = Vec::with_capacity(message.len() + 96);
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
-    write_json_str(&mut out, envelope.method());
-    out.extend_from_slice(br#","params":"#);
-    out.extend_from_slice(&params);
-    out.push(b'}');
-    Bytes::from(out)
+fn tag(envelope: &Envelope<'_>, id: &[u8]) -> Bytes {
+    write::notification(envelope.method(), Some(&tagged_params(envelope.params, id)))
 }

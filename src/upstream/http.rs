@@ -1,4 +1,7 @@
-//! The pooled HTTP client to one upstream endpoint.
+//! A Streamable HTTP upstream (2025-11-25 "Transports"): one endpoint behind a pooled
+//! client. Every exchange becomes an [`Answer`]; a request made in an upstream session
+//! that the upstream no longer knows fails with [`UpstreamError::SessionGone`] (decided
+//! by [`super::lost`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +18,10 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use super::answer::{Answer, Messages};
 use super::error::UpstreamError;
+use super::lost::session_lost;
+use super::read::{Media, media_type};
 use crate::mcp::headers::{ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 
 /// How to reach the upstream.
@@ -78,20 +84,81 @@ impl HttpUpstream {
         &self.settings
     }
 
-    /// POSTs one JSON-RPC message. `forwarded` are the client's end-to-end headers the
-    /// caller chose to pass on; the transport's own headers are set here. With a binding
-    /// that names an upstream session, a 404 means the upstream lost it.
-    pub async fn post(
+    /// POSTs one JSON-RPC message in `binding`'s upstream session (or in none) and reads
+    /// the answer. `forwarded` are the client's end-to-end headers the caller chose to
+    /// pass on; the transport's own headers are set here.
+    pub async fn exchange(
         &self,
         binding: Option<Binding<'_>>,
         body: Bytes,
         forwarded: &HeaderMap,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Answer, UpstreamError> {
         let mut request = self.request(Method::POST, binding, forwarded, Full::new(body))?;
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
         headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
-        self.send(request, binding).await
+        let response = self.send(request).await?;
+        let in_session = binding.is_some_and(|b| b.session_id.is_some());
+        if in_session && session_lost(response.status(), None) {
+            return Err(UpstreamError::SessionGone);
+        }
+        let answer = Answer::read(
+            response,
+            self.settings.max_message_bytes,
+            self.settings.timeout,
+        )
+        .await?;
+        if in_session
+            && let Messages::One(Some(body)) = &answer.messages
+            && session_lost(answer.status, Some(body))
+        {
+            return Err(UpstreamError::SessionGone);
+        }
+        Ok(answer)
+    }
+
+    /// The upstream session's own stream (GET, 2025-11-25 "Listening for Messages from
+    /// the Server"). An answer that is not a stream (405: the upstream has none) is kept
+    /// with its status, to be passed on as it is.
+    pub async fn listen(
+        &self,
+        binding: Binding<'_>,
+        forwarded: &HeaderMap,
+    ) -> Result<Answer, UpstreamError> {
+        let mut request = self.request(Method::GET, Some(binding), forwarded, Full::default())?;
+        request
+            .headers_mut()
+            .insert(ACCEPT, HeaderValue::from_static(crate::mcp::headers::SSE));
+        let response = self.send(request).await?;
+        if binding.session_id.is_some() && session_lost(response.status(), None) {
+            return Err(UpstreamError::SessionGone);
+        }
+        if !response.status().is_success() && media_type(response.headers()) != Media::Json {
+            let (parts, _) = response.into_parts();
+            return Ok(Answer {
+                status: parts.status,
+                headers: parts.headers,
+                messages: Messages::Nothing,
+            });
+        }
+        Answer::read(
+            response,
+            self.settings.max_message_bytes,
+            self.settings.timeout,
+        )
+        .await
+    }
+
+    /// Sends a client's request on as it is (an old client passed through), outside any
+    /// session the proxy keeps; the answer comes back as it is.
+    pub async fn forward(
+        &self,
+        method: Method,
+        forwarded: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let request = self.request(method, None, forwarded, Full::new(body))?;
+        self.send(request).await
     }
 
     /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
@@ -107,7 +174,7 @@ impl HttpUpstream {
             &HeaderMap::new(),
             Full::default(),
         )?;
-        match self.send(request, None).await {
+        match self.send(request).await {
             Ok(response) => match response.status() {
                 s if s.is_success() => Ok(()),
                 StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => Ok(()),
@@ -120,11 +187,10 @@ impl HttpUpstream {
         }
     }
 
-    /// Sends any request built by the caller (pass-through), with the timeout applied.
-    pub async fn send(
+    /// Sends a request with the timeout applied, observing the latency histogram.
+    async fn send(
         &self,
         request: Request<Full<Bytes>>,
-        binding: Option<Binding<'_>>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let timeout = self.settings.timeout;
         let sent = Instant::now();
@@ -138,15 +204,11 @@ impl HttpUpstream {
             latency.observe(answered.duration_since(sent).as_secs_f64());
         }
         *self.last_answer.lock() = Some(answered);
-        let in_session = binding.is_some_and(|b| b.session_id.is_some());
-        if in_session && response.status() == StatusCode::NOT_FOUND {
-            return Err(UpstreamError::SessionGone);
-        }
         Ok(response)
     }
 
     /// A request to the upstream endpoint with the binding's headers and `forwarded`.
-    pub fn request(
+    fn request(
         &self,
         method: Method,
         binding: Option<Binding<'_>>,

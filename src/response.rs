@@ -1,17 +1,21 @@
-//! Building responses.
+//! What every route answers with: one body type ([`ProxyBody`]) and the few ways to build
+//! a response — a JSON body, a bare status, an event stream, or a [`ProxyError`] as its
+//! JSON-RPC error with the HTTP status the error decides.
+
+mod body;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
-use serde_json::value::RawValue;
 
-use super::body::ProxyBody;
+pub use body::{EventRewrite, ProxyBody, SseBody};
+
 use crate::error::{Fault, ProxyError};
-use crate::jsonrpc::error_response;
-use crate::mcp::headers::JSON;
+use crate::jsonrpc::write;
+use crate::mcp::headers::{JSON, SSE};
 
 /// The JSON-RPC error response for `error`, answering the request with raw `id`.
-pub fn error(error: &ProxyError, id: Option<&RawValue>) -> Response<ProxyBody> {
+pub fn error(error: &ProxyError, id: Option<&[u8]>) -> Response<ProxyBody> {
     let (status, object, fault) = error.answer();
     match fault {
         Fault::Client => {
@@ -24,7 +28,7 @@ pub fn error(error: &ProxyError, id: Option<&RawValue>) -> Response<ProxyBody> {
             tracing::warn!(status = status.as_u16(), code = object.code, error = %error, "proxy could not serve the request")
         }
     }
-    let mut response = json(status, error_response(id, &object));
+    let mut response = json(status, write::error(id, &object));
     if let Some(after) = error.retry_after() {
         response
             .headers_mut()
@@ -47,5 +51,14 @@ pub fn json(status: StatusCode, body: Bytes) -> Response<ProxyBody> {
 pub fn status(status: StatusCode) -> Response<ProxyBody> {
     let mut response = Response::new(ProxyBody::empty());
     *response.status_mut() = status;
+    response
+}
+
+/// An event stream (200, `text/event-stream`).
+pub fn events(body: ProxyBody) -> Response<ProxyBody> {
+    let mut response = Response::new(body);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(SSE));
     response
 }

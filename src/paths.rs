@@ -1,0 +1,22 @@
+//! The paths a classified message takes (see `route`), each a narrow handle holding what
+//! it uses:
+//!
+//! - [`SessionPath`]: data-layer sessions (and SEP-1364's dialect, and old clients of a
+//!   stdio server, whose transport the proxy is) — create, use, end; every message of a
+//!   session goes to that session's own upstream session, and its answer is relayed
+//!   back with the session stamped in;
+//! - [`StatelessPath`]: 2026-07-28 clients, served on pooled upstream sessions;
+//! - [`PassThrough`]: old clients of an HTTP upstream, untouched.
+//!
+//! Each path speaks to the upstream through `upstream::Upstream` and answers with a
+//! `response`; the one relay ([`relay`]) turns any upstream answer into the client's.
+
+pub mod headers;
+mod passthrough;
+mod relay;
+mod session;
+mod stateless;
+
+pub use passthrough::PassThrough;
+pub use session::SessionPath;
+pub use stateless::{POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};

@@ -1,0 +1,179 @@
+//! The one relay: an upstream [`Answer`] (JSON, an event stream, a stdio child's
+//! messages) becomes the client's response, the response to the client's request stamped
+//! on its way ([`Stamp`]), everything else passed as it came, event by event.
+//!
+//! - A JSON answer is stamped and sent as JSON, with the upstream's status.
+//! - An event stream is written event by event as it arrives; a client that accepts
+//!   only JSON gets the stamped response alone once it comes (notifications on the way
+//!   are dropped; server requests cannot be answered by such a client anyway).
+//! - A stdio child's messages: a response that comes first is answered as JSON;
+//!   otherwise they stream as events (or, for a client that takes only JSON, the
+//!   response alone once it comes).
+//! - No message (202) and bodies of other types pass as they are.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Response, StatusCode};
+
+use super::headers;
+use crate::error::ProxyError;
+use crate::jsonrpc::{Envelope, Kind, same_id};
+use crate::mcp::headers::{Accepts, JSON, SSE};
+use crate::metrics::Metrics;
+use crate::response::{EventRewrite, ProxyBody, SseBody};
+use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
+use crate::upstream::{Answer, Messages, Upstream, UpstreamError};
+
+/// What a relay needs besides the answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Relay<'a> {
+    pub upstream: &'a Upstream,
+    pub metrics: &'a Arc<Metrics>,
+    /// An event stream silent this long is ended.
+    pub idle_timeout: Duration,
+}
+
+/// The request being answered.
+#[derive(Debug)]
+pub struct Request {
+    /// Its raw id; `None` for a notification or a response.
+    pub id: Option<Bytes>,
+    pub accepts: Accepts,
+    /// What to stamp on its response (`None`: the answer passes unstamped).
+    pub stamp: Option<Stamp>,
+}
+
+impl Relay<'_> {
+    /// The client's response to `answer`. Its headers are the upstream's, less what the
+    /// rewrite made stale; the caller adds its own.
+    pub async fn relay(
+        &self,
+        answer: Answer,
+        request: Request,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let Answer {
+            status,
+            headers,
+            mut messages,
+        } = answer;
+        let mut response = Response::new(ProxyBody::empty());
+        *response.status_mut() = status;
+        *response.headers_mut() = headers::to_client_in_session(&headers);
+        let timeout = self.upstream.timeout();
+        let body = match &mut messages {
+            Messages::One(message) => match message.take() {
+                Some(message) => ProxyBody::full(stamped(message, request.stamp.as_ref())),
+                None => ProxyBody::empty(),
+            },
+            Messages::Events(_) if request.accepts.sse || request.stamp.is_none() => {
+                self.stream(messages, request.stamp)
+            }
+            Messages::Events(_) => {
+                let id = request.id.as_deref().unwrap_or(b"null");
+                let message = messages
+                    .response_to(id, timeout)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                json_content(&mut response);
+                ProxyBody::full(stamped(message, request.stamp.as_ref()))
+            }
+            Messages::Channel { .. } => {
+                let first = messages
+                    .peek_first(timeout)
+                    .await
+                    .map_err(|e| self.error(e))?
+                    .ok_or_else(|| self.error(stopped()))?;
+                *response.status_mut() = StatusCode::OK;
+                let is_answer = |message: &[u8]| is_response_to(message, request.id.as_deref());
+                if is_answer(first) || !request.accepts.sse {
+                    let message = match request.id.as_deref() {
+                        Some(id) => messages
+                            .response_to(id, timeout)
+                            .await
+                            .map_err(|e| self.error(stopped_if_ended(e)))?,
+                        None => return Err(self.error(stopped())),
+                    };
+                    json_content(&mut response);
+                    ProxyBody::full(stamped(message, request.stamp.as_ref()))
+                } else {
+                    response
+                        .headers_mut()
+                        .insert(CONTENT_TYPE, HeaderValue::from_static(SSE));
+                    self.stream(messages, request.stamp)
+                }
+            }
+            Messages::Nothing => ProxyBody::empty(),
+            Messages::Opaque(_) => {
+                let Messages::Opaque(body) = messages else {
+                    return Err(self.error(stopped()));
+                };
+                ProxyBody::Untouched { body, open: None }
+            }
+        };
+        *response.body_mut() = body;
+        Ok(response)
+    }
+
+    /// An answer streamed as events, stamped or as it is.
+    pub fn stream(&self, messages: Messages, stamp: Option<Stamp>) -> ProxyBody {
+        let rewrite = match stamp {
+            Some(stamp) => EventRewrite::Stamp {
+                stamp: StampEvents::new(stamp),
+                upstream: self.upstream.label().clone(),
+            },
+            None => EventRewrite::Unchanged,
+        };
+        ProxyBody::Events {
+            body: SseBody::new(messages, rewrite, self.idle_timeout),
+            open: self.metrics.stream_opened(),
+        }
+    }
+
+    fn error(&self, source: UpstreamError) -> ProxyError {
+        ProxyError::Upstream {
+            upstream: self.upstream.label().to_string(),
+            source,
+        }
+    }
+}
+
+fn json_content(response: &mut Response<ProxyBody>) {
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+}
+
+fn stopped() -> UpstreamError {
+    UpstreamError::Unreachable("the stdio server stopped before answering".into())
+}
+
+/// A child's answer that ended before its response: the child stopped.
+fn stopped_if_ended(e: UpstreamError) -> UpstreamError {
+    match e {
+        UpstreamError::Protocol(_) => stopped(),
+        other => other,
+    }
+}
+
+fn is_response_to(message: &[u8], id: Option<&[u8]>) -> bool {
+    Envelope::parse(message).is_ok_and(|e| {
+        e.kind == Kind::Response
+            && e.id
+                .zip(id)
+                .is_some_and(|(theirs, ours)| same_id(theirs.get(), ours))
+    })
+}
+
+/// `message` with the stamp applied if it is the response the stamp is for.
+pub fn stamped(message: Bytes, stamp: Option<&Stamp>) -> Bytes {
+    let Some(stamp) = stamp else {
+        return message;
+    };
+    match stamp_message(&message, stamp) {
+        Stamped::Response(Some(rewritten)) => Bytes::from(rewritten),
+        Stamped::Response(None) | Stamped::Other => message,
+    }
+}

@@ -1,0 +1,348 @@
+//! Which path a client message takes: a pure function from the message and its headers to
+//! a [`Route`]. No I/O, no store: what can be decided from the message alone is decided
+//! here, once; what needs the session store or the upstream is decided by the path the
+//! route names.
+//!
+//! # Precedence
+//!
+//! A `POST` carries one JSON-RPC message. Its session comes from
+//! `_meta["io.modelcontextprotocol/session"]`, SEP-1364's top-level `sessionId` (or, for
+//! `terminate` and SEP-1364's deletes, `params.sessionId`), or a bare `Mcp-Session-Id`
+//! header of the proxy's own `mcps_` shape; when several are given they must agree. Then,
+//! first match wins:
+//!
+//! 1. `sessions/create` (a request) → [`Route::Create`], whatever era the client speaks
+//!    (a 2026-07-28 client that saw `sessions: {}` in `server/discover` opens a session
+//!    this way). Refused if it names a session.
+//! 2. No session named, no `Mcp-Session-Id` header at all, and the message looks like the
+//!    stateless protocol (`_meta` protocol version, `server/discover` /
+//!    `subscriptions/listen`, or a non-stateful `MCP-Protocol-Version`) →
+//!    [`Route::Stateless`]. An old connection's `Mcp-Session-Id` means legacy semantics,
+//!    whatever `_meta` the message carries; a message naming a session never takes the
+//!    stateless path.
+//! 3. `initialize` in SEP-1364's dialect (a top-level `sessionId`, `null` or an id) →
+//!    [`Route::Sep1364Initialize`].
+//! 4. `initialize` naming no session, when the upstream has no session-less way in (a
+//!    stdio server) → [`Route::LegacyInitialize`]: the proxy is the old client's
+//!    transport.
+//! 5. A session is named:
+//!    - a request that ends it (`sessions/delete`, `session/delete`, `terminate`) →
+//!      [`Route::Delete`];
+//!    - `notifications/initialized` → [`Route::InitializedAck`] (the proxy ran the
+//!      upstream handshake itself);
+//!    - anything else → [`Route::InSession`].
+//! 6. No session named:
+//!    - a request that would end one → refused (nothing to delete);
+//!    - `upstream.require_session`, or an upstream with no session-less way in →
+//!      refused with -32044;
+//!    - otherwise → [`Route::PassThrough`] (an old client, untouched).
+//!
+//! `GET` and `DELETE` carry no message ([`classify_bare`]): a data-layer
+//! `Mcp-Session-Id` makes them [`BareRoute::Listen`] and [`BareRoute::EndByHeader`];
+//! without one they pass through (or are refused as in 6).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http::header::HeaderValue;
+use serde_json::value::RawValue;
+
+use crate::error::ProxyError;
+use crate::jsonrpc::{Envelope, Kind, raw_str};
+use crate::mcp::Method;
+use crate::mcp::headers::{Accepts, MCP_SESSION_ID};
+use crate::mcp::meta::{self, MetaError, Payload, SessionMeta};
+use crate::session::is_issued_shape;
+use crate::stateless;
+
+/// One client message as the paths see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Message<'m, 'b> {
+    pub headers: &'m HeaderMap,
+    /// The body as received.
+    pub body: &'m Bytes,
+    pub envelope: &'m Envelope<'b>,
+    /// `params` (or a response's `result`), raw and opened; `None` when absent or not an
+    /// object.
+    pub payload: Option<(&'b RawValue, &'m Payload<'b>)>,
+    pub accepts: Accepts,
+}
+
+impl<'m, 'b> Message<'m, 'b> {
+    /// The opened `params` (or `result`).
+    pub fn params(&self) -> Option<&'m Payload<'b>> {
+        self.payload.map(|(_, payload)| payload)
+    }
+
+    /// The request's id; `None` for notifications and responses.
+    pub fn request_id(&self) -> Option<&'b RawValue> {
+        self.envelope
+            .id
+            .filter(|_| self.envelope.kind == Kind::Request)
+    }
+
+    /// The method, if the proxy knows it by name.
+    pub fn method(&self) -> Option<Method> {
+        Method::parse(self.envelope.method())
+    }
+}
+
+/// The session a message names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionRef<'a> {
+    pub id: Cow<'a, str>,
+    /// The `state` the client sent back, if any.
+    pub state: Option<Cow<'a, str>>,
+}
+
+/// How a client asked for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// The data-layer sessions draft: `sessions/create`, the session in `_meta`.
+    DataLayer,
+    /// SEP-1364: a top-level `sessionId`, `params.capabilities` on `sessions/create`,
+    /// `initialize` carrying a `sessionId`, `terminate`.
+    Sep1364,
+}
+
+/// The path a message takes. See the module documentation for the precedence.
+#[derive(Debug, Clone)]
+pub enum Route<'a> {
+    /// `sessions/create`: the proxy opens an upstream session and answers.
+    Create {
+        id: &'a RawValue,
+        dialect: Dialect,
+        /// The request carries 2026-07-28's per-request protocol version.
+        modern: bool,
+    },
+    /// SEP-1364 alternative 2: `initialize` opening a session (`None`) or naming one.
+    Sep1364Initialize {
+        id: &'a RawValue,
+        session: Option<SessionRef<'a>>,
+    },
+    /// An old client's `initialize` where the proxy must be its transport (stdio).
+    LegacyInitialize { id: &'a RawValue },
+    /// The stateless protocol (2026-07-28).
+    Stateless,
+    /// A request ending the session it names.
+    Delete {
+        id: &'a RawValue,
+        session: SessionRef<'a>,
+    },
+    /// `notifications/initialized` in a session: already done upstream, answered 202.
+    InitializedAck { session: SessionRef<'a> },
+    /// Any other message in a session, relayed on its upstream session.
+    InSession {
+        session: SessionRef<'a>,
+        dialect: Dialect,
+    },
+    /// No session: passed to the upstream untouched.
+    PassThrough,
+}
+
+/// The path of a `GET` or `DELETE` of the endpoint (no message, only headers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BareRoute<'a> {
+    /// `GET` with a data-layer `Mcp-Session-Id`: the session's upstream stream.
+    Listen { session: SessionRef<'a> },
+    /// `DELETE` with a data-layer `Mcp-Session-Id`: ends the session.
+    EndByHeader { session: SessionRef<'a> },
+    /// No session: passed to the upstream untouched.
+    PassThrough,
+}
+
+/// A request of the endpoint that carries no message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bare {
+    Get,
+    Delete,
+}
+
+/// What classification needs to know of the upstream and the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// `upstream.require_session`: messages without a data-layer session are refused.
+    pub require_session: bool,
+    /// The upstream takes messages outside any session (HTTP; a stdio server does not).
+    pub sessionless_way_in: bool,
+}
+
+impl Rules {
+    /// Whether a message naming no session may pass through.
+    fn passes_without_session(self) -> bool {
+        self.sessionless_way_in && !self.require_session
+    }
+}
+
+/// Decides the route of a message (`POST`). See the module documentation.
+pub fn classify<'a>(message: &'a Message<'a, 'a>, rules: Rules) -> Result<Route<'a>, ProxyError> {
+    classify_message(message, rules)
+}
+
+/// Decides the route of a `GET` or `DELETE` of the endpoint.
+pub fn classify_bare(
+    request: Bare,
+    headers: &HeaderMap,
+    rules: Rules,
+) -> Result<BareRoute<'_>, ProxyError> {
+    let (session, method) = (header_session(headers), request.as_str());
+    match (session, request) {
+        (Some(session), Bare::Get) => Ok(BareRoute::Listen { session }),
+        (Some(session), Bare::Delete) => Ok(BareRoute::EndByHeader { session }),
+        (None, _) => without_session(method, rules).map(|()| BareRoute::PassThrough),
+    }
+}
+
+impl Bare {
+    fn as_str(self) -> &'static str {
+        match self {
+            Bare::Get => "GET",
+            Bare::Delete => "DELETE",
+        }
+    }
+}
+
+/// A message naming no session: it passes through, or is refused with -32044.
+fn without_session(method: &str, rules: Rules) -> Result<(), ProxyError> {
+    if rules.passes_without_session() {
+        Ok(())
+    } else {
+        Err(ProxyError::SessionRequired {
+            method: method.to_owned(),
+        })
+    }
+}
+
+fn classify_message<'a>(
+    message: &'a Message<'a, 'a>,
+    rules: Rules,
+) -> Result<Route<'a>, ProxyError> {
+    let envelope = message.envelope;
+    let params = message.params();
+    let method = message.method();
+    let request_id = message.request_id();
+    // SEP-1364: a top-level `sessionId` (`null` before a session exists).
+    let (dialect, top_level) = match envelope.session_id {
+        None => (Dialect::DataLayer, None),
+        Some(raw) if raw.get() == "null" => (Dialect::Sep1364, None),
+        Some(raw) => match raw_str(raw) {
+            Some(id) => (Dialect::Sep1364, Some(id)),
+            None => return Err(ProxyError::Meta(MetaError::MalformedSession)),
+        },
+    };
+    let named = match params {
+        Some(payload) => payload.session()?,
+        None => None,
+    };
+    let ending = method.is_some_and(Method::ends_session);
+    // SEP-1364 names the session to end in `params.sessionId`: always for its own
+    // `session/delete` and `terminate`, and for `sessions/delete` in its dialect.
+    let sep1364_end = matches!(method, Some(Method::SessionDelete | Method::Terminate));
+    let in_params = if sep1364_end || (ending && dialect == Dialect::Sep1364) {
+        params.and_then(|p| p.member("sessionId")).and_then(raw_str)
+    } else {
+        None
+    };
+    let header = message.headers.get(&MCP_SESSION_ID);
+    let session = session_ref(named, top_level.or(in_params), header)?;
+
+    if let (Some(id), Some(Method::SessionsCreate)) = (request_id, method) {
+        if params.and_then(|p| p.meta(meta::SESSION)).is_some() {
+            return Err(ProxyError::CreateInSession);
+        }
+        let dialect = match params.and_then(|p| p.member("capabilities")) {
+            Some(_) => Dialect::Sep1364,
+            None => dialect,
+        };
+        let modern = params.is_some_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some());
+        return Ok(Route::Create {
+            id,
+            dialect,
+            modern,
+        });
+    }
+    if session.is_none()
+        && header.is_none()
+        && stateless::detect(message.headers, envelope.method(), params)
+    {
+        return Ok(Route::Stateless);
+    }
+    if let (Some(id), Some(Method::Initialize)) = (request_id, method) {
+        if dialect == Dialect::Sep1364 {
+            return Ok(Route::Sep1364Initialize { id, session });
+        }
+        if session.is_none() && !rules.sessionless_way_in {
+            return Ok(Route::LegacyInitialize { id });
+        }
+    }
+    match (session, request_id) {
+        (Some(session), Some(id)) if ending => Ok(Route::Delete { id, session }),
+        (Some(session), None)
+            if envelope.kind == Kind::Notification && method == Some(Method::Initialized) =>
+        {
+            Ok(Route::InitializedAck { session })
+        }
+        (Some(session), _) => Ok(Route::InSession { session, dialect }),
+        (None, Some(_)) if ending => Err(ProxyError::DeleteWithoutSession),
+        (None, _) => without_session(envelope.method(), rules).map(|()| Route::PassThrough),
+    }
+}
+
+/// The session a message names. `_meta` (or SEP-1364's top-level `sessionId`) is
+/// authoritative; when both are given they must agree, and an `Mcp-Session-Id` header must
+/// agree with them. A header alone names a data-layer session only when it has the shape
+/// of a proxy-issued id (any other is an upstream's own id from an old client).
+fn session_ref<'a>(
+    named: Option<SessionMeta<'a>>,
+    top_level: Option<Cow<'a, str>>,
+    header: Option<&'a HeaderValue>,
+) -> Result<Option<SessionRef<'a>>, ProxyError> {
+    let session = match (named, top_level) {
+        (Some(meta), Some(top)) if meta.session_id != top => {
+            return Err(ProxyError::SessionIdMismatch {
+                top_level: top.into_owned(),
+                meta: meta.session_id.into_owned(),
+            });
+        }
+        (Some(meta), _) => Some(SessionRef {
+            id: meta.session_id,
+            state: meta.state,
+        }),
+        (None, Some(top)) => Some(SessionRef {
+            id: top,
+            state: None,
+        }),
+        (None, None) => None,
+    };
+    match (session, header) {
+        (Some(session), Some(header)) if header.as_bytes() != session.id.as_bytes() => {
+            Err(ProxyError::SessionHeaderMismatch {
+                header: String::from_utf8_lossy(header.as_bytes()).into_owned(),
+                meta: session.id.into_owned(),
+            })
+        }
+        (Some(session), _) => Ok(Some(session)),
+        (None, Some(header)) => Ok(issued(header)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The data-layer session a bare `Mcp-Session-Id` names, if it names one.
+fn header_session(headers: &HeaderMap) -> Option<SessionRef<'_>> {
+    headers.get(&MCP_SESSION_ID).and_then(issued)
+}
+
+fn issued(header: &HeaderValue) -> Option<SessionRef<'_>> {
+    header
+        .to_str()
+        .ok()
+        .filter(|id| is_issued_shape(id))
+        .map(|id| SessionRef {
+            id: Cow::Borrowed(id),
+            state: None,
+        })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+//! What the upstream answered to one message, whatever carried it: the HTTP head it came
+//! with (200 for a stdio child) and the answer as a stream of JSON-RPC messages — a JSON
+//! body read whole, an event stream decoded as it arrives, or a stdio child's messages.
+//! Callers that pass an answer on (the relay) and callers that act on each message (the
+//! stateless front, the handshake) read the same [`Messages`].
+
+use std::future::poll_fn;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use hyper::body::Incoming;
+use tokio::sync::mpsc;
+
+use super::error::UpstreamError;
+use super::read::{Media, media_type, read_body};
+use crate::jsonrpc::{Envelope, Kind, same_id};
+use crate::sse::{Decoded, End, Event, Item, ItemSource};
+
+/// One message from a stdio child, or why none will come.
+pub type Delivery = Result<Bytes, UpstreamError>;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    /// The upstream's response headers (none for stdio).
+    pub headers: HeaderMap,
+    pub messages: Messages,
+}
+
+/// The messages of one answer, in order.
+#[derive(Debug)]
+pub enum Messages {
+    /// One message, read whole (a JSON body); `None` once taken.
+    One(Option<Bytes>),
+    /// An event stream, decoded as it arrives.
+    Events(Box<Decoded<Incoming>>),
+    /// A stdio child's messages (each one event when streamed), after `first` if a
+    /// caller already looked at it.
+    Channel {
+        first: Option<Bytes>,
+        rx: mpsc::Receiver<Delivery>,
+    },
+    /// No message (202, an empty body).
+    Nothing,
+    /// A successful body that is neither JSON nor an event stream, passed on untouched.
+    Opaque(Incoming),
+}
+
+impl Answer {
+    /// Reads an HTTP response: a JSON body whole (at most `limit` bytes, within
+    /// `timeout`), an event stream as it comes. A failure status without a JSON body is
+    /// the upstream refusing the request.
+    pub async fn read(
+        response: http::Response<Incoming>,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Answer, UpstreamError> {
+        let (parts, body) = response.into_parts();
+        let status = parts.status;
+        let messages = match media_type(&parts.headers) {
+            Media::Json => Messages::One(Some(read_body(body, limit, timeout).await?)),
+            Media::EventStream if status.is_success() => {
+                Messages::Events(Box::new(Decoded::new(body, limit)))
+            }
+            _ if status.is_success() => Messages::Opaque(body),
+            _ => {
+                let detail = read_body(body, 512, timeout)
+                    .await
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                return Err(UpstreamError::Refused { status, detail });
+            }
+        };
+        Ok(Answer {
+            status,
+            headers: parts.headers,
+            messages,
+        })
+    }
+
+    /// A stdio child's messages for a request.
+    pub fn channel(rx: mpsc::Receiver<Delivery>) -> Answer {
+        Answer {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            messages: Messages::Channel { first: None, rx },
+        }
+    }
+
+    /// A notification or response delivered, with nothing to answer.
+    pub fn accepted() -> Answer {
+        Answer {
+            status: StatusCode::ACCEPTED,
+            headers: HeaderMap::new(),
+            messages: Messages::Nothing,
+        }
+    }
+}
+
+impl Messages {
+    /// The next JSON-RPC message (an event's data); `None` at the end.
+    pub async fn next_message(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        loop {
+            match poll_fn(|cx| self.poll_item(cx)).await? {
+                Ok(Item::Event(Event {
+                    data: Some(data), ..
+                })) if !data.trim().is_empty() => return Some(Ok(Bytes::from(data))),
+                Ok(_) => continue,
+                Err(end) => return Some(Err(UpstreamError::from(end))),
+            }
+        }
+    }
+
+    /// Reads on until the response to request `id` (raw JSON), skipping what comes
+    /// before it, within `timeout`.
+    pub async fn response_to(
+        &mut self,
+        id: &[u8],
+        timeout: Duration,
+    ) -> Result<Bytes, UpstreamError> {
+        let find = async {
+            while let Some(message) = self.next_message().await {
+                let message = message?;
+                let ours = Envelope::parse(&message).is_ok_and(|env| {
+                    env.kind == Kind::Response && env.id.is_some_and(|raw| same_id(raw.get(), id))
+                });
+                if ours {
+                    return Ok(message);
+                }
+            }
+            Err(UpstreamError::Protocol(
+                "the upstream ended its answer without the response".into(),
+            ))
+        };
+        tokio::time::timeout(timeout, find)
+            .await
+            .unwrap_or(Err(UpstreamError::Timeout(timeout)))
+    }
+
+    /// The first message of a stdio child's answer, within `timeout`, kept to be read
+    /// again. `None` when the answer is not a child's, or it ended.
+    pub async fn peek_first(&mut self, timeout: Duration) -> Result<Option<&Bytes>, UpstreamError> {
+        let Messages::Channel { first, rx } = self else {
+            return Ok(None);
+        };
+        if first.is_none() {
+            match tokio::time::timeout(timeout, rx.recv()).await {
+                Ok(Some(delivery)) => *first = Some(delivery?),
+                Ok(None) => {}
+                Err(_) => return Err(UpstreamError::Timeout(timeout)),
+            }
+        }
+        Ok(first.as_ref())
+    }
+}
+
+/// A message on its own, as the event that carries it in a stream.
+fn message_event(data: &[u8]) -> Item {
+    Item::Event(Event {
+        event: Some("message".into()),
+        data: Some(String::from_utf8_lossy(data).into_owned()),
+        ..Event::default()
+    })
+}
+
+impl ItemSource for Messages {
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Item, End>>> {
+        match self {
+            Messages::One(message) => Poll::Ready(message.take().map(|m| Ok(message_event(&m)))),
+            Messages::Events(events) => events.poll_item(cx),
+            Messages::Channel { first, rx } => match first.take() {
+                Some(message) => Poll::Ready(Some(Ok(message_event(&message)))),
+                None => rx.poll_recv(cx).map(|delivery| {
+                    delivery.map(|d| d.map(|m| message_event(&m)).map_err(End::from))
+                }),
+            },
+            Messages::Nothing | Messages::Opaque(_) => Poll::Ready(None),
+        }
+    }
+}
+
+impl From<UpstreamError> for End {
+    fn from(error: UpstreamError) -> Self {
+        match error {
+            UpstreamError::Unreachable(why) => End::Failed(why),
+            UpstreamError::Timeout(after) | UpstreamError::Idle(after) => End::Idle(after),
+            other => End::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<End> for UpstreamError {
+    fn from(end: End) -> Self {
+        match end {
+            End::Complete => {
+                UpstreamError::Protocol("the upstream ended its answer without a response".into())
+            }
+            End::Failed(e) => UpstreamError::Unreachable(e),
+            End::Idle(after) => UpstreamError::Idle(after),
+            End::TooLarge(limit) => {
+                UpstreamError::Protocol(format!("an event-stream event exceeded {limit} bytes"))
+            }
+        }
+    }
+}
