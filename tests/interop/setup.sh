@@ -11,6 +11,8 @@
 #   conformance-2026/  @modelcontextprotocol/conformance 0.2.0-alpha.12 (adds 2026-07-28)
 #   sdk/               @modelcontextprotocol/sdk 1.x + zod (conformance/fixture-server.mjs,
 #                      TypeScript SDK client tests)
+#   inspector/         @modelcontextprotocol/inspector 2.12.0, the official MCP Inspector; its
+#                      connection CLI `mcpdo` (tests/inspector.rs) runs on node22/
 # Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), the npm
 # registry and PyPI. Safe to run concurrently (serialised with flock).
 set -euo pipefail
@@ -27,6 +29,7 @@ NODE22_VERSION="22.23.3"               # node22/package.json
 CONFORMANCE_2025_VERSION="0.1.16"      # conformance-2025/package.json
 CONFORMANCE_2026_VERSION="0.2.0-alpha.12" # conformance-2026/package.json
 SDK_VERSION="1.32.2"                   # sdk/package.json
+INSPECTOR_VERSION="2.12.0"             # inspector/package.json
 
 mkdir -p "$TOOLS"
 if command -v flock >/dev/null 2>&1; then
@@ -57,6 +60,7 @@ C2025_JS="$TOOLS/conformance-2025/node_modules/@modelcontextprotocol/conformance
 C2026_JS="$TOOLS/conformance-2026/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 EVERYTHING_JS="$TOOLS/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 SDK_PKG="$TOOLS/sdk/node_modules/@modelcontextprotocol/sdk/package.json"
+MCPDO_JS="$TOOLS/inspector/node_modules/@modelcontextprotocol/inspector/clients/mcpdo/build/mcp-bin.js"
 
 # part | stamp it must carry | file that must exist
 PARTS=(
@@ -66,6 +70,7 @@ PARTS=(
   "conformance-2025|$(npm_stamp "conformance=$CONFORMANCE_2025_VERSION" conformance-2025)|$C2025_JS"
   "conformance-2026|$(npm_stamp "conformance=$CONFORMANCE_2026_VERSION" conformance-2026)|$C2026_JS"
   "sdk|$(npm_stamp "sdk=$SDK_VERSION" sdk)|$SDK_PKG"
+  "inspector|$(npm_stamp "inspector=$INSPECTOR_VERSION" inspector)|$MCPDO_JS"
 )
 part_ok() { # name stamp file
   [ -f "$TOOLS/.stamp-$1" ] && [ "$(cat "$TOOLS/.stamp-$1")" = "$2" ] && [ -e "$3" ]
@@ -152,6 +157,18 @@ install_sdk() {
   ' "$SDK_VERSION") || fail "sdk import check failed"
 }
 
+install_inspector() {
+  # Its own postinstall only installs client packages in a source checkout (a no-op here).
+  echo "interop setup: npm ci @modelcontextprotocol/inspector@$INSPECTOR_VERSION -> $TOOLS/inspector"
+  npm_ci inspector
+  [ -f "$MCPDO_JS" ] || fail "$MCPDO_JS missing after npm ci"
+  [ -x "$NODE22" ] || fail "the inspector needs Node >= 22.19: $NODE22 is missing"
+  local got
+  got="$(HOME="$TOOLS/inspector" "$NODE22" "$MCPDO_JS" --version)" ||
+    fail "mcpdo does not start on node $NODE22_VERSION"
+  [ "$got" = "$INSPECTOR_VERSION" ] || fail "mcpdo reports version $got, expected $INSPECTOR_VERSION"
+}
+
 for p in "${PARTS[@]}"; do
   IFS='|' read -r name stamp file <<<"$p"
   case " ${todo[*]} " in *" $name "*) ;; *) continue ;; esac
@@ -163,6 +180,7 @@ for p in "${PARTS[@]}"; do
     conformance-2025) install_conformance conformance-2025 "$CONFORMANCE_2025_VERSION" "$C2025_JS" ;;
     conformance-2026) install_conformance conformance-2026 "$CONFORMANCE_2026_VERSION" "$C2026_JS" ;;
     sdk) install_sdk ;;
+    inspector) install_inspector ;;
   esac
   printf '%s\n' "$stamp" >"$TOOLS/.stamp-$name"
 done
