@@ -401,6 +401,249 @@ async fn problems_in_several_layers_are_all_named() {
     .await;
 }
 
+/// The lines of a refusal after its first ("invalid configuration:").
+fn problem_lines(stderr: &str) -> Vec<&str> {
+    let mut lines = stderr.lines();
+    assert_eq!(
+        lines.next(),
+        Some("mcp-session-proxy: invalid configuration:"),
+        "{stderr}"
+    );
+    lines.map(str::trim_start).collect()
+}
+
+#[tokio::test]
+async fn a_file_with_several_bad_entries_reports_every_one() {
+    bounded(async {
+        let dir = WorkDir::with_proxy_toml(
+            "max_body_bytes = \"big\"\nshutdown_grace = \"soon\"\n[session]\nidel_ttl = \"5m\"\nreap_interval = -5\n",
+        );
+        let stderr = refused(dir.path(), &[], &[]).await;
+        assert_eq!(
+            problem_lines(&stderr),
+            [
+                "max_body_bytes (in proxy.toml): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
+                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval and state_key.",
+                "session.reap_interval (in proxy.toml): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+                "shutdown_grace (in proxy.toml): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+            ]
+        );
+        // `check` says the same.
+        assert_eq!(refused(dir.path(), &["check"], &[]).await, stderr);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn environment_problems_name_the_variable_and_suggest_the_right_one() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let stderr = refused(
+            dir.path(),
+            &["check"],
+            &[
+                ("MCP_PROXY_IDLE_TTL", "5m"),
+                ("MCP_PROXY_UPSTREAM__POOL_SIZE", "many"),
+            ],
+        )
+        .await;
+        assert_eq!(
+            problem_lines(&stderr),
+            [
+                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin and stateless.",
+                "upstream.pool_size (from the environment variable MCP_PROXY_UPSTREAM__POOL_SIZE): \"many\" is not a whole number of 0 or more; write e.g. MCP_PROXY_UPSTREAM__POOL_SIZE=2",
+            ]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_environment_value_of_digits_is_text_where_text_is_wanted() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let output = run_to_exit(
+            dir.path(),
+            &["check"],
+            &[("MCP_PROXY_ADMIN__TOKEN", "0012345678901234567")],
+        )
+        .await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_upstream_url_and_a_stdio_command_together_are_refused_by_run_and_check() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let expected = "mcp-session-proxy: invalid configuration:\n  upstream: --upstream \
+                        http://127.0.0.1:3001/mcp and the stdio command after `--` (npx -y \
+                        server) both name the upstream; give one: --upstream URL for a \
+                        Streamable HTTP server, or `-- COMMAND ARGS…` for a stdio server\n";
+        for args in [
+            &[
+                "--upstream",
+                "http://127.0.0.1:3001/mcp",
+                "--",
+                "npx",
+                "-y",
+                "server",
+            ][..],
+            &[
+                "check",
+                "--upstream",
+                "http://127.0.0.1:3001/mcp",
+                "--",
+                "npx",
+                "-y",
+                "server",
+            ],
+            &[
+                "--upstream",
+                "http://127.0.0.1:3001/mcp",
+                "check",
+                "--",
+                "npx",
+                "-y",
+                "server",
+            ],
+        ] {
+            assert_eq!(refused(dir.path(), args, &[]).await, expected, "{args:?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn flags_go_before_or_after_the_subcommand() {
+    bounded(async {
+        let dir = WorkDir::new();
+        for args in [
+            &["--listen", "127.0.0.1:9999", "check"][..],
+            &["check", "--listen", "127.0.0.1:9999"],
+        ] {
+            let output = run_to_exit(dir.path(), args, &[]).await;
+            assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&output.stdout),
+                "configuration OK: listen 127.0.0.1:9999/mcp, upstream the embedded demo server\n",
+                "{args:?}"
+            );
+        }
+        // A bad value is refused wherever the flag stands.
+        let stderr = refused(dir.path(), &["--listen", "nowhere", "check"], &[]).await;
+        assert_eq!(
+            problem_lines(&stderr),
+            ["listen (from --listen): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\""]
+        );
+        // The same flag on both sides: neither silently wins.
+        let stderr = refused(
+            dir.path(),
+            &["--listen", "127.0.0.1:1", "check", "--listen", "127.0.0.1:2"],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            stderr,
+            "mcp-session-proxy: --listen is given both before and after the subcommand; give it once\n"
+        );
+        // The help says where they go.
+        let help = run_to_exit(dir.path(), &["--help"], &[]).await;
+        assert!(
+            String::from_utf8_lossy(&help.stdout).contains(
+                "Options go before or after a subcommand: `mcp-session-proxy --listen \
+                 0.0.0.0:8080 check` is `mcp-session-proxy check --listen 0.0.0.0:8080`."
+            ),
+            "{help:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn healthcheck_help_lists_only_what_applies_to_it() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let help = run_to_exit(dir.path(), &["healthcheck", "--help"], &[]).await;
+        assert_eq!(help.status.code(), Some(0), "{help:?}");
+        let text = String::from_utf8_lossy(&help.stdout);
+        let options: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.trim_start().strip_prefix("--"))
+            .map(|line| line.split([' ', '<']).next().unwrap())
+            .collect();
+        assert_eq!(options, ["url", "listen", "config"], "{text}");
+        assert!(!text.contains("COMMAND"), "{text}");
+        // A flag that does not apply, given before the subcommand, is refused, not ignored.
+        let stderr = refused(
+            dir.path(),
+            &["--upstream", "http://127.0.0.1:3001/mcp", "healthcheck"],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            stderr,
+            "mcp-session-proxy: --upstream does not apply to healthcheck, which only probes a \
+             running proxy's /healthz (its options: --url, --listen, --config)\n"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn healthcheck_against_nothing_says_which_url_and_what_to_check() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let (free, port) = held_port();
+        drop(free);
+        let url = format!("http://127.0.0.1:{port}/healthz");
+
+        let output = run_to_exit(dir.path(), &["healthcheck", "--url", &url], &[]).await;
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            format!(
+                "mcp-session-proxy healthcheck: cannot reach {url}: connection refused (nothing \
+                 listens there)\n  Check the URL given with --url.\n"
+            )
+        );
+
+        // The configured address, before or after the subcommand.
+        let listen = format!("127.0.0.1:{port}");
+        for args in [
+            &["healthcheck", "--listen", listen.as_str()][..],
+            &["--listen", listen.as_str(), "healthcheck"],
+        ] {
+            let output = run_to_exit(dir.path(), args, &[]).await;
+            assert_eq!(output.status.code(), Some(1), "{output:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&output.stderr),
+                format!(
+                    "mcp-session-proxy healthcheck: cannot reach {url}: connection refused \
+                     (nothing listens there)\n  Is the proxy running, and listening there? \
+                     healthcheck probes the configured listen address (--listen, \
+                     MCP_PROXY_LISTEN or listen in proxy.toml; admin.listen when set); --url \
+                     probes another.\n"
+                ),
+                "{args:?}"
+            );
+        }
+
+        // And it succeeds against a proxy that serves.
+        let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let listen = proxy.listen.to_string();
+        let output = run_to_exit(dir.path(), &["healthcheck", "--listen", &listen], &[]).await;
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+    })
+    .await;
+}
+
 // === 2. precedence: file < environment < flags ===
 
 #[tokio::test]

@@ -99,18 +99,23 @@ fn bad_values_name_their_keys() {
         Overrides::default(),
     )
     .unwrap_err();
-    let text = err.to_string();
-    for key in [
-        "listen:",
-        "max_body_bytes:",
-        "session.idle_ttl:",
-        "session.state_key:",
-        "upstream.url:",
-        "log.format:",
-    ] {
-        assert!(text.contains(key), "{key} missing from: {text}");
-    }
-    assert_eq!(err.problems.len(), 6);
+    let keys: Vec<&str> = err
+        .problems
+        .iter()
+        .map(|p| p.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "listen",
+            "log.format",
+            "max_body_bytes",
+            "session.idle_ttl",
+            "session.state_key",
+            "upstream.url"
+        ],
+        "{err}"
+    );
 }
 
 #[test]
@@ -151,7 +156,11 @@ fn a_missing_config_file_is_an_error() {
 #[test]
 fn the_mcp_path_cannot_take_the_health_path() {
     let err = load_file("path = \"/healthz\"\n", Overrides::default()).unwrap_err();
-    assert!(err.to_string().contains("path:"), "{err}");
+    assert!(err.problems[0].starts_with("path ("), "{err}");
+    assert!(
+        err.problems[0].ends_with("/healthz is reserved for health checks"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -196,4 +205,141 @@ fn durations_past_a_year_are_refused() {
     let text = err.to_string();
     assert!(text.contains("session.idle_ttl"), "{text}");
     assert!(text.contains("too long"), "{text}");
+}
+
+/// The problems of a file, with its path replaced by `FILE`.
+fn problems_of(contents: &str) -> Vec<String> {
+    let f = file(contents);
+    let err = load_from(
+        &Overrides {
+            config_file: Some(f.0.clone()),
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    let path = f.0.display().to_string();
+    err.problems
+        .iter()
+        .map(|p| p.replace(&path, "FILE"))
+        .collect()
+}
+
+#[test]
+fn every_problem_of_a_file_is_reported_in_key_order() {
+    // Types that do not fit stop a deserializer at the first; values that fit but are
+    // wrong are checked afterwards: all of them are reported, at once.
+    let problems = problems_of(
+        "max_body_bytes = \"big\"\nlisten = \"nowhere\"\n[session]\nidel_ttl = \"5m\"\nreap_interval = -5\n[upstream]\ntimeout = \"soon\"\nrequire_session = \"yes\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "listen (in FILE): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
+            "max_body_bytes (in FILE): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
+            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval and state_key.",
+            "session.reap_interval (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+            "upstream.require_session (in FILE): \"yes\" is not true or false; write e.g. false",
+            "upstream.timeout (in FILE): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+        ]
+    );
+}
+
+#[test]
+fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
+    let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
+    let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
+               shutdown_grace, workers, session, upstream, log, admin and stateless.";
+    assert_eq!(
+        problems,
+        [
+            format!(
+                "idle_ttl (in FILE): unknown key; did you mean idle_ttl under [session]? {top}"
+            ),
+            format!("stateles (in FILE): unknown key; did you mean stateless? {top}"),
+        ]
+    );
+    // Nothing near enough: no guess, only the list.
+    let problems = problems_of("[log]\ncolour = true\n");
+    assert_eq!(
+        problems,
+        ["log.colour (in FILE): unknown key. The keys of [log] are level and format."]
+    );
+}
+
+#[test]
+fn wrong_types_say_what_to_write() {
+    let problems = problems_of(
+        "allowed_origins = [\"https://a.example.com\", 5]\nworkers = true\n[session]\nidle_ttl = -5\n[upstream]\nenv = { A = \"x\", B = 5 }\nurl = 3\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "allowed_origins[1] (in FILE): 5 is not a string; write it in quotes",
+            "session.idle_ttl (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+            "upstream.env.B (in FILE): 5 is not a string; write it in quotes",
+            "upstream.url (in FILE): 3 is not a string; write it in quotes",
+            "workers (in FILE): true is not a whole number of 0 or more; write e.g. 0",
+        ]
+    );
+}
+
+#[test]
+fn flags_are_named_as_the_origin_of_their_values() {
+    let err = load_from(
+        &Overrides {
+            listen: Some("nowhere".into()),
+            log_format: Some("yaml".into()),
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.problems,
+        [
+            "listen (from --listen): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
+            "log.format (from --log-format): \"yaml\" must be \"text\" or \"json\"",
+        ]
+    );
+}
+
+#[test]
+fn an_upstream_url_and_a_stdio_command_together_are_refused() {
+    let err = load_from(
+        &Overrides {
+            upstream: Some("http://127.0.0.1:3001/mcp".into()),
+            command: vec!["npx".into(), "-y".into(), "server".into()],
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.problems,
+        [
+            "upstream: --upstream http://127.0.0.1:3001/mcp and the stdio command after `--` (npx -y server) both name the upstream; give one: --upstream URL for a Streamable HTTP server, or `-- COMMAND ARGS…` for a stdio server"
+        ]
+    );
+}
+
+#[test]
+fn problems_found_after_reading_name_their_origin_too() {
+    let problems = problems_of("allowed_origins = [\"https://ok.example.com\", \"nope\"]\n");
+    assert_eq!(
+        problems,
+        [
+            "allowed_origins[1] (in FILE): \"nope\" must be an origin like \"https://app.example.com\" (scheme, host, optional port, no path)"
+        ]
+    );
+}
+
+#[test]
+fn a_file_that_is_not_toml_is_reported_with_its_excerpt() {
+    let problems = problems_of("listen = \"x\n");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with("FILE: TOML parse error at line 1"),
+        "{problems:?}"
+    );
 }

@@ -9,7 +9,7 @@ use http::Uri;
 use super::HEALTH_PATH;
 use super::raw::RawConfig;
 use super::{
-    AdminConfig, CommandSpec, Config, ConfigError, LogConfig, LogFormat, Secret, SessionConfig,
+    AdminConfig, CommandSpec, Config, LogConfig, LogFormat, Problem, Secret, SessionConfig,
     StatelessConfig, Target, UpstreamConfig,
 };
 
@@ -17,11 +17,11 @@ use super::{
 /// past the year 9999 could not be written as RFC 3339.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-struct Problems(Vec<String>);
+struct Problems(Vec<Problem>);
 
 impl Problems {
     fn add(&mut self, key: &str, why: impl std::fmt::Display) {
-        self.0.push(format!("{key}: {why}"));
+        self.0.push(Problem::new(key, why));
     }
 
     fn duration(&mut self, key: &str, value: &str, min: Duration) -> Duration {
@@ -47,11 +47,12 @@ impl Problems {
                 );
                 min
             }
-            Err(e) => {
+            // The parser's own words ("expected number at 0") help nobody: say what to write.
+            Err(_) => {
                 self.add(
                     key,
                     format!(
-                        "{value:?} is not a duration ({e}); write e.g. \"30s\", \"5m\" or \"1h\""
+                        "{value:?} is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\""
                     ),
                 );
                 min
@@ -67,7 +68,7 @@ impl Problems {
     }
 }
 
-pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     let mut p = Problems(Vec::new());
 
     let listen = raw.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -208,8 +209,13 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             LogFormat::Text
         }
     };
-    if let Err(e) = raw.log.level.parse::<tracing_subscriber::EnvFilter>() {
-        p.add("log.level", format!("{:?} is not a log filter ({e}); write e.g. \"info\" or \"mcp_session_proxy=debug\"", raw.log.level));
+    if raw
+        .log
+        .level
+        .parse::<tracing_subscriber::EnvFilter>()
+        .is_err()
+    {
+        p.add("log.level", format!("{:?} is not a log filter; write a level (\"error\", \"warn\", \"info\", \"debug\" or \"trace\") or per-module levels such as \"info,mcp_session_proxy=debug\"", raw.log.level));
     }
 
     let a = &raw.admin;
@@ -249,7 +255,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
     };
 
     if !p.0.is_empty() {
-        return Err(ConfigError { problems: p.0 });
+        return Err(p.0);
     }
     Ok(Config {
         listen,
@@ -289,9 +295,9 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
 }
 
 fn parse_upstream_url(url: &str) -> Result<Uri, String> {
-    let uri: Uri = url.parse().map_err(|e| {
-        format!("{url:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:3001/mcp\"")
-    })?;
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| format!("{url:?} is not a URL; write e.g. \"http://127.0.0.1:3001/mcp\""))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
