@@ -31,7 +31,7 @@ use hyper::body::Incoming;
 use serde_json::value::RawValue;
 
 pub use answer::{Answer, Delivery, Messages};
-pub use error::UpstreamError;
+pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use handshake::Opened;
 pub use http::{Binding, HttpUpstream, Settings};
 pub use pool::{Checkout, Pool, PoolSettings, capabilities_key};

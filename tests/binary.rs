@@ -795,6 +795,131 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
     .await;
 }
 
+// === 3b. a stdio server that cannot start is reported in its own terms ===
+
+/// The proxy in front of the stdio command `command`, its answer to `sessions/create`
+/// (HTTP status and JSON-RPC error) and, after a graceful stop, its log.
+async fn create_with_stdio(command: &[&str], env: &[(&str, &str)]) -> (u16, Value, String) {
+    let mut args = vec!["--listen", "127.0.0.1:0", "--"];
+    args.extend_from_slice(command);
+    let mut proxy = Proxy::start(WorkDir::new(), &args, env).await;
+    let reply = proxy
+        .post(
+            "/mcp",
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+        )
+        .await;
+    proxy.sigterm_handled().await;
+    proxy.terminate();
+    let status = proxy.exit_within(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", proxy.stderr());
+    (reply.status, reply.json()["error"].clone(), proxy.stderr())
+}
+
+/// The `error` field of every JSON log line with `message`.
+fn logged_errors(log: &str, message: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|entry| entry["fields"]["message"] == message)
+        .map(|entry| entry["fields"]["error"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stdio_server_that_exits_is_reported_with_its_status_and_last_stderr_line() {
+    bounded(async {
+        let (status, error, log) = create_with_stdio(
+            &[
+                "sh",
+                "-c",
+                "echo 'starting' >&2; echo 'Error: missing API key' >&2; exit 3",
+            ],
+            &[],
+        )
+        .await;
+        let said = "the stdio server exited with status 3 before answering initialize; its \
+                    last stderr line: \"Error: missing API key\"";
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(error["code"], -32603, "{error}");
+        assert_eq!(
+            error["message"],
+            format!("Upstream error: {said}"),
+            "{error}"
+        );
+        assert_eq!(error["data"]["exitCode"], 3, "{error}");
+        assert_eq!(error["data"]["stderr"], "Error: missing API key", "{error}");
+        assert_eq!(error["data"]["detail"], said, "{error}");
+        // The log says the same, once for the failing start and once for the request.
+        assert_eq!(
+            logged_errors(&log, "the stdio server failed to start"),
+            [said],
+            "{log}"
+        );
+        assert_eq!(
+            logged_errors(&log, "upstream failure"),
+            [format!("Upstream error: {said}")],
+            "{log}"
+        );
+        assert!(!log.contains("HTTP 502"), "{log}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_command_that_does_not_exist_is_reported_as_not_found() {
+    bounded(async {
+        let (status, error, _) =
+            create_with_stdio(&["/nonexistent/mcp-server", "--flag"], &[]).await;
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(
+            error["message"],
+            "Upstream error: the stdio server's command \"/nonexistent/mcp-server\" was not \
+             found; is it installed, and on the proxy's PATH (or give its full path)?",
+            "{error}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_refusing_initialize_is_reported_with_its_error() {
+    bounded(async {
+        let script = "import sys, json\n\
+                      request = json.loads(sys.stdin.readline())\n\
+                      print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': \
+                      {'code': -32602, 'message': 'Unsupported protocol version'}}), flush=True)\n\
+                      sys.stdin.read()\n";
+        let (status, error, _) = create_with_stdio(&["python3", "-c", script], &[]).await;
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(
+            error["message"],
+            "Upstream error: the stdio server answered initialize with error -32602: \
+             \"Unsupported protocol version\"",
+            "{error}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_silent_at_initialize_is_reported_as_timed_out() {
+    bounded(async {
+        let (status, error, _) = create_with_stdio(
+            &["sh", "-c", "echo 'loading the model...' >&2; exec sleep 5"],
+            &[("MCP_PROXY_UPSTREAM__TIMEOUT", "500ms")],
+        )
+        .await;
+        assert_eq!(status, 504, "{error}");
+        assert_eq!(
+            error["message"],
+            "Upstream error: the stdio server did not answer initialize within 500ms; its last \
+             stderr line: \"loading the model...\"",
+            "{error}"
+        );
+    })
+    .await;
+}
+
 // === 4. SIGTERM ===
 
 /// Once the proxy answers requests, SIGTERM must be a graceful shutdown (exit code 0),

@@ -866,7 +866,9 @@ async fn a_crashing_child_costs_only_its_own_session() {
         "crash",
         "crash",
         json!({}),
-        "stdio server stopped before answering",
+        // In the child's terms: its exit status and its last words on stderr (as they
+        // appear inside the JSON error object).
+        r#"the stdio server exited with status 1 before answering; its last stderr line: \"misbehaving: crashing on purpose\""#,
         |_| {},
     )
     .await;
@@ -878,7 +880,7 @@ async fn a_child_writing_garbage_costs_only_its_own_session() {
         "garbage",
         "garbage",
         json!({}),
-        "not JSON-RPC",
+        "the stdio server wrote a line that is not JSON-RPC",
         |_| {},
     )
     .await;
@@ -890,7 +892,7 @@ async fn a_child_flooding_stdout_costs_only_its_own_session() {
         "flood",
         "flood",
         json!({"bytes": 2 * 1024 * 1024}),
-        "longer than 1048576 bytes",
+        "the stdio server wrote a line longer than 1048576 bytes",
         |config| config.upstream.max_message_bytes = 1024 * 1024,
     )
     .await;
