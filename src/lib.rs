@@ -284,13 +284,28 @@ impl Running {
 
 /// Runs until `shutdown` completes, then shuts down gracefully.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
+    let embedded = config.upstream.target == Target::Embedded;
+    let in_front_of = match &config.upstream.target {
+        Target::Embedded => "the embedded demo server".to_owned(),
+        Target::Http(url) => url.to_string(),
+        Target::Stdio(_) => "a stdio server, one process per session".to_owned(),
+    };
     let running = start(config).await?;
+    // The line a person reads first: where to point a client, and at what.
     tracing::info!(
         listen = %running.local_addr(),
         endpoint = %running.url(),
         upstream = %running.upstream_url(),
-        "mcp-session-proxy is serving"
+        "mcp-session-proxy is serving {} in front of {in_front_of}",
+        running.url(),
     );
+    if embedded {
+        tracing::info!(
+            "no upstream is configured, so the embedded demo server answers (tools echo, \
+             counter, slow, sample, sleep, whoami, announce, change_tools); put the proxy in \
+             front of your own server with --upstream URL, or -- COMMAND ARGS for a stdio server"
+        );
+    }
     shutdown.await;
     tracing::info!("shutting down");
     running.shutdown().await;

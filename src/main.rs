@@ -1,5 +1,6 @@
 //! `mcp-session-proxy`: command line → configuration → run.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -351,8 +352,12 @@ fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal (and not when NO_COLOR asks for none): a
+    // file, a pipe or a container log gets plain text.
+    let colours = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours)
         .with_writer(std::io::stderr);
     match config.log.format {
         LogFormat::Json => builder

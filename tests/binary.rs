@@ -142,6 +142,7 @@ struct Proxy {
     /// Collects stderr; ends when the process closes it.
     reader: Option<JoinHandle<()>>,
     /// The start-up line's fields.
+    message: String,
     listen: SocketAddr,
     endpoint: String,
     upstream: String,
@@ -180,7 +181,9 @@ impl Proxy {
         let started = tokio::time::timeout(STARTUP_LIMIT, async {
             while let Some(line) = lines.recv().await {
                 if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                    && entry["fields"]["message"] == SERVING
+                    && entry["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(SERVING))
                 {
                     return Some(entry["fields"].clone());
                 }
@@ -210,6 +213,7 @@ impl Proxy {
         };
         Proxy {
             child,
+            message: field("message"),
             listen: field("listen").parse().unwrap(),
             endpoint: field("endpoint"),
             upstream: field("upstream"),
@@ -745,6 +749,23 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
         let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         assert!(proxy.listen.ip().is_loopback());
         assert_eq!(proxy.endpoint, proxy.url("/mcp"));
+        // The start-up line says where to point a client, and that the demo answers.
+        assert_eq!(
+            proxy.message,
+            format!(
+                "mcp-session-proxy is serving {} in front of the embedded demo server",
+                proxy.url("/mcp")
+            )
+        );
+        let hint = "no upstream is configured, so the embedded demo server answers (tools \
+                    echo, counter, slow, sample, sleep, whoami, announce, change_tools); put the \
+                    proxy in front of your own server with --upstream URL, or -- COMMAND ARGS \
+                    for a stdio server";
+        assert!(
+            eventually(Duration::from_secs(2), || proxy.stderr().contains(hint)).await,
+            "{}",
+            proxy.stderr()
+        );
         let upstream: http::Uri = proxy.upstream.parse().unwrap();
         assert_eq!(upstream.scheme_str(), Some("http"));
         assert_eq!(upstream.host(), Some("127.0.0.1"));
@@ -916,6 +937,53 @@ async fn a_stdio_server_silent_at_initialize_is_reported_as_timed_out() {
              stderr line: \"loading the model...\"",
             "{error}"
         );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_text_log_has_no_colours_when_stderr_is_not_a_terminal() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let (free, port) = held_port();
+        drop(free);
+        let listen = format!("127.0.0.1:{port}");
+        // Text logs, the default; stderr is a pipe here, as under systemd or in a container.
+        let mut child = command(dir.path(), &["--listen", &listen], &[])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut log = String::new();
+        let serving = tokio::time::timeout(STARTUP_LIMIT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                log.push_str(&line);
+                log.push('\n');
+                if line.contains(SERVING) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no start-up line within {STARTUP_LIMIT:?}: {log}"))
+        .unwrap_or_else(|| panic!("the proxy ended before serving: {log}"));
+        assert!(
+            !log.contains('\x1b'),
+            "ANSI escapes in a piped log: {log:?}"
+        );
+        let message = serving
+            .split_once("mcp_session_proxy: ")
+            .map(|(_, message)| message)
+            .unwrap_or_else(|| panic!("{serving:?}"));
+        assert!(
+            message.starts_with(&format!(
+                "mcp-session-proxy is serving http://{listen}/mcp in front of the embedded demo \
+                 server listen={listen} endpoint=http://{listen}/mcp upstream=http://127.0.0.1:"
+            )),
+            "{serving:?}"
+        );
+        child.kill().await.unwrap();
     })
     .await;
 }
