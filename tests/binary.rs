@@ -778,6 +778,14 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
             serde_json::from_str::<Value>(&body).unwrap(),
             json!({"status": "ok"})
         );
+        // /readyz as README.md's Operations table shows it.
+        let (status, body) = proxy.get("/readyz").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({"status": "ready", "checks": {"config": "ok", "upstream": "ok", "store": "ok"},
+                   "upstream": proxy.upstream})
+        );
 
         // sessions/create
         let created = proxy
@@ -1254,13 +1262,14 @@ async fn the_readme_walkthrough() {
         let session = body["result"]["session"].as_object().unwrap();
         let keys: Vec<&str> = session.keys().map(String::as_str).collect();
         assert_eq!(keys, ["sessionId", "expiresAt", "state"], "{body}");
+        let state = session["state"].as_str().unwrap().to_owned();
 
-        // 2. Use it.
+        // 2. Use it, sending the latest state back.
         let echoed = curl(
             &http,
             &url,
             format!(
-                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"msg":"hi"}},"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"msg":"hi"}},"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}","state":"{state}"}}}}}}}}"#
             ),
         )
         .await;
@@ -1276,13 +1285,14 @@ async fn the_readme_walkthrough() {
         let keys: Vec<&str> = stamp.keys().map(String::as_str).collect();
         assert_eq!(keys, ["sessionId", "state", "expiresAt"], "{echoed}");
         assert_eq!(stamp["sessionId"], sid.as_str());
+        let state = stamp["state"].as_str().unwrap().to_owned();
 
         // 3. A streaming tool.
         let streamed = curl(
             &http,
             &url,
             format!(
-                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"slow","arguments":{{"steps":3}},"_meta":{{"progressToken":"p1","io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"slow","arguments":{{"steps":3}},"_meta":{{"progressToken":"p1","io.modelcontextprotocol/session":{{"sessionId":"{sid}","state":"{state}"}}}}}}}}"#
             ),
         )
         .await;
@@ -1337,7 +1347,7 @@ async fn the_readme_walkthrough() {
             &http,
             &url,
             format!(
-                r#"{{"jsonrpc":"2.0","id":4,"method":"sessions/delete","params":{{"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":4,"method":"sessions/delete","params":{{"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}","state":"{state}"}}}}}}}}"#
             ),
         )
         .await;
@@ -1360,6 +1370,126 @@ async fn the_readme_walkthrough() {
             gone.text
         );
         assert_eq!(gone.status, 404, "{}", gone.text);
+    })
+    .await;
+}
+
+/// The `sh` blocks of README.md under `heading`, in order.
+fn readme_sh_blocks(heading: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("README.md has no {heading:?}"));
+    let section = &readme[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|block| block[..block.find("```").unwrap()].to_owned())
+        .collect()
+}
+
+/// README.md's curl walkthrough and its migration example, run as written by `sh` (dash
+/// on Debian: no bash arrays) against the binary as `cargo run --release` starts it; only
+/// the port differs. The walkthrough sends each session's latest `state` back, which the
+/// proxy checks: a state lost on the way fails the script.
+#[tokio::test]
+async fn the_readme_curl_examples_run_in_a_posix_shell() {
+    bounded(async {
+        let curl_found = std::process::Command::new("curl")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            curl_found,
+            "this test runs README.md's curl commands: install curl"
+        );
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let proxy = Proxy::start_in(root, &["--listen", "127.0.0.1:0"], &[], None).await;
+
+        let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
+        let migration = readme_sh_blocks("## Migrating a fleet");
+        assert_eq!((walkthrough.len(), migration.len()), (1, 1));
+        // The migration example uses the walkthrough's `mcp` function.
+        let script = format!("{}\n{}", walkthrough[0], migration[0])
+            .replace("127.0.0.1:8080", &proxy.listen.to_string());
+        let output = tokio::time::timeout(
+            Duration::from_secs(8),
+            Command::new("sh")
+                .args(["-e", "-c", &script])
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the README's commands took longer than 8 s")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{}\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        let sid = grep_session_id(lines[0]).expect("no session created");
+        let json_lines: Vec<Value> = lines
+            .iter()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        let by_id =
+            |id: i64| -> Vec<&Value> { json_lines.iter().filter(|m| m["id"] == id).collect() };
+        // 1-2: created, then used with its state.
+        assert_eq!(
+            by_id(2)[0]["result"]["content"][0]["text"],
+            "hi",
+            "{stdout}"
+        );
+        // 3: the stream, its progress and its stamped response.
+        let events = sse_messages(&stdout);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|m| m["method"] == "notifications/progress")
+                .count(),
+            3,
+            "{stdout}"
+        );
+        let done = events
+            .iter()
+            .find(|m| m["id"] == 3)
+            .expect("no response to 3");
+        assert_eq!(done["result"]["content"][0]["text"], "done after 3 steps");
+        // 4: deleted, then unknown.
+        assert_eq!(
+            by_id(4),
+            [&json!({"jsonrpc": "2.0", "id": 4, "result": {}})]
+        );
+        assert_eq!(
+            by_id(5),
+            [&json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32043,
+                     "message": "Session not found", "data": {"sessionId": sid}}})]
+        );
+        // The migration example: an old client's initialize (with the upstream's session
+        // id header), a data-layer session, a stateless discovery.
+        assert!(stdout.contains("HTTP/1.1 200 OK"), "{stdout}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.to_ascii_lowercase().starts_with("mcp-session-id: ")),
+            "{stdout}"
+        );
+        let answers_to_1: Vec<&Value> = by_id(1).into_iter().skip(1).collect();
+        assert_eq!(answers_to_1.len(), 3, "{stdout}");
+        assert_eq!(answers_to_1[0]["result"]["protocolVersion"], "2025-11-25");
+        assert!(answers_to_1[1]["result"]["session"]["sessionId"].is_string());
+        assert_eq!(
+            answers_to_1[2]["result"]["supportedVersions"],
+            json!(["2026-07-28"]),
+            "{stdout}"
+        );
     })
     .await;
 }

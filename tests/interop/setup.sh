@@ -13,8 +13,9 @@
 #                      TypeScript SDK client tests)
 #   inspector/         @modelcontextprotocol/inspector 2.12.0, the official MCP Inspector; its
 #                      connection CLI `mcpdo` (tests/inspector.rs) runs on node22/
-# Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), the npm
-# registry and PyPI. Safe to run concurrently (serialised with flock).
+# Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), curl (installed
+# with apt-get when missing and run as root), the npm registry and PyPI. Safe to run
+# concurrently (serialised with flock).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,6 +38,16 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 
+# tests/binary.rs runs README.md's curl examples as written.
+if ! command -v curl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "interop setup: curl not found; apt-get install curl"
+    apt-get install -y -qq curl >/dev/null || {
+      apt-get update -qq >/dev/null && apt-get install -y -qq curl >/dev/null
+    }
+  fi
+  command -v curl >/dev/null || { echo "interop setup: curl not found" >&2; exit 1; }
+fi
 command -v node >/dev/null || { echo "interop setup: node not found" >&2; exit 1; }
 command -v npm >/dev/null || { echo "interop setup: npm not found" >&2; exit 1; }
 command -v "$PYTHON" >/dev/null || { echo "interop setup: $PYTHON not found" >&2; exit 1; }
