@@ -218,6 +218,11 @@ fn describe(
     let key = key_of(path);
     let why = match kind {
         Kind::UnknownField(name, valid) => unknown_key(name, valid, path, origin.as_ref(), keys),
+        Kind::InvalidType(Actual::Str(one), _)
+            if matches!(defaults.and_then(|d| find(d, path)), Some(Value::Array(..))) =>
+        {
+            format!("{one:?} is not a list; write it in brackets: [{one:?}]")
+        }
         Kind::InvalidType(actual, expected) | Kind::InvalidValue(actual, expected) => {
             let example = defaults.and_then(|d| find(d, path));
             format!(
@@ -414,11 +419,13 @@ fn wanted(
                 _ => b.to_string(),
             }
         ),
-        Some(Value::Array(..)) => "a list; write e.g. [\"https://app.example.com\"]".to_owned(),
+        Some(Value::Array(..)) => "a list; write it in brackets, e.g. [\"a\", \"b\"]".to_owned(),
         Some(Value::Dict(..)) => format!("a table; write it as [{}]", path.join(".")),
         _ if expected.contains("string") => "a string; write it in quotes".to_owned(),
         _ if expected.contains("map") => format!("a table; write it as [{}]", path.join(".")),
-        _ if expected.contains("sequence") => "a list; write e.g. [\"a\", \"b\"]".to_owned(),
+        _ if expected.contains("sequence") => {
+            "a list; write it in brackets, e.g. [\"a\", \"b\"]".to_owned()
+        }
         _ if expected.contains("bool") => "true or false".to_owned(),
         _ if expected.starts_with('u') || expected.starts_with('i') => "a whole number".to_owned(),
         _ => expected.to_owned(),

@@ -282,6 +282,17 @@ fn wrong_types_say_what_to_write() {
             "workers (in FILE): true is not a whole number of 0 or more; write e.g. 0",
         ]
     );
+    let problems = problems_of(
+        "allowed_origins = \"https://a.example.com\"\n[upstream]\nargs = 1\nenv = \"x\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "allowed_origins (in FILE): \"https://a.example.com\" is not a list; write it in brackets: [\"https://a.example.com\"]",
+            "upstream.args (in FILE): 1 is not a list; write it in brackets, e.g. [\"a\", \"b\"]",
+            "upstream.env (in FILE): \"x\" is not a table; write it as [upstream.env]",
+        ]
+    );
 }
 
 #[test]
