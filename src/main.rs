@@ -34,7 +34,7 @@ struct Cli {
 }
 
 /// The command-line layer of the configuration.
-#[derive(Debug, Default, Args)]
+#[derive(Debug, Args)]
 struct Layers {
     /// Address to listen on (default 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
@@ -55,7 +55,7 @@ struct Layers {
 }
 
 /// What `healthcheck` reads of the configuration: where the proxy listens.
-#[derive(Debug, Default, Args)]
+#[derive(Debug, Args)]
 struct ProbeLayers {
     /// The proxy's listen address (default: from the configuration, 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
