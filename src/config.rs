@@ -47,6 +47,28 @@ pub struct Config {
     pub log: LogConfig,
     pub admin: AdminConfig,
     pub stateless: StatelessConfig,
+    pub limits: LimitsConfig,
+}
+
+/// What bounds the proxy's resources against many, slow or idle clients and a busy
+/// upstream.
+#[derive(Debug, Clone)]
+pub struct LimitsConfig {
+    /// Client connections open at once; more are closed as they are accepted.
+    pub max_connections: usize,
+    /// Client connections open at once from one IP address; `None`: no cap per address.
+    pub max_connections_per_address: Option<usize>,
+    /// A request head must arrive in full within this (from the connection's opening,
+    /// or from its first byte on a kept-alive connection).
+    pub header_read_timeout: Duration,
+    /// A kept-alive connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request body must arrive in full within this after its head.
+    pub request_body_timeout: Duration,
+    /// An idle connection to the upstream is closed after this long.
+    pub upstream_idle_timeout: Duration,
+    /// Idle connections to the upstream kept open, at most.
+    pub upstream_idle_connections: usize,
 }
 
 /// Serving stateless (2026-07-28) clients.

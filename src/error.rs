@@ -51,6 +51,11 @@ pub enum ProxyError {
     PayloadTooLarge { limit: usize },
     #[error("Forbidden: origin {origin:?} is not allowed")]
     OriginForbidden { origin: String },
+    #[error(
+        "Request Timeout: the request body did not arrive in full within {}",
+        humantime::format_duration(*.after)
+    )]
+    BodyTimeout { after: Duration },
     #[error("Invalid params: {0}")]
     Meta(#[from] MetaError),
     #[error("Invalid params: _meta[{key:?}] must be an object")]
@@ -146,6 +151,12 @@ impl ProxyError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 code::INVALID_REQUEST,
                 Some(json!({ "limit": limit })),
+                Fault::Client,
+            ),
+            E::BodyTimeout { after } => (
+                StatusCode::REQUEST_TIMEOUT,
+                code::INVALID_REQUEST,
+                Some(json!({ "timeoutMs": after.as_millis() as u64 })),
                 Fault::Client,
             ),
             E::OriginForbidden { origin } => (

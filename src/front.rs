@@ -11,9 +11,11 @@
 //! Every MCP request runs in a span (method, session tag, upstream, status, latency) and
 //! is counted once, whatever path it took.
 
+mod admission;
 pub(crate) mod checks;
 mod ops;
 mod serve;
+mod watchdog;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,8 +26,9 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::{Instrument, field};
 
+pub use admission::{Admission, Admitted, check_open_file_limit};
 pub use ops::Ops;
-pub use serve::{Role, Serving, serve};
+pub use serve::{ConnectionLimits, Role, Serving, serve};
 
 use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
@@ -41,6 +44,8 @@ use crate::route::{self, Bare, BareRoute, Message, Route, Rules};
 pub struct Endpoint {
     pub path: String,
     pub max_body_bytes: usize,
+    /// A body must arrive in full within this after its head (408 after).
+    pub body_timeout: std::time::Duration,
     /// Browser origins allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
     pub rules: Rules,
@@ -57,6 +62,8 @@ pub struct Front {
     pub endpoint: Endpoint,
     pub ops: Ops,
     pub metrics: Arc<Metrics>,
+    /// How client connections are bounded.
+    pub connections: ConnectionLimits,
 }
 
 /// Serves one request: the MCP endpoint, `/healthz`, and the operations endpoints when
@@ -147,9 +154,16 @@ impl Endpoint {
             Ok(accepts) => accepts,
             Err(e) => return (response::error(&e, None), "other"),
         };
-        let body = match checks::read_body(body, &parts.headers, self.max_body_bytes).await {
-            Ok(body) => body,
-            Err(e) => return (response::error(&e, None), "other"),
+        let read = checks::read_body(body, &parts.headers, self.max_body_bytes);
+        let body = match tokio::time::timeout(self.body_timeout, read).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(e)) => return (response::error(&e, None), "other"),
+            Err(_) => {
+                let e = ProxyError::BodyTimeout {
+                    after: self.body_timeout,
+                };
+                return (response::error(&e, None), "other");
+            }
         };
         let envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,

@@ -21,6 +21,7 @@ pub mod route;
 pub mod session;
 pub mod sse;
 pub mod stateless;
+pub mod throttle;
 pub mod upstream;
 
 use std::future::Future;
@@ -33,12 +34,12 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Target};
 use crate::demo::{DemoOptions, DemoServer};
-use crate::front::{Endpoint, Front, Ops, Role, Serving, serve};
+use crate::front::{Admission, ConnectionLimits, Endpoint, Front, Ops, Role, Serving, serve};
 use crate::metrics::Metrics;
 use crate::paths::{PassThrough, SessionPath, StatelessPath, StatelessSettings};
 use crate::route::Rules;
 use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
-use crate::upstream::{HttpUpstream, StdioSettings, StdioUpstream, Upstream};
+use crate::upstream::{Endings, HttpUpstream, StdioSettings, StdioUpstream, Upstream};
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +64,8 @@ pub struct Running {
     reaper: ReaperHandle,
     deaths: JoinHandle<()>,
     pool_reaper: JoinHandle<()>,
+    /// Ends upstream sessions in the background; stopped last.
+    endings: Arc<Endings>,
     demo: Option<DemoServer>,
     path: String,
     /// How long ending the upstream sessions may take at shutdown.
@@ -102,6 +105,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             (http_upstream(&config, url, &metrics), Some(demo))
         }
     };
+    let endings = Endings::start(upstream.clone());
     // One key seals session `state` and stateless `requestState` (domain-separated).
     let key = match &config.session.state_key {
         Some(key) => key.0.clone(),
@@ -121,6 +125,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     ));
     let session_path = Arc::new(SessionPath::new(
         upstream.clone(),
+        endings.clone(),
         sessions.clone(),
         metrics.clone(),
         u.sse_idle_timeout,
@@ -136,11 +141,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             request_state_ttl: config.stateless.request_state_ttl,
             sse_idle_timeout: u.sse_idle_timeout,
         },
+        endings.clone(),
     ));
     let front = Arc::new(Front {
         endpoint: Endpoint {
             path: config.path.clone(),
             max_body_bytes: config.max_body_bytes,
+            body_timeout: config.limits.request_body_timeout,
             allowed_origins: config.allowed_origins.clone(),
             rules: Rules {
                 require_session: u.require_session,
@@ -157,13 +164,26 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             serve_metrics: config.admin.metrics,
             admin_token: config.admin.token.clone(),
         },
+        connections: ConnectionLimits {
+            admission: Admission::new(
+                config.limits.max_connections,
+                config.limits.max_connections_per_address,
+                metrics.clone(),
+            ),
+            header_read_timeout: config.limits.header_read_timeout,
+            idle_timeout: config.limits.idle_timeout,
+        },
         metrics,
     });
+    front::check_open_file_limit(&config.limits);
     let pool_reaper = spawn_pool_reaper(stateless, config.stateless.pool_idle_ttl);
     let deaths = spawn_death_watch(session_path.clone(), deaths);
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
         let session_path = session_path.clone();
-        move |id, record| session_path.expired(&id, record)
+        move |id, record| {
+            let session_path = session_path.clone();
+            async move { session_path.expired(&id, record).await }
+        }
     });
     let main_role = match config.admin.listen {
         Some(_) => Role::Mcp,
@@ -181,6 +201,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         reaper,
         deaths,
         pool_reaper,
+        endings,
         demo,
         path: config.path,
         // A stdio child may need all three steps (stdin, SIGTERM, SIGKILL) to end.
@@ -207,6 +228,8 @@ fn http_upstream(config: &Config, url: http::Uri, metrics: &Metrics) -> Upstream
             connect_timeout: config.upstream.connect_timeout,
             timeout: config.upstream.timeout,
             max_message_bytes: config.upstream.max_message_bytes,
+            idle_timeout: config.limits.upstream_idle_timeout,
+            max_idle: config.limits.upstream_idle_connections,
         },
         Some(latency),
     )))
@@ -273,8 +296,18 @@ impl Running {
         self.deaths.abort();
         self.pool_reaper.abort();
         let endpoint = &self.front.endpoint;
-        endpoint.stateless.pool().close().await;
-        endpoint.session.end_all(self.end_within).await;
+        // Every upstream session still open is queued to be ended, and the endings get
+        // until the deadline to finish.
+        let deadline = tokio::time::Instant::now() + self.end_within;
+        let queued = async {
+            endpoint.stateless.pool().close().await;
+            endpoint.session.end_all().await;
+        };
+        if tokio::time::timeout_at(deadline, queued).await.is_err() {
+            tracing::warn!("not every upstream session could be queued to end at shutdown");
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        self.endings.shutdown(left).await;
         endpoint.session.upstream().shutdown().await;
         if let Some(demo) = self.demo {
             demo.stop().await;

@@ -82,6 +82,41 @@ impl EncodeLabelValue for Rejection {
     }
 }
 
+/// Why the proxy closed a client connection itself.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Closed {
+    /// Refused at accept: `limits.max_connections` connections were open.
+    Limit,
+    /// Refused at accept: `limits.max_connections_per_address` from that address.
+    AddressLimit,
+    /// A request head did not arrive within `limits.header_read_timeout`.
+    HeaderTimeout,
+    /// Kept alive with no request for `limits.idle_timeout`.
+    Idle,
+}
+
+impl Closed {
+    fn as_str(self) -> &'static str {
+        match self {
+            Closed::Limit => "limit",
+            Closed::AddressLimit => "address_limit",
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::Idle => "idle",
+        }
+    }
+}
+
+impl EncodeLabelValue for Closed {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        self.as_str().encode(encoder)
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    pub reason: Closed,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub method: &'static str,
@@ -118,6 +153,10 @@ pub struct Metrics {
     pub sse_streams_open: Gauge,
     pub pool_size: Family<PoolLabels, Gauge>,
     pub stdio_children: Gauge,
+    pub connections_open: Gauge,
+    pub connections_closed: Family<ClosedLabels, Counter>,
+    pub upstream_endings_pending: Gauge,
+    pub upstream_endings_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -145,6 +184,10 @@ impl Metrics {
             sse_streams_open: Gauge::default(),
             pool_size: Family::default(),
             stdio_children: Gauge::default(),
+            connections_open: Gauge::default(),
+            connections_closed: Family::default(),
+            upstream_endings_pending: Gauge::default(),
+            upstream_endings_dropped: Counter::default(),
         };
         registry.register(
             "sessions_active",
@@ -201,7 +244,34 @@ impl Metrics {
             "stdio server processes alive, pooled or in a session",
             m.stdio_children.clone(),
         );
+        registry.register(
+            "connections_open",
+            "Client connections open now",
+            m.connections_open.clone(),
+        );
+        registry.register(
+            "connections_closed",
+            "Client connections the proxy closed itself, by reason (limits)",
+            m.connections_closed.clone(),
+        );
+        registry.register(
+            "upstream_endings_pending",
+            "Upstream sessions queued or being ended in the background",
+            m.upstream_endings_pending.clone(),
+        );
+        registry.register(
+            "upstream_endings_dropped",
+            "Upstream sessions left to the upstream's own expiry because the queue of endings was full",
+            m.upstream_endings_dropped.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Counts a client connection the proxy closed itself.
+    pub fn connection_closed(&self, reason: Closed) {
+        self.connections_closed
+            .get_or_create(&ClosedLabels { reason })
+            .inc();
     }
 
     /// The OpenMetrics text exposition.

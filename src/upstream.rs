@@ -14,6 +14,7 @@
 //! session to speak in (a [`Binding`]), or none.
 
 pub(crate) mod answer;
+mod endings;
 mod error;
 mod handshake;
 mod http;
@@ -31,6 +32,7 @@ use hyper::body::Incoming;
 use serde_json::value::RawValue;
 
 pub use answer::{Answer, Delivery, Messages};
+pub use endings::{Ending, Endings};
 pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use handshake::Opened;
 pub use http::{Binding, HttpUpstream, Settings};

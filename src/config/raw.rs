@@ -18,6 +18,33 @@ pub struct RawConfig {
     pub log: RawLog,
     pub admin: RawAdmin,
     pub stateless: RawStateless,
+    pub limits: RawLimits,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLimits {
+    pub max_connections: u64,
+    pub max_connections_per_address: u64,
+    pub header_read_timeout: String,
+    pub idle_timeout: String,
+    pub request_body_timeout: String,
+    pub upstream_idle_timeout: String,
+    pub upstream_idle_connections: u64,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        RawLimits {
+            max_connections: 4096,
+            max_connections_per_address: 512,
+            header_read_timeout: "10s".into(),
+            idle_timeout: "60s".into(),
+            request_body_timeout: "30s".into(),
+            upstream_idle_timeout: "30s".into(),
+            upstream_idle_connections: 64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -101,6 +128,7 @@ impl Default for RawConfig {
             log: RawLog::default(),
             admin: RawAdmin::default(),
             stateless: RawStateless::default(),
+            limits: RawLimits::default(),
         }
     }
 }

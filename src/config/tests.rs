@@ -249,7 +249,7 @@ fn every_problem_of_a_file_is_reported_in_key_order() {
 fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
     let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
     let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
-               shutdown_grace, workers, session, upstream, log, admin and stateless.";
+               shutdown_grace, workers, session, upstream, log, admin, stateless and limits.";
     assert_eq!(
         problems,
         [
@@ -353,4 +353,36 @@ fn a_file_that_is_not_toml_is_reported_with_its_excerpt() {
         problems[0].starts_with("FILE: TOML parse error at line 1"),
         "{problems:?}"
     );
+}
+
+#[test]
+fn limits_are_read_and_checked() {
+    let config = load_file(
+        "[limits]\nmax_connections = 10\nmax_connections_per_address = 0\nheader_read_timeout = \"2s\"\nidle_timeout = \"5s\"\nrequest_body_timeout = \"3s\"\nupstream_idle_timeout = \"1s\"\nupstream_idle_connections = 0\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let l = &config.limits;
+    assert_eq!(l.max_connections, 10);
+    assert_eq!(l.max_connections_per_address, None, "0: no cap per address");
+    assert_eq!(l.header_read_timeout, Duration::from_secs(2));
+    assert_eq!(l.idle_timeout, Duration::from_secs(5));
+    assert_eq!(l.request_body_timeout, Duration::from_secs(3));
+    assert_eq!(l.upstream_idle_timeout, Duration::from_secs(1));
+    assert_eq!(l.upstream_idle_connections, 0);
+    let defaults = Config::defaults().limits;
+    assert_eq!(defaults.max_connections_per_address, Some(512));
+    let err = load_file(
+        "[limits]\nmax_connections = 0\nheader_read_timeout = \"1ms\"\nidle_timeout = \"never\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    for key in [
+        "limits.max_connections",
+        "limits.header_read_timeout",
+        "limits.idle_timeout",
+    ] {
+        assert!(err.contains(key), "{key} not named in: {err}");
+    }
 }

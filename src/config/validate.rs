@@ -9,8 +9,8 @@ use http::Uri;
 use super::HEALTH_PATH;
 use super::raw::RawConfig;
 use super::{
-    AdminConfig, CommandSpec, Config, LogConfig, LogFormat, Problem, Secret, SessionConfig,
-    StatelessConfig, Target, UpstreamConfig,
+    AdminConfig, CommandSpec, Config, LimitsConfig, LogConfig, LogFormat, Problem, Secret,
+    SessionConfig, StatelessConfig, Target, UpstreamConfig,
 };
 
 /// The longest duration any setting takes: a year. Longer ones are typos, and an expiry
@@ -254,6 +254,37 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         ),
     };
 
+    let l = &raw.limits;
+    let client_timeout = Duration::from_millis(100);
+    let limits = LimitsConfig {
+        max_connections: p.size("limits.max_connections", l.max_connections, 1),
+        max_connections_per_address: match l.max_connections_per_address {
+            0 => None,
+            n => Some(p.size("limits.max_connections_per_address", n, 1)),
+        },
+        header_read_timeout: p.duration(
+            "limits.header_read_timeout",
+            &l.header_read_timeout,
+            client_timeout,
+        ),
+        idle_timeout: p.duration("limits.idle_timeout", &l.idle_timeout, client_timeout),
+        request_body_timeout: p.duration(
+            "limits.request_body_timeout",
+            &l.request_body_timeout,
+            client_timeout,
+        ),
+        upstream_idle_timeout: p.duration(
+            "limits.upstream_idle_timeout",
+            &l.upstream_idle_timeout,
+            client_timeout,
+        ),
+        upstream_idle_connections: p.size(
+            "limits.upstream_idle_connections",
+            l.upstream_idle_connections,
+            0,
+        ),
+    };
+
     if !p.0.is_empty() {
         return Err(p.0);
     }
@@ -291,6 +322,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             token,
         },
         stateless,
+        limits,
     })
 }
 

@@ -92,6 +92,12 @@ fn metrics(app: &Ops) -> Response<ProxyBody> {
     app.metrics
         .sessions_active
         .set(app.session.sessions().live() as i64);
+    let endings = app.session.endings();
+    app.metrics
+        .upstream_endings_pending
+        .set(endings.pending() as i64);
+    let dropped = &app.metrics.upstream_endings_dropped;
+    dropped.inc_by(endings.dropped().saturating_sub(dropped.get()));
     if let Some(children) = app.session.upstream().children() {
         app.metrics
             .pool_size(POOL_STDIO)

@@ -13,7 +13,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::admission::Admission;
+use super::watchdog::{Activity, Tracked, Watched};
 use super::{Front, handle};
+use crate::throttle::Throttle;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +62,21 @@ impl Serving {
     }
 }
 
+/// How client connections are bounded (`[limits]`), shared by every listener.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    pub admission: Arc<Admission>,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// First wait after an accept failed for lack of resources; it doubles up to
+/// [`ACCEPT_BACKOFF_MAX`] while the failures last.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one warning this often while accepting fails.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
+
 /// Serves `front` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until shut down.
 pub fn serve(
     listener: TcpListener,
@@ -71,30 +89,82 @@ pub fn serve(
     let task = tokio::spawn(async move {
         let builder = auto::Builder::new(TokioExecutor::new());
         let graceful = GracefulShutdown::new();
+        let limits = front.connections.clone();
+        let mut backoff = ACCEPT_BACKOFF_MIN;
+        let mut warnings = Throttle::every(ACCEPT_WARN_EVERY);
         loop {
-            let (stream, _peer) = tokio::select! {
+            let (stream, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
+                    Ok(accepted) => {
+                        backoff = ACCEPT_BACKOFF_MIN;
+                        accepted
+                    }
+                    Err(e) if is_per_connection(&e) => {
+                        tracing::debug!(error = %e, "a connection failed while being accepted");
+                        continue;
+                    }
                     Err(e) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // Out of file descriptors (EMFILE, ENFILE) or memory: waiting is the
+                        // only cure; retrying at once would spin and flood the log.
+                        if let Some(more) = warnings.admit() {
+                            tracing::warn!(
+                                error = %e,
+                                retry_in_ms = backoff.as_millis() as u64,
+                                similar_since_last_warning = more,
+                                "cannot accept connections; backing off (limits.max_connections \
+                                 below the open-file limit keeps this from happening)"
+                            );
+                        }
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff) => {}
+                            _ = stopped.changed() => break,
+                        }
+                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                         continue;
                     }
                 },
                 _ = stopped.changed() => break,
             };
+            let admitted = match limits.admission.admit(peer.ip()) {
+                Ok(admitted) => admitted,
+                Err(reason) => {
+                    tracing::debug!(peer = %peer, reason = ?reason, "connection refused: over a limit");
+                    drop(stream);
+                    continue;
+                }
+            };
             let _ = stream.set_nodelay(true);
+            let activity = Activity::new();
             let front = front.clone();
-            let service = service_fn(move |request| {
-                let front = front.clone();
-                async move { Ok::<_, Infallible>(handle(front, request, role).await) }
+            let service = service_fn({
+                let activity = activity.clone();
+                move |request| {
+                    let front = front.clone();
+                    let in_flight = activity.request();
+                    async move {
+                        let response = handle(front, request, role).await;
+                        Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                    }
+                }
             });
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let io = TokioIo::new(Watched::new(stream, activity.clone()));
+            let connection = builder.serve_connection(io, service);
             let connection = graceful.watch(connection.into_owned());
+            let (header_read, idle) = (limits.header_read_timeout, limits.idle_timeout);
+            let metrics = limits.admission.metrics().clone();
             tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "connection ended with an error");
+                let _admitted = admitted;
+                tokio::select! {
+                    ended = connection => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    }
+                    reason = activity.expired(header_read, idle) => {
+                        // Nothing is in flight: closing loses no answer.
+                        tracing::debug!(peer = %peer, reason = ?reason, "connection closed");
+                        metrics.connection_closed(reason);
+                    }
                 }
             });
         }
@@ -111,4 +181,14 @@ pub fn serve(
         stop,
         task,
     })
+}
+
+/// An accept error that concerns only the connection being accepted (it was reset or
+/// aborted before the accept): the next accept may work at once.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionAborted | ErrorKind::ConnectionReset | ErrorKind::Interrupted
+    )
 }

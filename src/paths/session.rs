@@ -30,18 +30,18 @@ use crate::rewrite::to_client::Stamp;
 use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::route::{Dialect, Message, SessionRef};
 use crate::session::{Issued, Lease, SessionError, SessionRecord, Sessions, log_tag, rfc3339};
-use crate::upstream::{Binding, Messages, Upstream, UpstreamError};
+use crate::upstream::{Binding, Ending, Endings, Messages, Upstream, UpstreamError};
 
 /// Idle limit of a session's listen stream (its client ends it by disconnecting).
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// Upstream sessions ended at once at shutdown.
-const ENDING_AT_ONCE: usize = 64;
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct SessionPath {
     upstream: Upstream,
+    /// Where upstream sessions are ended in the background (expiry, failed creates,
+    /// shutdown): a bounded executor.
+    endings: Arc<Endings>,
     sessions: Arc<Sessions>,
     metrics: Arc<Metrics>,
     /// An upstream event stream silent this long is ended.
@@ -59,12 +59,14 @@ pub fn binding(record: &SessionRecord) -> Binding<'_> {
 impl SessionPath {
     pub fn new(
         upstream: Upstream,
+        endings: Arc<Endings>,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
         sse_idle_timeout: Duration,
     ) -> Self {
         SessionPath {
             upstream,
+            endings,
             sessions,
             metrics,
             sse_idle_timeout,
@@ -77,6 +79,11 @@ impl SessionPath {
 
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
+    }
+
+    /// The executor ending upstream sessions in the background.
+    pub fn endings(&self) -> &Arc<Endings> {
+        &self.endings
     }
 
     // === the routes ===
@@ -337,12 +344,16 @@ impl SessionPath {
         Ok(Some(record))
     }
 
-    /// The reaper found `record` expired: its upstream session is ended in the
-    /// background.
-    pub fn expired(&self, id: &str, record: SessionRecord) {
+    /// The reaper found `record` expired: its upstream session is queued to be ended in
+    /// the background (the reaper waits while the queue is full).
+    pub async fn expired(&self, id: &str, record: SessionRecord) {
         self.metrics.sessions_expired.inc();
         tracing::info!(session = %log_tag(id), "session expired");
-        self.end_upstream(record.upstream_session, record.negotiated.protocol_version);
+        if let Some(ending) =
+            Ending::of(record.upstream_session, record.negotiated.protocol_version)
+        {
+            self.endings.end(ending).await;
+        }
     }
 
     /// A stdio child died on its own: the session it served is forgotten at once (its
@@ -367,9 +378,10 @@ impl SessionPath {
         }
     }
 
-    /// Ends every session's upstream session (shutdown: sessions live in this process's
-    /// memory and would be lost anyway), `ENDING_AT_ONCE` at a time, within `within`.
-    pub async fn end_all(&self, within: Duration) {
+    /// Queues every session's upstream session to be ended (shutdown: sessions live in
+    /// this process's memory and would be lost anyway); the owner of the endings waits
+    /// for them, within its deadline.
+    pub async fn end_all(&self) {
         let all = match self.sessions.take_all().await {
             Ok(all) => all,
             Err(e) => {
@@ -377,22 +389,12 @@ impl SessionPath {
                 return;
             }
         };
-        let upstream = self.upstream.clone();
-        let ending = async move {
-            let mut ending = tokio::task::JoinSet::new();
-            for (_, record) in all {
-                if ending.len() >= ENDING_AT_ONCE {
-                    ending.join_next().await;
-                }
-                let upstream = upstream.clone();
-                ending.spawn(async move {
-                    let _ = upstream.terminate(binding(&record)).await;
-                });
+        for (_, record) in all {
+            if let Some(ending) =
+                Ending::of(record.upstream_session, record.negotiated.protocol_version)
+            {
+                self.endings.end(ending).await;
             }
-            while ending.join_next().await.is_some() {}
-        };
-        if tokio::time::timeout(within, ending).await.is_err() {
-            tracing::warn!("not every upstream session could be ended at shutdown");
         }
     }
 
@@ -524,19 +526,11 @@ impl SessionPath {
         opened
     }
 
-    /// Ends an upstream session in the background.
+    /// Ends an upstream session in the background (from a drop guard: without waiting).
     fn end_upstream(&self, session_id: Option<Arc<str>>, protocol_version: &'static str) {
-        let Some(session_id) = session_id else { return };
-        let upstream = self.upstream.clone();
-        tokio::spawn(async move {
-            let binding = Binding {
-                session_id: Some(&session_id),
-                protocol_version,
-            };
-            if let Err(e) = upstream.terminate(binding).await {
-                tracing::warn!(error = %e, "upstream did not end a session");
-            }
-        });
+        if let Some(ending) = Ending::of(session_id, protocol_version) {
+            self.endings.end_soon(ending);
+        }
     }
 }
 

@@ -36,7 +36,7 @@ use crate::rewrite::stateless::{bound_params, discover_result, to_upstream};
 use crate::route::Message;
 use crate::stateless::request_state::Binding as StateBinding;
 use crate::stateless::{Context, Parked, RequestStateError, Sealer, validate};
-use crate::upstream::{Checkout, Messages, Pool, PoolSettings, Upstream, UpstreamError};
+use crate::upstream::{Checkout, Endings, Messages, Pool, PoolSettings, Upstream, UpstreamError};
 
 /// The pool re-initializes its upstream sessions at least this often, so a discovery
 /// result is never older than this plus its `ttlMs` (an upstream redeployed with new
@@ -76,12 +76,13 @@ pub struct StatelessPath {
 
 impl StatelessPath {
     /// `key` seals `requestState` (domain-separated from the session `state` it also
-    /// seals).
+    /// seals); upstream sessions leaving the pool are ended through `endings`.
     pub fn new(
         upstream: Upstream,
         metrics: Arc<Metrics>,
         key: &[u8],
         settings: &StatelessSettings,
+        endings: Arc<Endings>,
     ) -> Self {
         let pool = Pool::new(
             upstream.clone(),
@@ -91,6 +92,7 @@ impl StatelessPath {
                 idle_ttl: settings.pool_idle_ttl,
                 max_age: POOLED_SESSION_MAX_AGE,
             },
+            endings,
         );
         StatelessPath {
             upstream,

@@ -1,6 +1,7 @@
 //! `Sessions`: the store plus the rules around it (idle TTL, the cap on live sessions,
 //! `state` tokens, expiry reaping).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -243,11 +244,14 @@ impl Sessions {
     }
 }
 
-/// Runs `on_expired` for every session that expires, checking every `every`. The task
-/// stops when the returned handle is dropped.
-pub fn spawn_reaper<F>(sessions: Arc<Sessions>, every: Duration, on_expired: F) -> ReaperHandle
+/// Runs `on_expired` for every session that expires, one after the other, checking every
+/// `every`. `on_expired` may wait (for room to end the upstream session): the reaper
+/// slows down rather than piling up work. The task stops when the returned handle is
+/// dropped.
+pub fn spawn_reaper<F, Fut>(sessions: Arc<Sessions>, every: Duration, on_expired: F) -> ReaperHandle
 where
-    F: Fn(String, SessionRecord) + Send + 'static,
+    F: Fn(String, SessionRecord) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send,
 {
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -257,7 +261,7 @@ where
             match sessions.take_expired().await {
                 Ok(expired) => {
                     for (id, record) in expired {
-                        on_expired(id, record);
+                        on_expired(id, record).await;
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "session reaper could not read the store"),

@@ -16,7 +16,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::answer::{Answer, Messages};
 use super::error::UpstreamError;
@@ -34,6 +34,10 @@ pub struct Settings {
     pub timeout: Duration,
     /// Largest single message (JSON body or SSE event) read from the upstream.
     pub max_message_bytes: usize,
+    /// An idle pooled connection is closed after this long.
+    pub idle_timeout: Duration,
+    /// Idle pooled connections kept open, at most.
+    pub max_idle: usize,
 }
 
 /// The upstream session a request is sent in.
@@ -62,8 +66,13 @@ impl HttpUpstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
+        // The pool closes idle connections only with a timer: without one, an idle
+        // connection is dropped when the pool is next used, and after a burst (a reaper
+        // ending thousands of sessions) the sockets stay open for good.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(settings.idle_timeout)
+            .pool_max_idle_per_host(settings.max_idle)
             .build(connector);
         let label = settings.url.to_string().into();
         HttpUpstream {

@@ -24,7 +24,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use super::{Binding, Opened, Upstream, UpstreamError};
+use super::{Binding, Ending, Endings, Opened, Upstream, UpstreamError};
 use crate::mcp::initialize::Negotiated;
 
 /// Pool limits.
@@ -44,6 +44,8 @@ pub struct PoolSettings {
 #[derive(Debug)]
 pub struct Pool {
     upstream: Upstream,
+    /// Where sessions leaving the pool are ended (in the background, bounded).
+    endings: Arc<Endings>,
     settings: PoolSettings,
     idle: Mutex<HashMap<String, Vec<Idle>>>,
     open: AtomicUsize,
@@ -146,9 +148,10 @@ pub fn capabilities_key(capabilities: Option<&RawValue>) -> String {
 }
 
 impl Pool {
-    pub fn new(upstream: Upstream, settings: PoolSettings) -> Arc<Self> {
+    pub fn new(upstream: Upstream, settings: PoolSettings, endings: Arc<Endings>) -> Arc<Self> {
         Arc::new(Pool {
             upstream,
+            endings,
             settings,
             idle: Mutex::new(HashMap::new()),
             open: AtomicUsize::new(0),
@@ -300,7 +303,7 @@ impl Pool {
         }
     }
 
-    /// Ends every idle session (shutdown).
+    /// Hands every idle session to the endings (shutdown), waiting for room.
     pub async fn close(&self) {
         let all: Vec<Idle> = self
             .idle
@@ -309,27 +312,24 @@ impl Pool {
             .flat_map(|(_, list)| list)
             .collect();
         for idle in all {
-            let binding = Binding {
-                session_id: idle.session_id.as_deref(),
-                protocol_version: idle.negotiated.protocol_version,
-            };
-            let _ = self.upstream.terminate(binding).await;
             self.open.fetch_sub(1, Ordering::AcqRel);
+            if let Some(ending) = Ending::of(idle.session_id, idle.negotiated.protocol_version) {
+                self.endings.end(ending).await;
+            }
         }
+    }
+
+    /// Where this pool's sessions are ended; others that hold one of its sessions'
+    /// upstream (a subscription) end theirs there too.
+    pub fn endings(&self) -> &Arc<Endings> {
+        &self.endings
     }
 
     fn end(&self, idle: Idle) {
         self.open.fetch_sub(1, Ordering::AcqRel);
-        let upstream = self.upstream.clone();
-        tokio::spawn(async move {
-            let binding = Binding {
-                session_id: idle.session_id.as_deref(),
-                protocol_version: idle.negotiated.protocol_version,
-            };
-            if let Err(e) = upstream.terminate(binding).await {
-                tracing::debug!(error = %e, "a pooled upstream session did not end cleanly");
-            }
-        });
+        if let Some(ending) = Ending::of(idle.session_id, idle.negotiated.protocol_version) {
+            self.endings.end_soon(ending);
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 //! Beside it: [`assert`] (checks of the proxy's answers shared by every suite),
 //! [`interop`] (third-party servers as child processes, and the proxy in front of them),
 //! [`stdio`] (the proxy in front of a stdio command), [`procs`] (processes read from
-//! `/proc`: markers, alive, reaped, zombies) and [`log`] (the proxy's log captured).
+//! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured) and
+//! [`binary`] (the real binary as a process: its file descriptors, its open-file limit).
 
 #![allow(
     dead_code,
@@ -20,6 +21,7 @@
 )]
 
 pub mod assert;
+pub mod binary;
 pub mod interop;
 pub mod log;
 pub mod procs;

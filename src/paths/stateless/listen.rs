@@ -26,7 +26,7 @@ use crate::response::{self, ProxyBody};
 use crate::rewrite::stateless::tagged_params;
 use crate::route::Message;
 use crate::stateless::Context;
-use crate::upstream::{Binding, Delivery, Messages, UpstreamError};
+use crate::upstream::{Binding, Delivery, Ending, Messages, UpstreamError};
 
 /// What a client may opt into, and what the upstream honours.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -210,20 +210,9 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let Some(session_id) = self.session_id.take() else {
-            return;
-        };
-        let upstream = self.path.upstream.clone();
-        let version = self.version;
-        tokio::spawn(async move {
-            let binding = Binding {
-                session_id: Some(&session_id),
-                protocol_version: version,
-            };
-            if let Err(e) = upstream.terminate(binding).await {
-                tracing::debug!(error = %e, "a subscription's upstream session did not end cleanly");
-            }
-        });
+        if let Some(ending) = Ending::of(self.session_id.take(), self.version) {
+            self.path.pool.endings().end_soon(ending);
+        }
     }
 }
 

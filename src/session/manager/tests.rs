@@ -147,6 +147,7 @@ async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let reaper = spawn_reaper(s.clone(), Duration::from_millis(5), move |_, record| {
         let _ = tx.send(record.upstream_session);
+        std::future::ready(())
     });
     let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
         .await

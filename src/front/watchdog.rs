@@ -1,0 +1,301 @@
+//! Closes client connections that hold a place without using it (slowloris): a request
+//! head that is slow to arrive, a kept-alive connection left idle.
+//!
+//! The rules, HTTP/1.1 and HTTP/2 alike:
+//! - a new connection must deliver its first request head within
+//!   `limits.header_read_timeout` of being accepted (this also bounds the HTTP/2 preface
+//!   and the protocol detection before it);
+//! - once no request is in flight (every response sent to its end, event streams
+//!   included), the connection may idle for `limits.idle_timeout`; when its next bytes
+//!   arrive, the head they start must be complete within `limits.header_read_timeout`.
+//!
+//! A request is in flight from its head to the end of its response body, so a long
+//! event stream or a slow request body (bounded by `limits.request_body_timeout`
+//! elsewhere) never counts as idle. The clock is kept lazily: the transport notes the
+//! first byte after an idle spell, requests note when the last one ends, and the
+//! watchdog wakes only at its deadline or on those two events.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::metrics::Closed;
+
+/// "Not since the connection went idle".
+const NEVER: u64 = u64::MAX;
+
+/// What one connection is doing, shared by its transport, its requests and its watchdog.
+#[derive(Debug)]
+pub struct Activity {
+    opened: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `opened` when the last request in flight ended.
+    idle_since: AtomicU64,
+    /// Milliseconds after `opened` of the first byte read while no request was in flight;
+    /// [`NEVER`] if none yet. A new connection counts as having started its head at once.
+    head_started: AtomicU64,
+    changed: Notify,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            opened: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            head_started: AtomicU64::new(0),
+            changed: Notify::new(),
+        })
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(NEVER - 1)
+    }
+
+    /// A request head arrived: the request is in flight until the returned guard (held
+    /// by its response body) drops.
+    pub fn request(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(self.clone())
+    }
+
+    /// Bytes arrived from the client.
+    fn read(&self) {
+        if self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_started.load(Ordering::Acquire) == NEVER
+            && self
+                .head_started
+                .compare_exchange(NEVER, self.now(), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves when the connection has held its place too long without using it, with
+    /// the reason; never while a request is in flight.
+    pub async fn expired(&self, header_read: Duration, idle: Duration) -> Closed {
+        let header_read = u64::try_from(header_read.as_millis()).unwrap_or(NEVER / 2);
+        let idle = u64::try_from(idle.as_millis()).unwrap_or(NEVER / 2);
+        loop {
+            let changed = self.changed.notified();
+            let (deadline, reason) = if self.in_flight.load(Ordering::Acquire) > 0 {
+                (None, Closed::Idle)
+            } else {
+                match self.head_started.load(Ordering::Acquire) {
+                    NEVER => (
+                        Some(self.idle_since.load(Ordering::Acquire).saturating_add(idle)),
+                        Closed::Idle,
+                    ),
+                    started => (
+                        Some(started.saturating_add(header_read)),
+                        Closed::HeaderTimeout,
+                    ),
+                }
+            };
+            match deadline {
+                None => changed.await,
+                Some(deadline) if self.now() >= deadline => {
+                    if self.in_flight.load(Ordering::Acquire) == 0 {
+                        return reason;
+                    }
+                }
+                Some(deadline) => {
+                    let at = self.opened + Duration::from_millis(deadline);
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One request in flight; dropped when its response has been sent to its end (or
+/// abandoned).
+#[derive(Debug)]
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            activity.idle_since.store(activity.now(), Ordering::Release);
+            activity.head_started.store(NEVER, Ordering::Release);
+            activity.changed.notify_one();
+        }
+    }
+}
+
+pin_project! {
+    /// A client's transport, noting when bytes arrive.
+    #[derive(Debug)]
+    pub struct Watched<T> {
+        #[pin]
+        io: T,
+        activity: Arc<Activity>,
+    }
+}
+
+impl<T> Watched<T> {
+    pub fn new(io: T, activity: Arc<Activity>) -> Self {
+        Watched { io, activity }
+    }
+}
+
+impl<T: AsyncRead> AsyncRead for Watched<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.project();
+        let before = buf.filled().len();
+        let polled = this.io.poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.read();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite> AsyncWrite for Watched<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.project().io.poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.project().io.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+pin_project! {
+    /// A response body that keeps its request in flight until it has been sent.
+    pub struct Tracked<B> {
+        #[pin]
+        body: B,
+        in_flight: InFlight,
+    }
+}
+
+impl<B> Tracked<B> {
+    pub fn new(body: B, in_flight: InFlight) -> Self {
+        Tracked { body, in_flight }
+    }
+}
+
+impl<B: Body<Data = Bytes>> Body for Tracked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        self.project().body.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: Duration = Duration::from_millis(100);
+    const IDLE: Duration = Duration::from_millis(300);
+
+    async fn expiry(activity: &Arc<Activity>) -> (Closed, Duration) {
+        let started = Instant::now();
+        let reason = activity.expired(HEADER, IDLE).await;
+        (reason, started.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_must_send_its_head_within_the_header_timeout() {
+        let activity = Activity::new();
+        let (reason, after) = expiry(&activity).await;
+        assert_eq!(reason, Closed::HeaderTimeout);
+        assert_eq!(after, HEADER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_is_never_cut_and_idle_counts_from_its_end() {
+        let activity = Activity::new();
+        let request = activity.request();
+        let watching = tokio::spawn({
+            let activity = activity.clone();
+            async move { expiry(&activity).await }
+        });
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!watching.is_finished(), "a long response was cut");
+        drop(request);
+        let (reason, after) = watching.await.unwrap();
+        assert_eq!(reason, Closed::Idle);
+        assert_eq!(after, Duration::from_secs(3600) + IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_started_after_an_idle_spell_has_the_header_timeout() {
+        let activity = Activity::new();
+        drop(activity.request());
+        let watching = tokio::spawn({
+            let activity = activity.clone();
+            async move { expiry(&activity).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The first byte of the next head; the rest never comes.
+        activity.read();
+        let (reason, after) = watching.await.unwrap();
+        assert_eq!(reason, Closed::HeaderTimeout);
+        assert_eq!(after, Duration::from_millis(50) + HEADER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_of_a_request_in_flight_do_not_start_a_head() {
+        let activity = Activity::new();
+        let request = activity.request();
+        activity.read();
+        drop(request);
+        let (reason, after) = expiry(&activity).await;
+        assert_eq!(reason, Closed::Idle);
+        assert_eq!(after, IDLE);
+    }
+}
