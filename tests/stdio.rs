@@ -783,6 +783,54 @@ async fn no_orphan_grandchildren_after_delete_or_crash() {
     assert_nothing_left(&marker);
 }
 
+#[tokio::test]
+async fn a_child_ignoring_stdin_eof_dies_with_a_proxy_killed_by_sigkill() {
+    // The real binary, so that it can be SIGKILLed: no shutdown, no drop guard runs.
+    let marker = Marker::new("pdeathsig");
+    let script = common::interop::repo_root().join("tests/interop/misbehaving_server.py");
+    let toml = format!(
+        "[upstream]\ncommand = \"python3\"\nargs = [{:?}, \"--linger\"]\npool_size = 1\n\
+         [upstream.env]\n{} = {:?}\n",
+        script.display().to_string(),
+        common::procs::MARKER_VAR,
+        marker.to_string(),
+    );
+    let mut proxy = common::binary::ProxyProcess::start(&toml, None, &[]).await;
+    assert!(
+        eventually(Duration::from_secs(10), || marker_children(&marker).len()
+            == 1)
+        .await,
+        "the pooled child never started: {:?}",
+        marker_children(&marker)
+    );
+    let child = marker_children(&marker)[0];
+    assert_eq!(
+        child.ppid as u32,
+        proxy.pid(),
+        "the child is the proxy's own"
+    );
+    // Started and initialized (a child killed half-way through its handshake would die
+    // of writing to a closed pipe anyway).
+    let http = http_client();
+    let pooled = eventually_async(Duration::from_secs(10), || async {
+        let metrics = http.get(proxy.url("/metrics")).send().await.unwrap();
+        let text = metrics.text().await.unwrap();
+        text.contains(&format!("{POOLED} 1"))
+    })
+    .await;
+    assert!(pooled, "the child was never initialized");
+    proxy.kill().await;
+    assert!(
+        eventually(Duration::from_secs(3), || !alive(&child)).await,
+        "a child that ignores its stdin closing outlived the proxy killed by SIGKILL"
+    );
+    assert_nothing_left(&marker);
+}
+
+fn marker_children(marker: &Marker) -> Vec<Proc> {
+    common::procs::marked(marker)
+}
+
 // ---------------------------------------------------------------------------------------
 // 5. Children that crash, write garbage, flood, hang.
 
@@ -1113,6 +1161,81 @@ async fn a_long_stderr_line_does_not_cut_the_childs_stderr() {
         "stderr after a long line never reached the proxy's log"
     );
     assert_eq!(c.tool_text("echo", json!({"text": "ok"})).await, "ok");
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn a_child_flooding_stderr_is_rate_limited_in_the_log_with_a_count_of_what_was_dropped() {
+    const LINES: usize = 5_000;
+    let log = proxy_log();
+    let marker = Marker::new("stderr-flood");
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut c = proxy.client();
+    c.create().await;
+    let text = format!("flood-{}", &*marker);
+    let started = Instant::now();
+    assert_eq!(
+        c.tool_text("stderr_flood", json!({"lines": LINES, "text": text}))
+            .await,
+        "logged"
+    );
+    // The child exits with its session: the last count of dropped lines is logged then.
+    assert_eq!(c.delete().await.status, 200);
+    let flooded = started.elapsed();
+    let lines = || -> Vec<String> {
+        String::from_utf8_lossy(&log.lock())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let tag = {
+        // `… upstream::stderr: <text> 0 session=<tag>`
+        let first = format!("{text} 0 ");
+        assert!(
+            eventually(Duration::from_secs(3), || lines()
+                .iter()
+                .any(|l| l.contains(&first)))
+            .await,
+            "the flood never reached the log"
+        );
+        let line = lines().into_iter().find(|l| l.contains(&first)).unwrap();
+        session_field(&line).unwrap().to_owned()
+    };
+    let dropped_of = |lines: &[String]| -> usize {
+        lines
+            .iter()
+            .filter(|l| l.contains("stderr lines of this stdio server were not logged"))
+            .filter(|l| session_field(l) == Some(tag.as_str()))
+            .filter_map(|l| {
+                let start = l.find("dropped=")? + "dropped=".len();
+                l[start..].split_whitespace().next()?.parse::<usize>().ok()
+            })
+            .sum()
+    };
+    let logged_of = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!("{text} ")))
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let lines = lines();
+            logged_of(&lines) + dropped_of(&lines) == LINES
+        })
+        .await,
+        "every line is either logged or counted as dropped: {} logged, {} dropped of {LINES}",
+        logged_of(&lines()),
+        dropped_of(&lines())
+    );
+    let logged = logged_of(&lines());
+    // A burst of 200, then 50 a second while the flood lasted.
+    let allowed = 200 + (flooded.as_secs_f64() * 50.0).ceil() as usize + 1;
+    assert!(
+        logged <= allowed,
+        "{logged} of {LINES} stderr lines logged in {flooded:?} (at most {allowed})"
+    );
     proxy.shutdown().await;
     assert_nothing_left(&marker);
 }

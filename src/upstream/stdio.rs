@@ -8,6 +8,7 @@
 //! every child alive, pooled or in a session.
 
 mod child;
+mod launch;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 use self::child::{Child, LiveSlot};
+use self::launch::Launcher;
 use super::Opened;
 use super::answer::Answer;
 use super::error::{ChildError, ChildFailure, UpstreamError};
@@ -74,6 +76,8 @@ pub struct StdioUpstream {
     all: DashMap<String, std::sync::Weak<Child>>,
     next_key: AtomicU64,
     deaths: mpsc::UnboundedSender<String>,
+    /// How children are started (through `setpriv`, so that they die with the proxy).
+    launcher: Launcher,
     /// Whether the last attempt to start a child worked.
     spawn_ok: std::sync::atomic::AtomicBool,
 }
@@ -133,6 +137,7 @@ impl StdioUpstream {
             all: DashMap::new(),
             next_key: AtomicU64::new(1),
             deaths,
+            launcher: Launcher::detect(),
             spawn_ok: std::sync::atomic::AtomicBool::new(true),
         });
         // The proxy's own identity is what a client without clientInfo/capabilities gets.
@@ -346,6 +351,7 @@ impl StdioUpstream {
         let tag = format!("child-{}", self.next_key.fetch_add(1, Ordering::Relaxed));
         let child = Child::spawn(
             &self.settings.command,
+            &self.launcher,
             tag.clone(),
             self.settings.max_message_bytes,
             self.settings.stop_grace,

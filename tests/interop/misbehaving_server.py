@@ -27,6 +27,8 @@ Tools (all answer `content:[{type:text,text:…}]`):
   stderr{text}               -> writes text on stderr, then answers "logged"
   stderr_long{bytes, then}   -> writes one stderr line of `bytes` bytes, then the line
                                 `then`, then answers "logged"
+  stderr_flood{lines, text}  -> writes `lines` stderr lines "<text> <n>" as fast as it
+                                can, then answers "logged"
   same_id_check{tag, delay_ms=0}
                              -> after delay_ms, answers JSON text
                                 {"received_id": <the id it received>, "tag": tag}
@@ -70,6 +72,11 @@ TOOLS = [
         "stderr_long",
         "Write one long line on stderr, then a short one, then answer.",
         {"bytes": {"type": "integer"}, "then": {"type": "string"}},
+    ),
+    (
+        "stderr_flood",
+        "Write many stderr lines as fast as possible, then answer.",
+        {"lines": {"type": "integer"}, "text": {"type": "string"}},
     ),
     (
         "same_id_check",
@@ -141,6 +148,11 @@ def call_tool(request_id, params: dict) -> None:
     elif name == "stderr_long":
         log("E" * int(args.get("bytes", 100_000)))
         log(str(args.get("then", "")))
+        text_result(request_id, "logged")
+    elif name == "stderr_flood":
+        text = str(args.get("text", "flood"))
+        sys.stderr.write("".join(f"{text} {n}\n" for n in range(int(args.get("lines", 10_000)))))
+        sys.stderr.flush()
         text_result(request_id, "logged")
     elif name == "same_id_check":
         time.sleep(int(args.get("delay_ms", 0)) / 1000.0)

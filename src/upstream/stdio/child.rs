@@ -27,13 +27,14 @@ use nix::unistd::Pid;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::{mpsc, watch};
 
 use super::CommandSpec;
+use super::launch::Launcher;
 use crate::jsonrpc::{Envelope, Kind, RawObject, same_id, splice};
 use crate::mcp::Method;
 use crate::mcp::meta::Payload;
+use crate::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::answer::Delivery;
 use crate::upstream::error::{ChildError, ChildFailure, ExitStatus};
@@ -42,6 +43,12 @@ use crate::upstream::error::{ChildError, ChildFailure, ExitStatus};
 const QUEUE: usize = 64;
 /// Longest stderr line logged whole; longer ones are cut (and reading goes on).
 const STDERR_LINE: usize = 16 * 1024;
+/// stderr lines of one child logged at once after a quiet spell, then per second; the
+/// rest are read and dropped (a flooding child must not fill the log).
+const STDERR_BURST: u32 = 200;
+const STDERR_PER_SECOND: u32 = 50;
+/// How often, at most, the count of dropped stderr lines is logged.
+const STDERR_DROPS_EVERY: Duration = Duration::from_secs(5);
 /// Longest stderr line quoted in an error (the log has it whole).
 const STDERR_QUOTE: usize = 500;
 /// How long an exited child's last stderr lines may take to be read before its death is
@@ -132,13 +139,16 @@ impl Child {
     /// process has exited.
     pub fn spawn(
         spec: &CommandSpec,
+        launcher: &Launcher,
         tag: String,
         max_line: usize,
         grace: Duration,
         deaths: mpsc::UnboundedSender<String>,
         slot: LiveSlot,
     ) -> Result<Arc<Child>, UpstreamError> {
-        let mut command = Command::new(&spec.program);
+        let mut command = launcher
+            .command(spec)
+            .map_err(|failure| UpstreamError::Child(ChildError::new(failure)))?;
         command
             .args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -258,19 +268,34 @@ impl Child {
         });
 
         // stderr: free-form logging, tagged with the session; long lines are cut, never
-        // the pipe (a server writing to a closed stderr may die of it).
+        // the pipe (a server writing to a closed stderr may die of it), and a flood is
+        // rate-limited: every line is read, at most STDERR_PER_SECOND are logged, and how
+        // many were not is logged every STDERR_DROPS_EVERY.
         let logger = child.clone();
         tokio::spawn(async move {
             let mut stderr = BufReader::new(stderr);
             let mut line = Vec::new();
+            let mut lines = Throttle::new(STDERR_BURST, STDERR_PER_SECOND);
+            let mut reports = Throttle::every(STDERR_DROPS_EVERY);
+            let mut unreported = 0u64;
             while let Ok(true) = read_line_cut(&mut stderr, &mut line, STDERR_LINE).await {
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim_end();
-                let session = logger.label.lock().clone();
-                tracing::info!(target: "upstream::stderr", session = %session, "{text}");
                 if !text.trim().is_empty() {
                     *logger.last_stderr.lock() = Some(quote(text));
                 }
+                let logged = lines.admit();
+                unreported += logged.unwrap_or(1);
+                if unreported > 0 && reports.admit().is_some() {
+                    logger.stderr_dropped(std::mem::take(&mut unreported));
+                }
+                if logged.is_some() {
+                    let session = logger.label.lock().clone();
+                    tracing::info!(target: "upstream::stderr", session = %session, "{text}");
+                }
+            }
+            if unreported > 0 {
+                logger.stderr_dropped(unreported);
             }
             let _ = stderr_done_tx.send(true);
         });
@@ -294,6 +319,18 @@ impl Child {
             let _ = exited_tx.send(true);
         });
         Ok(child)
+    }
+
+    /// Says how many stderr lines were read and not logged.
+    fn stderr_dropped(&self, dropped: u64) {
+        let session = self.label.lock().clone();
+        tracing::warn!(
+            target: "upstream::stderr",
+            session = %session,
+            dropped,
+            "{dropped} stderr lines of this stdio server were not logged (more than \
+             {STDERR_PER_SECOND} a second)"
+        );
     }
 
     /// Names the child's stderr lines after the session it serves.
