@@ -284,12 +284,14 @@ impl Child {
                 if !text.trim().is_empty() {
                     *logger.last_stderr.lock() = Some(quote(text));
                 }
-                let logged = lines.admit();
-                unreported += logged.unwrap_or(1);
+                let logged = lines.admit().is_some();
+                if !logged {
+                    unreported += 1;
+                }
                 if unreported > 0 && reports.admit().is_some() {
                     logger.stderr_dropped(std::mem::take(&mut unreported));
                 }
-                if logged.is_some() {
+                if logged {
                     let session = logger.label.lock().clone();
                     tracing::info!(target: "upstream::stderr", session = %session, "{text}");
                 }
