@@ -66,6 +66,17 @@ async fn every_bad_input_gets_its_error_and_no_session_is_disturbed() {
             -32700,
         ),
         case("not JSON at all", "hello", 400, -32700),
+        Case {
+            body: b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"\xfe\xff\"}"
+                .to_vec(),
+            ..case("not UTF-8 (in a member the proxy skips)", "", 400, -32700)
+        },
+        case(
+            "an unpaired surrogate escape in a member name",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"k\udddd":1}}"#,
+            400,
+            -32700,
+        ),
         case(
             "trailing garbage",
             r#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#,

@@ -93,16 +93,31 @@ struct Wire<'a> {
 impl<'a> Envelope<'a> {
     /// Parses and validates one JSON-RPC 2.0 message.
     pub fn parse(body: &'a [u8]) -> Result<Self, EnvelopeError> {
+        // JSON is UTF-8 (RFC 8259 §8.1). serde_json checks it in the values it reads, but
+        // not in those it skips (an unknown member), so the whole body is checked first:
+        // nothing that is not JSON reaches the other side.
+        let text = std::str::from_utf8(body).map_err(|e| {
+            EnvelopeError::Parse(format!(
+                "the body is not UTF-8 (invalid byte at offset {})",
+                e.valid_up_to()
+            ))
+        })?;
         // serde would read an array as a struct with positional fields: shapes other than
         // an object are told apart before it runs.
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
         if first != Some(&b'{') {
             return Err(not_an_object(body, first));
         }
-        let wire: Wire<'a> = match serde_json::from_slice(body) {
+        let wire: Wire<'a> = match serde_json::from_str(text) {
             Ok(wire) => wire,
             Err(e) => return Err(classify_failure(&e)),
         };
+        if let Some(at) = lone_surrogate(body) {
+            return Err(EnvelopeError::Parse(format!(
+                "the body holds an unpaired UTF-16 surrogate escape at offset {at}, which \
+                 cannot be read as text (RFC 8259 §8.2)"
+            )));
+        }
         if wire.jsonrpc.map(RawValue::get) != Some("\"2.0\"") {
             return Err(EnvelopeError::NotJsonRpc2);
         }
@@ -180,6 +195,41 @@ pub fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     } else {
         Some(Cow::Borrowed(inner))
     }
+}
+
+/// Where `json` (valid JSON) holds a `\uXXXX` escape of a UTF-16 surrogate that is not
+/// half of a pair. serde_json skips such a string where it keeps raw JSON, but refuses it
+/// where it reads text (a member name the proxy looks up), so a message holding one would
+/// be read differently by different steps: it is refused up front instead. Backslashes
+/// only occur inside strings, so the whole body is scanned, escape by escape.
+fn lone_surrogate(json: &[u8]) -> Option<usize> {
+    let hex = |at: usize| -> Option<u16> {
+        let digits = std::str::from_utf8(json.get(at..at + 4)?).ok()?;
+        u16::from_str_radix(digits, 16).ok()
+    };
+    let mut from = 0;
+    while let Some(offset) = memchr::memchr(b'\\', &json[from..]) {
+        let at = from + offset;
+        if json.get(at + 1) != Some(&b'u') {
+            from = at + 2;
+            continue;
+        }
+        let unit = hex(at + 2)?;
+        from = at + 6;
+        match unit {
+            0xD800..=0xDBFF => {
+                let pair = json.get(from..from + 2) == Some(b"\\u")
+                    && hex(from + 2).is_some_and(|low| (0xDC00..=0xDFFF).contains(&low));
+                if !pair {
+                    return Some(at);
+                }
+                from += 6;
+            }
+            0xDC00..=0xDFFF => return Some(at),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A body that does not start with `{`: not JSON at all (-32700), a batch, or another

@@ -7,9 +7,11 @@
 //! session metadata).
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 
-use crate::jsonrpc::{Envelope, Kind, same_id, splice};
+use crate::jsonrpc::{Envelope, Kind, RawObject, same_id, splice};
 use crate::mcp::meta::{self, Payload};
+use crate::rewrite::to_upstream::strip_top_level_session;
 use crate::sse::Event;
 
 /// What to stamp, and on which response.
@@ -50,25 +52,45 @@ pub fn stamp_message(message: &[u8], stamp: &Stamp) -> Stamped {
         return Stamped::Other;
     }
     let stamped = envelope.result.and_then(|result| {
-        let payload = Payload::open(result).ok()??;
-        let rewritten = if stamp.complete {
-            payload.edited(
-                &[],
-                &[],
-                &[("resultType", br#""complete""#)],
-                &[(meta::SESSION, &stamp.session)],
-            )
-        } else {
-            payload.with_meta(meta::SESSION, &stamp.session)
+        let rewritten = match Payload::open(result) {
+            Ok(Some(payload)) => stamped_payload(&payload, stamp),
+            Ok(None) => return None,
+            // The upstream's `_meta` is not an object, which MCP requires: nothing in it
+            // can be kept, and the client must still get its session. It is replaced.
+            Err(_) => {
+                let mut members = RawObject::parse(result)?;
+                members.remove("_meta");
+                let mut cleaned = Vec::with_capacity(result.get().len());
+                members.write(&mut cleaned, &[]);
+                let cleaned: &RawValue = serde_json::from_slice(&cleaned).ok()?;
+                stamped_payload(&Payload::open(cleaned).ok()??, stamp)
+            }
         };
         splice(message, result, &rewritten)
     });
     match &stamp.top_level {
         Some(id) => {
             let message = stamped.as_deref().unwrap_or(message);
-            Stamped::Response(with_top_level_session(message, id))
+            // A legacy upstream knows no top-level sessionId: one it sent is not the
+            // session's, and a second member of that name would make the message invalid.
+            let message = strip_top_level_session(Bytes::copy_from_slice(message));
+            Stamped::Response(with_top_level_session(&message, id))
         }
         None => Stamped::Response(stamped),
+    }
+}
+
+/// The result with the session in its `_meta` (and `resultType` for a 2026-07-28 client).
+fn stamped_payload(payload: &Payload<'_>, stamp: &Stamp) -> Vec<u8> {
+    if stamp.complete {
+        payload.edited(
+            &[],
+            &[],
+            &[("resultType", br#""complete""#)],
+            &[(meta::SESSION, &stamp.session)],
+        )
+    } else {
+        payload.with_meta(meta::SESSION, &stamp.session)
     }
 }
 

@@ -134,3 +134,50 @@ fn unknown_members_are_ignored_and_sep_1364_session_id_is_kept() {
         .unwrap();
     assert_eq!(env.session_id.unwrap().get(), r#""s""#);
 }
+
+#[test]
+fn invalid_utf8_anywhere_is_a_parse_error() {
+    // Found by the `envelope` fuzz target: serde_json skips an unknown member without
+    // checking its UTF-8, so the message was accepted and passed on as it was.
+    let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"ping","x":"a"#.to_vec();
+    body.extend_from_slice(&[0xfe, 0xff]);
+    body.extend_from_slice(br#""}"#);
+    assert!(matches!(
+        Envelope::parse(&body),
+        Err(EnvelopeError::Parse(_))
+    ));
+    let mut params = br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"k":""#.to_vec();
+    params.extend_from_slice(&[0xc3]);
+    params.extend_from_slice(br#""}}"#);
+    assert!(matches!(
+        Envelope::parse(&params),
+        Err(EnvelopeError::Parse(_))
+    ));
+}
+
+#[test]
+fn unpaired_surrogate_escapes_are_a_parse_error() {
+    // Found by the `rewrite` fuzz target: a member name holding `\uDDDD` made `params`
+    // unreadable as an object, so its session `_meta` was neither found nor taken off.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k\uDDDD":1}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k":"\ud800x"}}"#,
+        r#"{"jsonrpc":"2.0","id":"\uD800\u0041","method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","x":"\udc00"}"#,
+    ] {
+        assert!(
+            matches!(
+                Envelope::parse(body.as_bytes()),
+                Err(EnvelopeError::Parse(_))
+            ),
+            "{body}"
+        );
+    }
+    // A pair, an escaped backslash before a `u`, and other escapes are fine.
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k\uD83D\uDE00":"\\uDDDD"}}"#,
+        r#"{"jsonrpc":"2.0","id":"\u00e9\/x\n","method":"m"}"#,
+    ] {
+        assert!(Envelope::parse(body.as_bytes()).is_ok(), "{body}");
+    }
+}

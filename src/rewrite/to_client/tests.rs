@@ -109,3 +109,43 @@ fn only_the_response_event_of_a_stream_is_stamped() {
     assert!(response.data.unwrap().contains("sess-abc123"));
     assert!(events.responded());
 }
+
+#[test]
+fn a_meta_that_is_not_an_object_is_replaced_by_the_session() {
+    // Found by the `rewrite` fuzz target: the response went to the client unstamped, so
+    // the client lost its session's state and expiry.
+    let Stamped::Response(Some(out)) = stamp_message(
+        br#"{"jsonrpc":"2.0","id":2,"result":{"_meta":"x","content":[1]}}"#,
+        &stamp(),
+    ) else {
+        panic!("not stamped")
+    };
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["result"]["content"], serde_json::json!([1]));
+    assert_eq!(
+        v["result"]["_meta"],
+        serde_json::json!({"io.modelcontextprotocol/session": {
+            "sessionId": "sess-abc123",
+            "state": "eyJrIjoidjIifQ==",
+            "expiresAt": "2026-03-01T00:00:00Z",
+        }})
+    );
+}
+
+#[test]
+fn a_top_level_session_id_from_the_upstream_is_replaced_not_duplicated() {
+    // Found by the `rewrite` fuzz target: the message had two `sessionId` members.
+    let s = Stamp {
+        top_level: Some(Bytes::from_static(br#""sess-abc123""#)),
+        ..stamp()
+    };
+    let Stamped::Response(Some(out)) = stamp_message(
+        br#"{"jsonrpc":"2.0","id":2,"sessionId":"upstream's","result":{}}"#,
+        &s,
+    ) else {
+        panic!("not stamped")
+    };
+    let envelope = Envelope::parse(&out).expect("valid JSON-RPC");
+    assert_eq!(envelope.session_id.unwrap().get(), r#""sess-abc123""#);
+    assert!(!String::from_utf8_lossy(&out).contains("upstream's"));
+}

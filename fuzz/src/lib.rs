@@ -1,0 +1,486 @@
+//! What the fuzz targets check, one function per target; each panics when an invariant
+//! does not hold. The proxy's own test suite runs the same functions over the committed
+//! corpus (`tests/fuzz_corpus.rs` includes this file), so every corpus entry — crash
+//! inputs kept as regressions included — is checked by `cargo test` on stable Rust.
+//!
+//! - [`envelope`]: the JSON-RPC envelope and `_meta` parser (`Envelope::parse`,
+//!   `Payload`): what it accepts is JSON (UTF-8), of the kind it says, its raw parts are
+//!   slices of the input, an object in it can be read as an object, and `_meta` edits
+//!   give JSON objects.
+//! - [`rewrite`]: the rewrites — the session `_meta` off (to the upstream), the session
+//!   stamped into a response (to the client, with SEP-1364's top-level `sessionId`), the
+//!   2026-07-28 `_meta` off (stateless), the top-level `sessionId` off: the output is
+//!   valid JSON-RPC of the same kind, method and id (byte for byte), everything outside
+//!   the edited object is byte for byte the input, and inside it every member the
+//!   rewrite does not own keeps its key, its order and its value bytes.
+//! - [`sse`]: the event-stream decoder gives the same items (and the same refusal of an
+//!   oversized event) however the stream is cut into chunks — one chunk, byte by byte, or
+//!   two at any point — and the stamped event stream (`EventBody` with the session
+//!   rewrite) writes the same bytes however its input is cut, and always carries the
+//!   response to the request (stamped, or the error the proxy adds).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use mcp_session_proxy::jsonrpc::{Envelope, Kind, RawObject, range_in, same_id};
+use mcp_session_proxy::mcp::meta::{self, Payload};
+use mcp_session_proxy::response::EventRewrite;
+use mcp_session_proxy::rewrite::stateless;
+use mcp_session_proxy::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
+use mcp_session_proxy::rewrite::to_upstream::{strip_session, strip_top_level_session};
+use mcp_session_proxy::sse::{Decoded, Decoder, EventBody, Item};
+use serde_json::value::RawValue;
+
+/// The `_meta` keys of the stateless protocol that `stateless::to_upstream` takes off.
+const STATELESS_META: [&str; 4] = [
+    meta::PROTOCOL_VERSION,
+    meta::CLIENT_INFO,
+    meta::CLIENT_CAPABILITIES,
+    meta::LOG_LEVEL,
+];
+/// The members of a retried stateless request that `stateless::to_upstream` takes off.
+const ROUND_TRIP_MEMBERS: [&str; 2] = ["inputResponses", "requestState"];
+/// A session stamp, as the proxy writes one.
+const SESSION_STAMP: &[u8] =
+    br#"{"sessionId":"mcps_fuzz","state":"AQAAAAAAAAAB","expiresAt":"2026-01-01T00:00:00Z"}"#;
+
+// === envelope ===
+
+/// The envelope and `_meta` parser.
+pub fn envelope(data: &[u8]) {
+    let Ok(envelope) = Envelope::parse(data) else {
+        return;
+    };
+    // Valid JSON by the grammar, in UTF-8 (a number beyond f64's range is valid JSON,
+    // passed on as it is: `serde_json::Value` would refuse it, a raw value does not).
+    assert!(
+        serde_json::from_slice::<&RawValue>(data).is_ok(),
+        "an envelope was accepted from invalid JSON"
+    );
+    let (id, method) = (envelope.id.is_some(), envelope.method.is_some());
+    match envelope.kind {
+        Kind::Request => assert!(id && method, "a request without id or method"),
+        Kind::Notification => assert!(!id && method, "a notification with an id"),
+        Kind::Response => assert!(
+            id && !method && (envelope.result.is_some() != envelope.error.is_some()),
+            "a response without id, with a method, or with both or neither result and error"
+        ),
+    }
+    for raw in [
+        envelope.id,
+        envelope.params,
+        envelope.result,
+        envelope.error,
+        envelope.session_id,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        assert!(
+            range_in(data, raw).is_some(),
+            "a raw part is not a slice of the input"
+        );
+    }
+    for raw in [envelope.params, envelope.result].into_iter().flatten() {
+        // An object in an accepted message is one the proxy can read as an object
+        // (else a session `_meta` in it would be neither found nor taken off).
+        if raw.get().starts_with('{') {
+            assert!(
+                RawObject::parse(raw).is_some(),
+                "an accepted object cannot be read as one"
+            );
+        }
+        let Ok(Some(payload)) = Payload::open(raw) else {
+            continue;
+        };
+        let _ = payload.session();
+        for key in [meta::SESSION].iter().chain(&STATELESS_META) {
+            if let Some(value) = payload.meta(key) {
+                assert!(is_json(value.get().as_bytes()));
+            }
+        }
+        if let Some(out) = payload.without_meta(meta::SESSION) {
+            assert_object(&out, "without_meta");
+        }
+        assert_object(
+            &payload.with_meta(meta::SESSION, SESSION_STAMP),
+            "with_meta",
+        );
+        assert_object(
+            &payload.edited(
+                &["name"],
+                &[meta::LOG_LEVEL],
+                &[("x", b"1")],
+                &[("y", b"[]")],
+            ),
+            "edited",
+        );
+    }
+}
+
+// === rewrite ===
+
+/// The rewrites of both paths, on `data` as a client's message or an upstream's answer.
+pub fn rewrite(data: &[u8]) {
+    let body = Bytes::copy_from_slice(data);
+    let Ok(envelope) = Envelope::parse(&body) else {
+        return;
+    };
+    let payload_raw = match envelope.kind {
+        Kind::Response => envelope.result,
+        Kind::Request | Kind::Notification => envelope.params,
+    };
+    if let Some(raw) = payload_raw
+        && let Ok(Some(payload)) = Payload::open(raw)
+    {
+        // To the upstream: the session `_meta` off.
+        let out = strip_session(&body, raw, &payload);
+        check_edit(
+            &body,
+            raw,
+            &out,
+            &Edit {
+                meta_off: &[meta::SESSION],
+                ..Edit::default()
+            },
+        );
+        // Stateless, to the upstream: the 2026-07-28 `_meta` and the round-trip members
+        // off.
+        if let Some(out) = stateless::to_upstream(&body, raw, &payload) {
+            check_edit(
+                &body,
+                raw,
+                &out,
+                &Edit {
+                    members_off: &ROUND_TRIP_MEMBERS,
+                    meta_off: &STATELESS_META,
+                    ..Edit::default()
+                },
+            );
+        }
+    }
+    // To the client: the message stamped as the answer to a request with its own id.
+    if let Some(id) = envelope.id {
+        for (top_level, complete) in [(false, false), (true, true)] {
+            let stamp = Stamp {
+                request_id: Bytes::copy_from_slice(id.get().as_bytes()),
+                session: Bytes::from_static(SESSION_STAMP),
+                top_level: top_level.then(|| Bytes::from_static(br#""mcps_fuzz""#)),
+                complete,
+            };
+            match stamp_message(&body, &stamp) {
+                Stamped::Response(Some(out)) => {
+                    assert_eq!(envelope.kind, Kind::Response);
+                    check_stamped(&body, &stamp, &out);
+                }
+                Stamped::Response(None) => assert!(
+                    envelope.kind == Kind::Response
+                        && (envelope.error.is_some()
+                            || envelope.result.is_some_and(|r| !r.get().starts_with('{'))),
+                    "a result object was left unstamped"
+                ),
+                Stamped::Other => assert_ne!(
+                    envelope.kind,
+                    Kind::Response,
+                    "the response to the request was not recognised"
+                ),
+            }
+        }
+    }
+    // SEP-1364, to the upstream: the top-level `sessionId` off.
+    let out = strip_top_level_session(body.clone());
+    let after = parse_same(&body, &out, "strip_top_level_session");
+    assert!(after.session_id.is_none(), "a top-level sessionId was left");
+}
+
+/// What a rewrite of a payload object may change.
+#[derive(Default)]
+struct Edit<'a> {
+    members_off: &'a [&'a str],
+    members_on: &'a [(&'a str, &'a [u8])],
+    meta_off: &'a [&'a str],
+    meta_on: &'a [(&'a str, &'a [u8])],
+}
+
+/// `after` is `before` with the payload object at `raw` rewritten as `edit` allows.
+fn check_edit(before: &[u8], raw: &RawValue, after: &[u8], edit: &Edit<'_>) {
+    parse_same(before, after, "a payload rewrite");
+    let range = range_in(before, raw).expect("the payload is a slice of the message");
+    // Outside the payload: byte for byte.
+    let tail = before.len() - range.end;
+    assert!(
+        after.len() >= range.start + tail
+            && after[..range.start] == before[..range.start]
+            && after[after.len() - tail..] == before[range.end..],
+        "bytes outside the rewritten payload changed"
+    );
+    let new_raw: &RawValue = serde_json::from_slice(&after[range.start..after.len() - tail])
+        .expect("the rewritten payload is JSON");
+    let old = RawObject::parse(raw).expect("the payload was an object");
+    let new = RawObject::parse(new_raw).expect("the rewritten payload is an object");
+    let on_keys: Vec<&str> = edit.members_on.iter().map(|(k, _)| *k).collect();
+    let kept = |object: &RawObject<'_>, off: &[&str]| -> Vec<(String, String)> {
+        object
+            .entries()
+            .filter(|(k, _)| *k != "_meta" && !off.contains(k) && !on_keys.contains(k))
+            .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        kept(&old, edit.members_off),
+        kept(&new, &[]),
+        "a member the rewrite does not own changed"
+    );
+    for off in edit.members_off {
+        assert!(new.get(off).is_none(), "{off} was left");
+    }
+    for (key, value) in edit.members_on {
+        assert_eq!(
+            new.get(key).map(RawValue::get),
+            std::str::from_utf8(value).ok()
+        );
+    }
+    let (old_meta, new_meta) = (meta_of(&old).unwrap_or_default(), meta_of(&new));
+    if let Some(meta) = new.get("_meta") {
+        assert!(
+            new_meta.is_some(),
+            "_meta became something else than an object: {meta}"
+        );
+    }
+    let new_meta = new_meta.unwrap_or_default();
+    let meta_on_keys: Vec<&str> = edit.meta_on.iter().map(|(k, _)| *k).collect();
+    let kept_meta = |object: &RawObject<'_>, off: &[&str]| -> Vec<(String, String)> {
+        object
+            .entries()
+            .filter(|(k, _)| !off.contains(k) && !meta_on_keys.contains(k))
+            .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        kept_meta(&old_meta, edit.meta_off),
+        kept_meta(&new_meta, &[]),
+        "a _meta key the rewrite does not own changed"
+    );
+    for off in edit.meta_off {
+        assert!(new_meta.get(off).is_none(), "_meta[{off:?}] was left");
+    }
+    for (key, value) in edit.meta_on {
+        assert_eq!(
+            new_meta.get(key).map(RawValue::get),
+            std::str::from_utf8(value).ok(),
+            "_meta[{key:?}] is not what was stamped"
+        );
+    }
+}
+
+/// `out` is `before` (a response) stamped as `stamp` says: with SEP-1364's top-level
+/// `sessionId` first (replacing any the upstream sent), the session in `result._meta`.
+fn check_stamped(before: &[u8], stamp: &Stamp, out: &[u8]) {
+    let after = parse_same(before, out, "stamp_message");
+    let (base, out) = if stamp.top_level.is_some() {
+        assert_eq!(
+            after.session_id.map(RawValue::get),
+            Some(r#""mcps_fuzz""#),
+            "the top-level sessionId is not the session's"
+        );
+        let inserted: &[u8] = br#""sessionId":"mcps_fuzz","#;
+        let open = out.iter().position(|&b| b == b'{').expect("an object");
+        assert!(
+            out[open + 1..].starts_with(inserted),
+            "the top-level sessionId is not the first member"
+        );
+        let mut rest = out[..=open].to_vec();
+        rest.extend_from_slice(&out[open + 1 + inserted.len()..]);
+        (
+            strip_top_level_session(Bytes::copy_from_slice(before)),
+            rest,
+        )
+    } else {
+        (Bytes::copy_from_slice(before), out.to_vec())
+    };
+    let base_envelope = Envelope::parse(&base).expect("the message without sessionId is valid");
+    match base_envelope.result {
+        Some(result) if result.get().starts_with('{') => {
+            let complete: &[(&str, &[u8])] = &[("resultType", br#""complete""#)];
+            check_edit(
+                &base,
+                result,
+                &out,
+                &Edit {
+                    members_on: if stamp.complete { complete } else { &[] },
+                    meta_on: &[(meta::SESSION, SESSION_STAMP)],
+                    ..Edit::default()
+                },
+            );
+        }
+        _ => assert_eq!(
+            base[..],
+            out[..],
+            "an error or a result that is not an object was changed"
+        ),
+    }
+}
+
+/// `after` parses as JSON-RPC of the same kind, method and id (byte for byte) as
+/// `before`.
+fn parse_same<'a>(before: &[u8], after: &'a [u8], what: &str) -> Envelope<'a> {
+    let old = Envelope::parse(before).expect("the input was valid");
+    let new = Envelope::parse(after).unwrap_or_else(|e| {
+        panic!(
+            "{what} wrote invalid JSON-RPC ({e}): {}",
+            String::from_utf8_lossy(after)
+        )
+    });
+    assert_eq!(old.kind, new.kind, "{what} changed the kind");
+    assert_eq!(old.method(), new.method(), "{what} changed the method");
+    assert_eq!(
+        old.id.map(RawValue::get),
+        new.id.map(RawValue::get),
+        "{what} changed the id"
+    );
+    new
+}
+
+/// The `_meta` object of a payload.
+fn meta_of<'a>(object: &RawObject<'a>) -> Option<RawObject<'a>> {
+    object.get("_meta").and_then(RawObject::parse)
+}
+
+fn is_json(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<&RawValue>(bytes).is_ok()
+}
+
+fn assert_object(bytes: &[u8], what: &str) {
+    let raw: &RawValue = serde_json::from_slice(bytes).unwrap_or_else(|e| {
+        panic!(
+            "{what} wrote invalid JSON ({e}): {}",
+            String::from_utf8_lossy(bytes)
+        )
+    });
+    assert!(
+        RawObject::parse(raw).is_some(),
+        "{what} wrote something else than an object"
+    );
+}
+
+// === sse ===
+
+/// The event-stream decoder and the stamped event body, cut every way. The first byte
+/// sets the event size limit, the second where to cut in two; the rest is the stream.
+pub fn sse(data: &[u8]) {
+    let [size, cut, stream @ ..] = data else {
+        return;
+    };
+    let limit = 16 + usize::from(*size) * 8;
+    let at = usize::from(*cut) % (stream.len() + 1);
+    let bytewise: Vec<&[u8]> = stream.chunks(1).collect();
+    let whole = decode(&[stream], limit);
+    assert_eq!(
+        whole,
+        decode(&bytewise, limit),
+        "byte by byte decodes otherwise"
+    );
+    assert_eq!(
+        whole,
+        decode(&[&stream[..at], &stream[at..]], limit),
+        "cut at {at}, the stream decodes otherwise"
+    );
+    let written = stamped_stream(&[stream], limit);
+    assert_eq!(
+        written,
+        stamped_stream(&bytewise, limit),
+        "byte by byte, the stamped stream is written otherwise"
+    );
+    // The client always gets the response to its request: stamped, or the proxy's error.
+    let (items, too_large) = decode(&[&written], usize::MAX);
+    assert!(!too_large);
+    let answered = items.iter().any(|item| match item {
+        Item::Event(event) => event.data.as_deref().is_some_and(|data| {
+            Envelope::parse(data.as_bytes()).is_ok_and(|e| {
+                e.kind == Kind::Response && e.id.is_some_and(|id| same_id(id.get(), "1"))
+            })
+        }),
+        Item::Comment(_) => false,
+    });
+    assert!(
+        answered,
+        "the stream ended without the response to the request"
+    );
+}
+
+/// Items decoded from `chunks`, and whether an event was refused as too large.
+fn decode(chunks: &[&[u8]], limit: usize) -> (Vec<Item>, bool) {
+    let mut decoder = Decoder::new(limit);
+    let mut items = Vec::new();
+    for chunk in chunks {
+        if decoder.feed(chunk, &mut items).is_err() {
+            return (items, true);
+        }
+    }
+    decoder.finish();
+    (items, false)
+}
+
+/// What the proxy writes to a session client for an upstream event stream arriving in
+/// `chunks`, answering the request with id 1.
+fn stamped_stream(chunks: &[&[u8]], limit: usize) -> Vec<u8> {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+    }
+    RUNTIME.with(|runtime| {
+        let _entered = runtime.enter();
+        let source = Decoded::new(
+            Chunks(chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect()),
+            limit,
+        );
+        let rewrite = EventRewrite::Stamp {
+            stamp: StampEvents::new(Stamp {
+                request_id: Bytes::from_static(b"1"),
+                session: Bytes::from_static(SESSION_STAMP),
+                top_level: None,
+                complete: false,
+            }),
+            upstream: Arc::from("http://upstream/mcp"),
+        };
+        let mut body = std::pin::pin!(EventBody::new(source, rewrite, Duration::from_secs(3600)));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut out = Vec::new();
+        loop {
+            match body.as_mut().poll_frame(&mut cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        out.extend_from_slice(&data);
+                    }
+                }
+                Poll::Ready(None) => break,
+                Poll::Ready(Some(Err(never))) => match never {},
+                Poll::Pending => panic!("a body whose source is always ready waited"),
+            }
+        }
+        out
+    })
+}
+
+/// An HTTP body of the given chunks, every one ready at once.
+struct Chunks(VecDeque<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
