@@ -202,10 +202,33 @@ pub fn proxy_workers() -> String {
 /// The proxy's release binary in front of `upstream`, with a fresh working directory (no
 /// `proxy.toml` picked up) and no inherited `MCP_PROXY_*` variables.
 pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
+    spawn_proxy_with(upstream, &[], None)
+}
+
+/// [`spawn_proxy`] with more `MCP_PROXY_*` settings, under an open-file limit of
+/// `nofile` when given (`prlimit`, which execs the proxy: the pid is the proxy's).
+pub fn spawn_proxy_with(
+    upstream: SocketAddr,
+    env: &[(&str, &str)],
+    nofile: Option<u64>,
+) -> (Guard, SocketAddr) {
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let dir = scratch("proxy");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-session-proxy"));
+    // Another build to compare with (e.g. an older commit's release binary).
+    let binary = std::env::var("MCP_BENCH_PROXY_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-session-proxy").to_owned());
+    let mut command = match nofile {
+        Some(n) => {
+            let mut command = Command::new("prlimit");
+            command
+                .arg(format!("--nofile={n}:{n}"))
+                .arg("--")
+                .arg(binary);
+            command
+        }
+        None => Command::new(&binary),
+    };
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("MCP_PROXY_") {
             command.env_remove(key);
@@ -217,6 +240,7 @@ pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
         .env("MCP_PROXY_LOG__LEVEL", "warn")
         .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
         .env("MCP_PROXY_WORKERS", proxy_workers())
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .current_dir(&dir)
         .stdin(Stdio::null())

@@ -8,6 +8,8 @@
 //! - `tools/call` → `{"content":[{"type":"text","text":"ok"}]}` as JSON, or, for the tool
 //!   `sse`, as a `text/event-stream` with that one response event.
 //! - `DELETE /mcp` ends the session; `GET /mcp` → 405 (no listen stream offered).
+//! - `GET /stats` → `{"opened":N,"ended":N,"live":N}`: sessions opened by `initialize`,
+//!   ended by `DELETE`, open now (what the soak benchmark reads).
 //! - A message whose `params._meta` still holds `io.modelcontextprotocol/session` is
 //!   refused with 400: that key must never reach a legacy server, so every successful
 //!   call through the proxy proves the proxy stripped it.
@@ -41,6 +43,8 @@ const MCP_PROTOCOL_VERSION: &str = "mcp-protocol-version";
 struct State {
     sessions: DashMap<Box<str>, ()>,
     next: AtomicU64,
+    /// Sessions ended by `DELETE`.
+    ended: AtomicU64,
     salt: u64,
 }
 
@@ -114,6 +118,7 @@ async fn serve() {
     let state = Arc::new(State {
         sessions: DashMap::new(),
         next: AtomicU64::new(1),
+        ended: AtomicU64::new(0),
         salt,
     });
     loop {
@@ -195,6 +200,13 @@ fn header<'r>(request: &'r Request<Incoming>, name: &str) -> Option<&'r str> {
 }
 
 async fn handle(state: &State, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    if request.method() == Method::GET && request.uri().path() == "/stats" {
+        let opened = state.next.load(Ordering::Relaxed) - 1;
+        let ended = state.ended.load(Ordering::Relaxed);
+        let live = state.sessions.len();
+        let body = format!(r#"{{"opened":{opened},"ended":{ended},"live":{live}}}"#);
+        return json(body.into_bytes());
+    }
     if request.uri().path() != "/mcp" {
         return empty(StatusCode::NOT_FOUND);
     }
@@ -217,7 +229,10 @@ async fn handle(state: &State, request: Request<Incoming>) -> Response<Full<Byte
                 -32600,
                 "Bad Request: No valid session ID provided",
             ),
-            Some(id) if state.sessions.remove(id).is_some() => empty(StatusCode::OK),
+            Some(id) if state.sessions.remove(id).is_some() => {
+                state.ended.fetch_add(1, Ordering::Relaxed);
+                empty(StatusCode::OK)
+            }
             Some(_) => error(StatusCode::NOT_FOUND, None, -32001, "Session not found"),
         },
         _ => {
