@@ -324,7 +324,11 @@ fn render(options: &Options, run: &Run) -> String {
         ),
         b.fds,
         run.settled_after.map_or_else(
-            || format!("NO, {} after {} s", a.fds, (UPSTREAM_IDLE * 2).as_secs() + 5),
+            || format!(
+                "NO, {} after {} s",
+                a.fds,
+                (UPSTREAM_IDLE * 2).as_secs() + 5
+            ),
             |d| format!("yes, {:.0} s after the clients left", d.as_secs_f64())
         ),
     ));

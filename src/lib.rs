@@ -175,7 +175,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
         metrics,
     });
-    front::check_open_file_limit(&config.limits);
     let pool_reaper = spawn_pool_reaper(stateless, config.stateless.pool_idle_ttl);
     let deaths = spawn_death_watch(session_path.clone(), deaths);
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
@@ -323,6 +322,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         Target::Http(url) => url.to_string(),
         Target::Stdio(_) => "a stdio server, one process per session".to_owned(),
     };
+    // The process's own limit, so only where the proxy is the process (not embedded).
+    front::check_open_file_limit(&config.limits);
     let running = start(config).await?;
     // The line a person reads first: where to point a client, and at what.
     tracing::info!(

@@ -67,8 +67,7 @@ async fn every_bad_input_gets_its_error_and_no_session_is_disturbed() {
         ),
         case("not JSON at all", "hello", 400, -32700),
         Case {
-            body: b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"\xfe\xff\"}"
-                .to_vec(),
+            body: b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"\xfe\xff\"}".to_vec(),
             ..case("not UTF-8 (in a member the proxy skips)", "", 400, -32700)
         },
         case(

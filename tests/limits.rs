@@ -170,6 +170,9 @@ fn tail(log: &str, lines: usize) -> String {
 async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded_rate() {
     let proxy =
         ProxyProcess::start("[limits]\nheader_read_timeout = \"30s\"\n", Some(64), &[]).await;
+    // Told at start-up: the cap on connections does not fit under this limit.
+    let told = proxy.logged("WARN", "open-file limit (64) is too low");
+    assert_eq!(told.len(), 1, "{}", tail(&proxy.log(), 5));
     // More connections than descriptors: accepting fails with EMFILE while they stay.
     let mut held = Vec::new();
     for _ in 0..80 {
