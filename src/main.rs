@@ -29,7 +29,7 @@ struct Cli {
 }
 
 /// The command-line layer of the configuration.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 struct Layers {
     /// Address to listen on (default 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
@@ -94,7 +94,9 @@ fn main() -> ExitCode {
             Ok(config) => {
                 println!(
                     "configuration OK: listen {}{}, upstream {}",
-                    config.listen, config.path, config.upstream.target,
+                    config.listen,
+                    config.path,
+                    config.upstreams_summary(),
                 );
                 ExitCode::SUCCESS
             }
@@ -110,14 +112,14 @@ fn main() -> ExitCode {
             };
             healthcheck(&url)
         }
-        None => match load(cli.run) {
-            Ok(config) => serve(config),
+        None => match load(cli.run.clone()) {
+            Ok(config) => serve(config, cli.run.overrides()),
             Err(code) => code,
         },
     }
 }
 
-fn serve(config: Config) -> ExitCode {
+fn serve(config: Config, overrides: Overrides) -> ExitCode {
     init_logging(&config);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(workers) = config.workers {
@@ -138,7 +140,11 @@ fn serve(config: Config) -> ExitCode {
                 return Ok(false);
             }
         };
-        mcp_session_proxy::run(config, signal).await.map(|()| true)
+        // SIGHUP reads every layer again, as at start-up.
+        let reload = move || config::load(&overrides);
+        mcp_session_proxy::run(config, signal, reload)
+            .await
+            .map(|()| true)
     });
     match served {
         Ok(true) => ExitCode::SUCCESS,

@@ -10,13 +10,17 @@
 //!
 //! Each path speaks to the upstream through `upstream::Upstream` and answers with a
 //! `response`; the one relay ([`relay`]) turns any upstream answer into the client's.
+//! What lives in one proxy process only is reached through [`Cluster`], which forwards
+//! a message to the replica holding it.
 
+pub mod cluster;
 pub mod headers;
 mod passthrough;
 mod relay;
 mod session;
 mod stateless;
 
+pub use cluster::Cluster;
 pub use passthrough::PassThrough;
-pub use session::SessionPath;
+pub use session::{ENDING_AT_ONCE, SessionPath, SessionSettings, binding};
 pub use stateless::{POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};

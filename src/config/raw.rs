@@ -18,6 +18,58 @@ pub struct RawConfig {
     pub log: RawLog,
     pub admin: RawAdmin,
     pub stateless: RawStateless,
+    /// Named upstreams, each at `{path}/{name}`.
+    pub upstreams: std::collections::BTreeMap<String, RawNamedUpstream>,
+    pub cluster: RawCluster,
+}
+
+/// How proxy replicas reach each other (forwarding to the replica that holds a stdio
+/// server or a waiting call).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCluster {
+    /// The base URL other replicas reach this one at; "": `http://<listen>`.
+    pub advertise: String,
+}
+
+/// One `[upstreams.NAME]` table: where it is, and overrides of the `[upstream]` settings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNamedUpstream {
+    /// Also served at the bare endpoint path.
+    pub default: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_grace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_session: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sse_idle_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_session_lost: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_interval: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -48,6 +100,11 @@ pub struct RawSession {
     pub reap_interval: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_key: Option<String>,
+    /// `memory`, `redis` or `sealed`.
+    pub store: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    pub sealed_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,6 +112,7 @@ pub struct RawSession {
 pub struct RawUpstream {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    pub urls: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     pub args: Vec<String>,
@@ -69,6 +127,10 @@ pub struct RawUpstream {
     pub timeout: String,
     pub sse_idle_timeout: String,
     pub max_message_bytes: u64,
+    /// `fail` or `reinitialize`.
+    pub on_session_lost: String,
+    /// How often each replica is probed with an `initialize`.
+    pub health_interval: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -101,6 +163,8 @@ impl Default for RawConfig {
             log: RawLog::default(),
             admin: RawAdmin::default(),
             stateless: RawStateless::default(),
+            upstreams: std::collections::BTreeMap::new(),
+            cluster: RawCluster::default(),
         }
     }
 }
@@ -112,6 +176,9 @@ impl Default for RawSession {
             max_sessions: 10_000,
             reap_interval: "30s".into(),
             state_key: None,
+            store: "memory".into(),
+            redis_url: None,
+            sealed_keys: Vec::new(),
         }
     }
 }
@@ -120,6 +187,7 @@ impl Default for RawUpstream {
     fn default() -> Self {
         RawUpstream {
             url: None,
+            urls: Vec::new(),
             command: None,
             args: Vec::new(),
             env: std::collections::BTreeMap::new(),
@@ -132,6 +200,8 @@ impl Default for RawUpstream {
             timeout: "60s".into(),
             sse_idle_timeout: "5m".into(),
             max_message_bytes: 16 * 1024 * 1024,
+            on_session_lost: "fail".into(),
+            health_interval: "10s".into(),
         }
     }
 }

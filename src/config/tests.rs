@@ -197,3 +197,174 @@ fn durations_past_a_year_are_refused() {
     assert!(text.contains("session.idle_ttl"), "{text}");
     assert!(text.contains("too long"), "{text}");
 }
+
+const KEY_A: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const KEY_B: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+
+#[test]
+fn named_upstreams_are_served_with_their_overrides() {
+    let config = load_file(
+        "[upstream]\ntimeout = \"20s\"\nhealth_interval = \"3s\"\n\
+         [upstreams.alpha]\ndefault = true\nurls = [\"http://127.0.0.1:3001/mcp\", \"http://127.0.0.1:3002/mcp\"]\ntimeout = \"5s\"\non_session_lost = \"reinitialize\"\n\
+         [upstreams.beta]\ncommand = \"node\"\nargs = [\"server.js\"]\nmax_children = 7\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    assert_eq!(set.len(), 2);
+    let alpha = set.iter().find(|u| u.name == "alpha").unwrap();
+    assert!(alpha.default);
+    let Target::Http(urls) = &alpha.config.target else {
+        panic!("alpha is HTTP: {:?}", alpha.config.target)
+    };
+    assert_eq!(urls.len(), 2);
+    assert_eq!(alpha.config.timeout, Duration::from_secs(5));
+    assert_eq!(alpha.config.health_interval, Duration::from_secs(3));
+    assert_eq!(alpha.config.on_session_lost, OnSessionLost::Reinitialize);
+    let beta = set.iter().find(|u| u.name == "beta").unwrap();
+    assert!(!beta.default);
+    assert_eq!(beta.config.target.command().unwrap().program, "node");
+    assert_eq!(beta.config.max_children, 7);
+    assert_eq!(beta.config.timeout, Duration::from_secs(20), "inherited");
+    assert_eq!(beta.config.on_session_lost, OnSessionLost::Fail);
+}
+
+#[test]
+fn the_one_upstream_keys_define_the_default_upstream_beside_named_ones() {
+    let config = load_file(
+        "[upstreams.alpha]\nurl = \"http://127.0.0.1:3001/mcp\"\n",
+        Overrides {
+            upstream: Some("http://127.0.0.1:4000/mcp".into()),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    let names: Vec<(&str, bool)> = set.iter().map(|u| (u.name.as_str(), u.default)).collect();
+    assert_eq!(names, [(DEFAULT_UPSTREAM, true), ("alpha", false)]);
+    // Alone, a named upstream is the default.
+    let alone = load_file(
+        "[upstreams.alpha]\nurl = \"http://127.0.0.1:3001/mcp\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = alone.upstream_set();
+    assert_eq!(set.len(), 1);
+    assert!(set[0].default);
+}
+
+#[test]
+fn upstream_tables_are_checked_key_by_key() {
+    let err = load_file(
+        "[upstreams.\"bad name\"]\nurl = \"http://127.0.0.1:1/mcp\"\n\
+         [upstreams.a]\nurl = \"http://127.0.0.1:1/mcp\"\nurls = [\"http://127.0.0.1:2/mcp\"]\n\
+         [upstreams.b]\nurls = [\"http://127.0.0.1:2/mcp\", \"http://127.0.0.1:2/mcp\"]\non_session_lost = \"retry\"\n\
+         [upstreams.c]\nargs = [\"x\"]\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "upstreams.bad name:",
+        "upstreams.a:",
+        "upstreams.b.urls[1]:",
+        "upstreams.b.on_session_lost:",
+        "upstreams.c:",
+        "upstreams.c.args:",
+        "upstreams:",
+    ] {
+        assert!(text.contains(key), "{key} missing from: {text}");
+    }
+}
+
+#[test]
+fn two_defaults_or_none_among_several_are_refused() {
+    let two = "[upstreams.a]\ndefault = true\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\ndefault = true\nurl = \"http://127.0.0.1:2/mcp\"\n";
+    assert!(
+        load_file(two, Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("only one upstream")
+    );
+    let none = "[upstreams.a]\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\nurl = \"http://127.0.0.1:2/mcp\"\n";
+    assert!(
+        load_file(none, Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("default = true")
+    );
+    let taken = "[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\ndefault = true\nurl = \"http://127.0.0.1:2/mcp\"\n";
+    assert!(
+        load_file(taken, Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("upstreams.b.default")
+    );
+}
+
+#[test]
+fn the_stores_and_what_they_need() {
+    let memory = Config::defaults();
+    assert_eq!(memory.session.store, StoreConfig::Memory);
+
+    let redis = load_file(
+        &format!("[session]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/0\"\nstate_key = \"{KEY_A}\"\n"),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        redis.session.store,
+        StoreConfig::Redis {
+            url: "redis://127.0.0.1:6379/0".into()
+        }
+    );
+    let err = load_file("[session]\nstore = \"redis\"\n", Overrides::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("session.redis_url") && text.contains("session.state_key"),
+        "{text}"
+    );
+
+    let sealed = load_file(
+        &format!("[session]\nstore = \"sealed\"\nsealed_keys = [\"{KEY_A}\", \"{KEY_B}\"]\n"),
+        Overrides::default(),
+    )
+    .unwrap();
+    let StoreConfig::Sealed { keys } = &sealed.session.store else {
+        panic!("{:?}", sealed.session.store)
+    };
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0].0[0], 0x00);
+    assert_eq!(keys[1].0[0], 0xff);
+    let err = load_file(
+        "[session]\nstore = \"sealed\"\nsealed_keys = [\"abc\"]\n[upstream]\non_session_lost = \"reinitialize\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("session.sealed_keys[0]") && text.contains("reinitialize"),
+        "{text}"
+    );
+    let err = load_file("[session]\nstore = \"disk\"\n", Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("session.store"), "{err}");
+}
+
+#[test]
+fn cluster_advertise_must_be_an_http_base_url() {
+    let config = load_file(
+        "[cluster]\nadvertise = \"http://10.0.0.5:8080/\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        config.cluster.advertise.as_deref(),
+        Some("http://10.0.0.5:8080")
+    );
+    let err = load_file(
+        "[cluster]\nadvertise = \"10.0.0.5\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cluster.advertise"), "{err}");
+}

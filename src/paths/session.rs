@@ -6,10 +6,18 @@
 //!
 //! A session enters the store only once its upstream handshake succeeded; an upstream
 //! session opened for a create that then fails (the store, the client leaving) is ended.
-//! An upstream that lost a session makes the proxy forget it: the client hears -32043
-//! and starts over, never attached to another upstream session behind its back.
+//! An upstream that lost a session makes the proxy forget it — the client hears -32043
+//! and starts over — unless the upstream's policy is `on_session_lost = "reinitialize"`:
+//! then the client's recorded `initialize` is replayed on a healthy replica, the session
+//! keeps its id, and a request that is safe to repeat is sent once more.
+//!
+//! One `SessionPath` serves one upstream; the store is shared by all of them (a record
+//! names its upstream, and is unknown at any other). A session whose upstream session
+//! lives in one process (a stdio child) names that proxy replica as its owner; its
+//! messages landing elsewhere are forwarded there (`cluster`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,57 +25,100 @@ use http::header::HeaderValue;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::value::RawValue;
 
+use dashmap::DashMap;
+
+use super::cluster::{Cluster, Whereabouts};
 use super::headers;
 use super::relay::{Relay, Request};
+use crate::config::OnSessionLost;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, range_in, write, write_json_str};
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::initialize::Negotiated;
-use crate::mcp::meta;
+use crate::mcp::tools::ToolHints;
+use crate::mcp::{Method, meta};
 use crate::metrics::{Metrics, Rejection};
 use crate::response::{self, ProxyBody};
 use crate::rewrite::to_client::Stamp;
 use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::route::{Dialect, Message, SessionRef};
-use crate::session::{Issued, Lease, SessionError, SessionRecord, Sessions, log_tag, rfc3339};
-use crate::upstream::{Binding, Messages, Upstream, UpstreamError};
+use crate::session::{
+    ClientIdentity, Issued, Lease, NewSession, Route, SessionError, SessionRecord, Sessions,
+    log_tag, now_millis, rfc3339,
+};
+use crate::upstream::{Binding, LOCAL_REPLICA, Messages, Upstream, UpstreamError};
 
 /// Idle limit of a session's listen stream (its client ends it by disconnecting).
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Upstream sessions ended at once at shutdown.
-const ENDING_AT_ONCE: usize = 64;
+pub const ENDING_AT_ONCE: usize = 64;
 
 /// See the module documentation.
 #[derive(Debug)]
 pub struct SessionPath {
+    /// The upstream's name, as records name it.
+    name: Arc<str>,
+    /// The endpoint path serving it (where a forwarded message goes on its owner).
+    path: String,
     upstream: Upstream,
     sessions: Arc<Sessions>,
     metrics: Arc<Metrics>,
     /// An upstream event stream silent this long is ended.
     sse_idle_timeout: Duration,
+    on_session_lost: OnSessionLost,
+    /// Which tools the upstream called idempotent (learned from `tools/list`).
+    tools: Arc<ToolHints>,
+    cluster: Arc<Cluster>,
+    /// Sessions whose upstream session lives in this process (stdio children), by the
+    /// child's key: their sessionId and last use (ms). Bounded by `max_children`.
+    local: DashMap<String, Local>,
 }
 
-/// The upstream session a session record names.
-pub fn binding(record: &SessionRecord) -> Binding<'_> {
+#[derive(Debug, Clone)]
+struct Local {
+    session_id: String,
+    last_use: Arc<AtomicU64>,
+}
+
+/// How a session path is set up.
+#[derive(Debug)]
+pub struct SessionSettings {
+    pub name: Arc<str>,
+    /// The endpoint path serving the upstream.
+    pub path: String,
+    pub sse_idle_timeout: Duration,
+    pub on_session_lost: OnSessionLost,
+}
+
+/// The upstream session a session's route names.
+pub fn binding(route: &Route) -> Binding<'_> {
     Binding {
-        session_id: record.upstream_session.as_deref(),
-        protocol_version: record.negotiated.protocol_version,
+        replica: route.replica,
+        session_id: route.upstream_session.as_deref(),
+        protocol_version: route.negotiated.protocol_version,
     }
 }
 
 impl SessionPath {
     pub fn new(
+        settings: SessionSettings,
         upstream: Upstream,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
-        sse_idle_timeout: Duration,
+        cluster: Arc<Cluster>,
     ) -> Self {
         SessionPath {
+            name: settings.name,
+            path: settings.path,
             upstream,
             sessions,
             metrics,
-            sse_idle_timeout,
+            sse_idle_timeout: settings.sse_idle_timeout,
+            on_session_lost: settings.on_session_lost,
+            tools: Arc::new(ToolHints::default()),
+            cluster,
+            local: DashMap::new(),
         }
     }
 
@@ -77,6 +128,11 @@ impl SessionPath {
 
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
+    }
+
+    /// The upstream's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
     }
 
     // === the routes ===
@@ -150,7 +206,7 @@ impl SessionPath {
             }
             Some(session) => {
                 let lease = self.lease(session).await?;
-                (session.id.to_string(), lease.record.negotiated)
+                (session.id.to_string(), lease.record.route.negotiated)
             }
         };
         let result = initialize_result(&negotiated, Some(br#"{"required":false}"#));
@@ -188,9 +244,16 @@ impl SessionPath {
     /// session is gone here and upstream.
     pub async fn delete(
         &self,
+        message: &Message<'_, '_>,
         id: &RawValue,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        if let Some(forwarded) = self
+            .to_owner(session, http::Method::POST, message.headers, message.body)
+            .await
+        {
+            return forwarded;
+        }
         self.end_named(session).await?;
         Ok(response::json(
             StatusCode::OK,
@@ -202,8 +265,15 @@ impl SessionPath {
     /// the same session (2025-11-25 "Session Management"), answered 204.
     pub async fn end_by_header(
         &self,
+        client_headers: &HeaderMap,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        if let Some(forwarded) = self
+            .to_owner(session, http::Method::DELETE, client_headers, &Bytes::new())
+            .await
+        {
+            return forwarded;
+        }
         self.end_named(session).await?;
         Ok(response::status(StatusCode::NO_CONTENT))
     }
@@ -217,8 +287,30 @@ impl SessionPath {
         dialect: Dialect,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
-        let lease = self.lease(session).await?;
+        let mut lease = self.lease(session).await?;
         let body = message.body;
+        match self
+            .cluster
+            .whereabouts(lease.record.route.owner.as_deref())
+        {
+            Whereabouts::Here => {}
+            Whereabouts::There(owner) => {
+                let owner = owner.to_owned();
+                let method = http::Method::POST;
+                let (headers, body) = (message.headers, body.clone());
+                return self
+                    .cluster
+                    .forward(&owner, &self.path, method, headers, body, &session.id)
+                    .await;
+            }
+            // This replica restarted since: the child went with the process before.
+            Whereabouts::Gone => {
+                lease.record.route = self
+                    .lost(&session.id, &lease.record, message.headers)
+                    .await?;
+            }
+        }
+        self.used_locally(&lease.record.route);
         let mut upstream_body = match message.payload {
             Some((raw, payload)) => strip_session(body, raw, payload),
             None => body.clone(),
@@ -227,12 +319,33 @@ impl SessionPath {
             upstream_body = strip_top_level_session(upstream_body);
         }
         let forwarded = headers::to_upstream_in_session(message.headers);
+        let route = &lease.record.route;
         let exchanged = self
             .upstream
-            .exchange(binding(&lease.record), upstream_body, &forwarded)
+            .exchange(binding(route), upstream_body.clone(), &forwarded)
             .await;
         let answer = match exchanged {
             Ok(answer) => answer,
+            Err(UpstreamError::SessionGone) => {
+                let route = self
+                    .lost(&session.id, &lease.record, message.headers)
+                    .await?;
+                if !self.safe_to_repeat(message) {
+                    return Err(ProxyError::NotRetried {
+                        upstream: self.upstream.label().to_string(),
+                        session_id: session.id.to_string(),
+                    });
+                }
+                tracing::info!(session = %log_tag(&session.id), "request retried on the new upstream session");
+                let retried = self
+                    .upstream
+                    .exchange(binding(&route), upstream_body, &forwarded)
+                    .await;
+                match retried {
+                    Ok(answer) => answer,
+                    Err(e) => return Err(self.failed(e, &session.id).await),
+                }
+            }
             Err(e) => return Err(self.failed(e, &session.id).await),
         };
         let envelope = message.envelope;
@@ -257,6 +370,7 @@ impl SessionPath {
             }),
             _ => None,
         };
+        let learn = (message.method() == Some(Method::ToolsList)).then(|| self.tools.clone());
         let relayed = self
             .relay(self.sse_idle_timeout)
             .relay(
@@ -265,6 +379,7 @@ impl SessionPath {
                     id: request_id,
                     accepts: message.accepts,
                     stamp,
+                    learn,
                 },
             )
             .await?;
@@ -279,7 +394,34 @@ impl SessionPath {
         client_headers: &HeaderMap,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let lease = self.lease(session).await?;
+        let mut lease = self.lease(session).await?;
+        match self
+            .cluster
+            .whereabouts(lease.record.route.owner.as_deref())
+        {
+            Whereabouts::Here => {}
+            Whereabouts::There(owner) => {
+                let owner = owner.to_owned();
+                let method = http::Method::GET;
+                return self
+                    .cluster
+                    .forward(
+                        &owner,
+                        &self.path,
+                        method,
+                        client_headers,
+                        Bytes::new(),
+                        &session.id,
+                    )
+                    .await;
+            }
+            Whereabouts::Gone => {
+                lease.record.route = self
+                    .lost(&session.id, &lease.record, client_headers)
+                    .await?;
+            }
+        }
+        self.used_locally(&lease.record.route);
         let mut forwarded = headers::to_upstream_in_session(client_headers);
         if let Some(last) = client_headers.get(&LAST_EVENT_ID) {
             forwarded.insert(LAST_EVENT_ID.clone(), last.clone());
@@ -287,7 +429,7 @@ impl SessionPath {
         forwarded.insert(http::header::ACCEPT, HeaderValue::from_static(SSE));
         let listened = self
             .upstream
-            .listen(binding(&lease.record), &forwarded)
+            .listen(binding(&lease.record.route), &forwarded)
             .await;
         let answer = match listened {
             Ok(answer) => answer,
@@ -324,13 +466,14 @@ impl SessionPath {
             .sessions
             .end(id)
             .await
-            .map_err(|e| session_error(e, id))?
+            .map_err(|e| self.session_error(e, id))?
         else {
             return Ok(None);
         };
         // Waited for, so that when the client hears `{}` the upstream session is gone; a
         // failure is logged, not returned: the mapping is gone either way.
-        if let Err(e) = self.upstream.terminate(binding(&record)).await {
+        self.forget_local(&record.route);
+        if let Err(e) = self.upstream.terminate(binding(&record.route)).await {
             tracing::warn!(session = %log_tag(id), error = %e, "upstream did not end the session");
         }
         self.metrics.sessions_deleted.inc();
@@ -342,58 +485,84 @@ impl SessionPath {
     pub fn expired(&self, id: &str, record: SessionRecord) {
         self.metrics.sessions_expired.inc();
         tracing::info!(session = %log_tag(id), "session expired");
-        self.end_upstream(record.upstream_session, record.negotiated.protocol_version);
+        self.forget_local(&record.route);
+        self.end_upstream(record.route);
     }
 
     /// A stdio child died on its own: the session it served is forgotten at once (its
-    /// client gets -32043), not at its next use or expiry.
+    /// client gets -32043), not at its next use or expiry — unless the policy is to
+    /// reinitialize, which its next use then does.
     pub async fn upstream_session_died(&self, upstream_session: &str) {
-        self.upstream.forget(upstream_session);
-        let sessions = match self.sessions.list(usize::MAX).await {
-            Ok(sessions) => sessions,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not look up the session of a dead stdio server");
-                return;
-            }
+        self.upstream.forget(Binding {
+            replica: LOCAL_REPLICA,
+            session_id: Some(upstream_session),
+            protocol_version: "",
+        });
+        if self.on_session_lost == OnSessionLost::Reinitialize {
+            return;
+        }
+        let Some((_, local)) = self.local.remove(upstream_session) else {
+            return;
         };
-        let owner = sessions
-            .into_iter()
-            .find(|(_, record)| record.upstream_session.as_deref() == Some(upstream_session));
-        if let Some((id, _)) = owner
-            && let Ok(Some(_)) = self.sessions.end(&id).await
-        {
+        if let Ok(Some(_)) = self.sessions.end(&local.session_id).await {
             self.metrics.sessions_lost.inc();
-            tracing::info!(session = %log_tag(&id), "session ended: its stdio server died");
+            tracing::info!(session = %log_tag(&local.session_id), "session ended: its stdio server died");
         }
     }
 
-    /// Ends every session's upstream session (shutdown: sessions live in this process's
-    /// memory and would be lost anyway), `ENDING_AT_ONCE` at a time, within `within`.
-    pub async fn end_all(&self, within: Duration) {
-        let all = match self.sessions.take_all().await {
-            Ok(all) => all,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read sessions at shutdown");
-                return;
+    /// Ends the upstream sessions of `records` (already out of the store), at most
+    /// [`ENDING_AT_ONCE`] at a time.
+    pub async fn end_records(&self, records: Vec<SessionRecord>) {
+        let mut ending = tokio::task::JoinSet::new();
+        for record in records {
+            if ending.len() >= ENDING_AT_ONCE {
+                ending.join_next().await;
             }
-        };
-        let upstream = self.upstream.clone();
-        let ending = async move {
-            let mut ending = tokio::task::JoinSet::new();
-            for (_, record) in all {
-                if ending.len() >= ENDING_AT_ONCE {
-                    ending.join_next().await;
-                }
-                let upstream = upstream.clone();
-                ending.spawn(async move {
-                    let _ = upstream.terminate(binding(&record)).await;
-                });
-            }
-            while ending.join_next().await.is_some() {}
-        };
-        if tokio::time::timeout(within, ending).await.is_err() {
-            tracing::warn!("not every upstream session could be ended at shutdown");
+            self.forget_local(&record.route);
+            let upstream = self.upstream.clone();
+            ending.spawn(async move {
+                let _ = upstream.terminate(binding(&record.route)).await;
+            });
         }
+        while ending.join_next().await.is_some() {}
+    }
+
+    /// Stops the stdio children of sessions that ended elsewhere (another replica deleted
+    /// or reaped the record) or that nobody used for `session.idle_ttl` (a sealed
+    /// session's child, which nothing else reaps). Bounded by the children held here.
+    pub async fn sweep_local(&self) {
+        let idle = self.sessions.settings().idle_ttl.as_millis() as u64;
+        let now = now_millis();
+        let held: Vec<(String, Local)> = self
+            .local
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        for (key, local) in held {
+            let stale = now.saturating_sub(local.last_use.load(Ordering::Acquire)) > idle;
+            let gone = !stale
+                && self.sessions.store().keeps_records()
+                && matches!(self.sessions.peek(&local.session_id).await, Ok(None));
+            if !(stale || gone) {
+                continue;
+            }
+            self.local.remove(&key);
+            tracing::info!(session = %log_tag(&local.session_id), "stdio server stopped: its session ended or went idle");
+            let binding = Binding {
+                replica: LOCAL_REPLICA,
+                session_id: Some(&key),
+                protocol_version: "",
+            };
+            let _ = self.upstream.terminate(binding).await;
+        }
+    }
+
+    /// The sessionIds of the sessions whose upstream session lives in this process.
+    pub fn local_sessions(&self) -> Vec<String> {
+        self.local
+            .iter()
+            .map(|e| e.value().session_id.clone())
+            .collect()
     }
 
     // === helpers ===
@@ -417,11 +586,159 @@ impl SessionPath {
         }
     }
 
+    /// One use of a session of this upstream (a session of another upstream is not
+    /// found here).
     async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
-        self.sessions
+        let lease = self
+            .sessions
             .lease(&session.id, session.state.as_deref())
             .await
-            .map_err(|e| session_error(e, &session.id))
+            .map_err(|e| self.session_error(e, &session.id))?;
+        if lease.record.upstream != self.name {
+            return Err(ProxyError::SessionNotFound {
+                session_id: session.id.to_string(),
+            });
+        }
+        Ok(lease)
+    }
+
+    fn session_error(&self, error: SessionError, id: &str) -> ProxyError {
+        session_error(error, id, self.sessions.store_kind())
+    }
+
+    /// A request naming a session whose process-local part another replica holds goes
+    /// there, as it came. `None`: it is served here.
+    async fn to_owner(
+        &self,
+        session: &SessionRef<'_>,
+        method: http::Method,
+        client_headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+        let record = match self.sessions.peek(&session.id).await {
+            Ok(Some(record)) if record.upstream == self.name => record,
+            Ok(_) => return None,
+            Err(e) => return Some(Err(self.session_error(e, &session.id))),
+        };
+        match self.cluster.whereabouts(record.route.owner.as_deref()) {
+            Whereabouts::There(owner) => {
+                let body = body.clone();
+                let forwarded = self
+                    .cluster
+                    .forward(owner, &self.path, method, client_headers, body, &session.id)
+                    .await;
+                Some(forwarded)
+            }
+            Whereabouts::Here | Whereabouts::Gone => None,
+        }
+    }
+
+    /// Whether a request may be sent again on a new upstream session: a list, read or
+    /// get, or a call of a tool the upstream marked `idempotentHint`.
+    fn safe_to_repeat(&self, message: &Message<'_, '_>) -> bool {
+        match message.method() {
+            Some(Method::ToolsCall) => self
+                .tools
+                .idempotent_call(message.payload.map(|(raw, _)| raw)),
+            Some(method) => method.is_safe_to_repeat(),
+            None => false,
+        }
+    }
+
+    /// The upstream lost session `id` (`record` is what it was). With the `fail` policy
+    /// the session is forgotten and the client hears -32043. With `reinitialize`, the
+    /// client's recorded `initialize` is replayed on a healthy replica and the session
+    /// pointed at the new upstream session — unless another request did it first, whose
+    /// upstream session is then used. Returns the route to use now.
+    async fn lost(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+        client_headers: &HeaderMap,
+    ) -> Result<Route, ProxyError> {
+        self.upstream.forget(binding(&record.route));
+        if self.on_session_lost == OnSessionLost::Fail {
+            return Err(self.failed(UpstreamError::SessionGone, id).await);
+        }
+        let client = record.client.as_deref();
+        let forwarded = headers::to_upstream_in_session(client_headers);
+        let opened = self
+            .upstream
+            .open(
+                client.and_then(|c| c.client_info.as_deref()),
+                client.and_then(|c| c.capabilities.as_deref()),
+                &forwarded,
+            )
+            .await
+            .map_err(|e| upstream_error(&self.upstream, e))?;
+        let route = Route {
+            replica: opened.replica,
+            upstream_session: opened.session_id.map(Arc::from),
+            negotiated: Arc::new(opened.negotiated),
+            owner: self.owner(),
+        };
+        let from = record.route.upstream_session.as_deref();
+        match self.sessions.reroute(id, from, &route).await {
+            Ok(true) => {
+                self.metrics.sessions_reinitialized.inc();
+                self.forget_local(&record.route);
+                self.hold_locally(id, &route);
+                self.upstream.label_session(binding(&route), log_tag(id));
+                tracing::info!(session = %log_tag(id), replica = route.replica, "upstream lost the session; reinitialized it with the client's recorded initialize");
+                Ok(route)
+            }
+            moved => {
+                // Another request moved it first (or the store failed): this upstream
+                // session is not needed.
+                self.end_upstream(route);
+                moved.map_err(|e| self.session_error(e, id))?;
+                let current = self
+                    .sessions
+                    .peek(id)
+                    .await
+                    .map_err(|e| self.session_error(e, id))?;
+                current
+                    .map(|record| record.route)
+                    .ok_or_else(|| ProxyError::SessionNotFound {
+                        session_id: id.to_owned(),
+                    })
+            }
+        }
+    }
+
+    /// This replica, when the upstream's sessions live in one process.
+    fn owner(&self) -> Option<Arc<str>> {
+        self.upstream
+            .is_process_local()
+            .then(|| self.cluster.me().clone())
+    }
+
+    /// Notes a use of a session whose stdio child lives here.
+    fn used_locally(&self, route: &Route) {
+        if let Some(key) = route.upstream_session.as_deref()
+            && let Some(local) = self.local.get(key)
+        {
+            local.last_use.store(now_millis(), Ordering::Release);
+        }
+    }
+
+    /// Remembers a session whose stdio child lives here.
+    fn hold_locally(&self, id: &str, route: &Route) {
+        if let (Some(_), Some(key)) = (&route.owner, route.upstream_session.as_deref()) {
+            self.local.insert(
+                key.to_owned(),
+                Local {
+                    session_id: id.to_owned(),
+                    last_use: Arc::new(AtomicU64::new(now_millis())),
+                },
+            );
+        }
+    }
+
+    fn forget_local(&self, route: &Route) {
+        if let Some(key) = route.upstream_session.as_deref() {
+            self.local.remove(key);
+        }
     }
 
     /// An upstream failure in session `id`: a lost upstream session makes the proxy
@@ -430,7 +747,8 @@ impl SessionPath {
         match error {
             UpstreamError::SessionGone => {
                 match self.sessions.end(id).await {
-                    Ok(Some(_)) => {
+                    Ok(Some(record)) => {
+                        self.forget_local(&record.route);
                         self.metrics.sessions_lost.inc();
                     }
                     Ok(None) => {}
@@ -455,7 +773,15 @@ impl SessionPath {
             self.sessions
                 .check_state(id, state)
                 .await
-                .map_err(|e| session_error(e, id))?;
+                .map_err(|e| self.session_error(e, id))?;
+        }
+        // A session of another upstream is not found here.
+        if let Ok(Some(record)) = self.sessions.peek(id).await
+            && record.upstream != self.name
+        {
+            return Err(ProxyError::SessionNotFound {
+                session_id: id.to_string(),
+            });
         }
         if self.end(id).await?.is_none() {
             return Err(ProxyError::SessionNotFound {
@@ -483,7 +809,10 @@ impl SessionPath {
                     return Err(ProxyError::NotAnObject { key });
                 }
             }
-            let slot = self.sessions.reserve().map_err(|e| session_error(e, ""))?;
+            let slot = self
+                .sessions
+                .reserve()
+                .map_err(|e| self.session_error(e, ""))?;
             let forwarded = headers::to_upstream_in_session(client_headers);
             let opened = self
                 .upstream
@@ -494,22 +823,41 @@ impl SessionPath {
             // wrong — including the client leaving, which drops this future.
             let mut unadmitted = EndUnlessAdmitted {
                 path: self,
-                session_id: opened.session_id.clone(),
-                protocol_version: opened.negotiated.protocol_version,
+                route: Some(Route {
+                    replica: opened.replica,
+                    upstream_session: opened.session_id.as_deref().map(Arc::from),
+                    negotiated: Arc::new(opened.negotiated.clone()),
+                    owner: self.owner(),
+                }),
             };
+            // The client's identity is kept only where it may be replayed.
+            let client = (self.on_session_lost == OnSessionLost::Reinitialize).then(|| {
+                Arc::new(ClientIdentity {
+                    client_info: client_info.map(ToOwned::to_owned),
+                    capabilities: capabilities.map(ToOwned::to_owned),
+                })
+            });
             let issued = self
                 .sessions
-                .admit(slot, opened.session_id, opened.negotiated, legacy)
+                .admit(
+                    slot,
+                    NewSession {
+                        upstream: self.name.clone(),
+                        replica: opened.replica,
+                        upstream_session: opened.session_id,
+                        negotiated: opened.negotiated,
+                        owner: self.owner(),
+                        legacy,
+                        client,
+                    },
+                )
                 .await
-                .map_err(|e| session_error(e, ""))?;
-            let session_id = unadmitted.session_id.take();
-            self.upstream.label_session(
-                Binding {
-                    session_id: session_id.as_deref(),
-                    protocol_version: unadmitted.protocol_version,
-                },
-                log_tag(&issued.id),
-            );
+                .map_err(|e| self.session_error(e, ""))?;
+            if let Some(route) = unadmitted.route.take() {
+                self.upstream
+                    .label_session(binding(&route), log_tag(&issued.id));
+                self.hold_locally(&issued.id, &route);
+            }
             Ok(issued)
         }
         .await;
@@ -525,15 +873,13 @@ impl SessionPath {
     }
 
     /// Ends an upstream session in the background.
-    fn end_upstream(&self, session_id: Option<Arc<str>>, protocol_version: &'static str) {
-        let Some(session_id) = session_id else { return };
+    fn end_upstream(&self, route: Route) {
+        if route.upstream_session.is_none() {
+            return;
+        }
         let upstream = self.upstream.clone();
         tokio::spawn(async move {
-            let binding = Binding {
-                session_id: Some(&session_id),
-                protocol_version,
-            };
-            if let Err(e) = upstream.terminate(binding).await {
+            if let Err(e) = upstream.terminate(binding(&route)).await {
                 tracing::warn!(error = %e, "upstream did not end a session");
             }
         });
@@ -543,15 +889,13 @@ impl SessionPath {
 /// Ends an upstream session on drop unless a session took it.
 struct EndUnlessAdmitted<'a> {
     path: &'a SessionPath,
-    session_id: Option<String>,
-    protocol_version: &'static str,
+    route: Option<Route>,
 }
 
 impl Drop for EndUnlessAdmitted<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.session_id.take() {
-            self.path
-                .end_upstream(Some(id.into()), self.protocol_version);
+        if let Some(route) = self.route.take() {
+            self.path.end_upstream(route);
         }
     }
 }
@@ -561,12 +905,12 @@ pub fn rejection(error: &ProxyError) -> Rejection {
     match error {
         ProxyError::SessionLimit { .. } => Rejection::Limit,
         ProxyError::Upstream { .. } => Rejection::Upstream,
-        ProxyError::Store(_) => Rejection::Store,
+        ProxyError::Store { .. } => Rejection::Store,
         _ => Rejection::Invalid,
     }
 }
 
-fn session_error(error: SessionError, id: &str) -> ProxyError {
+fn session_error(error: SessionError, id: &str, store: &'static str) -> ProxyError {
     match error {
         SessionError::NotFound => ProxyError::SessionNotFound {
             session_id: id.to_owned(),
@@ -575,7 +919,7 @@ fn session_error(error: SessionError, id: &str) -> ProxyError {
             session_id: id.to_owned(),
         },
         SessionError::Full { max } => ProxyError::SessionLimit { max },
-        SessionError::Store(e) => ProxyError::Store(e),
+        SessionError::Store(source) => ProxyError::Store { store, source },
     }
 }
 

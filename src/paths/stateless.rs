@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
 use self::driver::{First, Resume};
+use super::cluster::{Cluster, Whereabouts};
 use super::headers;
 use super::relay::Relay;
 use super::session::{raw_bytes, upstream_error};
@@ -72,16 +73,21 @@ pub struct StatelessPath {
     listens: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     sse_idle_timeout: Duration,
+    cluster: Arc<Cluster>,
+    /// The endpoint path serving the upstream (where a retry goes on its owner).
+    path: String,
 }
 
 impl StatelessPath {
-    /// `key` seals `requestState` (domain-separated from the session `state` it also
-    /// seals).
+    /// `keys` seal `requestState` (the first seals, all open; domain-separated from the
+    /// session `state` they also seal).
     pub fn new(
         upstream: Upstream,
         metrics: Arc<Metrics>,
-        key: &[u8],
+        keys: &[Vec<u8>],
         settings: &StatelessSettings,
+        cluster: Arc<Cluster>,
+        path: String,
     ) -> Self {
         let pool = Pool::new(
             upstream.clone(),
@@ -95,11 +101,13 @@ impl StatelessPath {
         StatelessPath {
             upstream,
             pool,
-            sealer: Sealer::new(key, settings.request_state_ttl),
+            sealer: Sealer::with_keys(keys, settings.request_state_ttl),
             parked: Parked::default(),
             listens: Arc::new(Semaphore::new(settings.max_listens)),
             metrics,
             sse_idle_timeout: settings.sse_idle_timeout,
+            cluster,
+            path,
         }
     }
 
@@ -186,7 +194,26 @@ impl StatelessPath {
             .and_then(|p| p.member("requestState"))
             .map(|raw| raw_str(raw).map(|s| s.into_owned()).unwrap_or_default());
         if let Some(token) = request_state {
-            let park = self.sealer.open(&token, binding)?;
+            let (park, owner) = self.sealer.open(&token, binding)?;
+            match self.cluster.whereabouts(Some(&owner)) {
+                Whereabouts::Here => {}
+                // The call waits on another replica: the retry goes there, as it came.
+                Whereabouts::There(owner) => {
+                    return self
+                        .cluster
+                        .forward(
+                            owner,
+                            &self.path,
+                            http::Method::POST,
+                            message.headers,
+                            message.body.clone(),
+                            "",
+                        )
+                        .await;
+                }
+                // This replica restarted since the call was parked: it is gone.
+                Whereabouts::Gone => return Err(RequestStateError::Unknown.into()),
+            }
             let resume = self.parked.take(&park).ok_or(RequestStateError::Unknown)?;
             let next = Resume {
                 client_id: id,

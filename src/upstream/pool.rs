@@ -51,6 +51,7 @@ pub struct Pool {
 
 #[derive(Debug)]
 struct Idle {
+    replica: super::ReplicaId,
     session_id: Option<String>,
     negotiated: Arc<Negotiated>,
     opened: Instant,
@@ -62,6 +63,7 @@ struct Idle {
 pub struct Checkout {
     pool: Arc<Pool>,
     key: String,
+    replica: super::ReplicaId,
     session_id: Option<String>,
     negotiated: Arc<Negotiated>,
     opened: Instant,
@@ -71,6 +73,7 @@ pub struct Checkout {
 impl Checkout {
     pub fn binding(&self) -> Binding<'_> {
         Binding {
+            replica: self.replica,
             session_id: self.session_id.as_deref(),
             protocol_version: self.negotiated.protocol_version,
         }
@@ -90,6 +93,7 @@ impl Checkout {
 impl Drop for Checkout {
     fn drop(&mut self) {
         let idle = Idle {
+            replica: self.replica,
             session_id: self.session_id.take(),
             negotiated: self.negotiated.clone(),
             opened: self.opened,
@@ -181,6 +185,7 @@ impl Pool {
                 return Ok(Checkout {
                     pool: self.clone(),
                     key,
+                    replica: idle.replica,
                     session_id: idle.session_id,
                     negotiated: idle.negotiated,
                     opened: idle.opened,
@@ -192,12 +197,14 @@ impl Pool {
         self.take_slot()?;
         match self.upstream.open(None, capabilities, forwarded).await {
             Ok(Opened {
+                replica,
                 session_id,
                 negotiated,
             }) => {
                 let checkout = Checkout {
                     pool: self.clone(),
                     key,
+                    replica,
                     session_id,
                     negotiated: Arc::new(negotiated),
                     opened: Instant::now(),
@@ -310,6 +317,7 @@ impl Pool {
             .collect();
         for idle in all {
             let binding = Binding {
+                replica: idle.replica,
                 session_id: idle.session_id.as_deref(),
                 protocol_version: idle.negotiated.protocol_version,
             };
@@ -323,6 +331,7 @@ impl Pool {
         let upstream = self.upstream.clone();
         tokio::spawn(async move {
             let binding = Binding {
+                replica: idle.replica,
                 session_id: idle.session_id.as_deref(),
                 protocol_version: idle.negotiated.protocol_version,
             };

@@ -20,6 +20,7 @@
 )]
 
 pub mod assert;
+pub mod fleet;
 pub mod interop;
 pub mod log;
 pub mod procs;
@@ -48,7 +49,7 @@ pub struct Harness {
 pub fn config_for(upstream: &str) -> Config {
     let mut config = Config::defaults();
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.upstream.target = Target::Http(upstream.parse().unwrap());
+    config.upstream.target = Target::Http(vec![upstream.parse().unwrap()]);
     // Open event streams hold a graceful shutdown for this long at most.
     config.shutdown_grace = Duration::from_secs(2);
     config

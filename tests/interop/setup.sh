@@ -11,6 +11,9 @@
 #   conformance-2026/  @modelcontextprotocol/conformance 0.2.0-alpha.12 (adds 2026-07-28)
 #   sdk/               @modelcontextprotocol/sdk 1.x + zod (conformance/fixture-server.mjs,
 #                      TypeScript SDK client tests)
+# and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
+#   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
+#                      and a real load balancer in front of two proxy processes
 # Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), the npm
 # registry and PyPI. Safe to run concurrently (serialised with flock).
 set -euo pipefail
@@ -32,6 +35,28 @@ mkdir -p "$TOOLS"
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$TOOLS/.lock"
   flock 9
+fi
+
+# Debian packages: the tests start their own redis-server and nginx (no service is
+# enabled or started here). Installed only when missing, so a second run is a no-op.
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+debian=()
+have redis-server || debian+=(redis-server)
+have nginx || debian+=(nginx-light)
+if [ "${#debian[@]}" -gt 0 ]; then
+  command -v apt-get >/dev/null 2>&1 || { echo "interop setup: ${debian[*]} missing and no apt-get to install them" >&2; exit 1; }
+  SUDO=()
+  [ "$(id -u)" = 0 ] || SUDO=(sudo -n)
+  echo "interop setup: apt-get install ${debian[*]}"
+  if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debian[@]}" >/dev/null; then
+    "${SUDO[@]}" apt-get update -qq >/dev/null
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debian[@]}" >/dev/null
+  fi
+  # Debian's packages may start their service; the tests start their own.
+  for service in redis-server nginx; do
+    if command -v service >/dev/null 2>&1; then "${SUDO[@]}" service "$service" stop >/dev/null 2>&1 || true; fi
+  done
+  have redis-server && have nginx || { echo "interop setup: ${debian[*]} still missing after apt-get" >&2; exit 1; }
 fi
 
 command -v node >/dev/null || { echo "interop setup: node not found" >&2; exit 1; }

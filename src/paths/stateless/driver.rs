@@ -270,6 +270,7 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
     let park_id = path.parked.park(resume_tx);
     let token = path.sealer.seal(
         park_id,
+        path.cluster.me(),
         StateBinding {
             caller: &call.caller,
             method: &call.method,

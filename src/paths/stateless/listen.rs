@@ -134,6 +134,7 @@ pub async fn open(
         .map_err(|e| path.error(e))?;
     let session = Subscription {
         path: path.clone(),
+        replica: opened.replica,
         session_id: opened.session_id,
         version: opened.negotiated.protocol_version,
     };
@@ -195,6 +196,7 @@ pub async fn open(
 /// The upstream session a subscription holds; ended when dropped.
 struct Subscription {
     path: Arc<StatelessPath>,
+    replica: crate::upstream::ReplicaId,
     session_id: Option<String>,
     version: &'static str,
 }
@@ -202,6 +204,7 @@ struct Subscription {
 impl Subscription {
     fn binding(&self) -> Binding<'_> {
         Binding {
+            replica: self.replica,
             session_id: self.session_id.as_deref(),
             protocol_version: self.version,
         }
@@ -215,8 +218,10 @@ impl Drop for Subscription {
         };
         let upstream = self.path.upstream.clone();
         let version = self.version;
+        let replica = self.replica;
         tokio::spawn(async move {
             let binding = Binding {
+                replica,
                 session_id: Some(&session_id),
                 protocol_version: version,
             };

@@ -12,6 +12,18 @@ fn negotiated() -> Negotiated {
     }
 }
 
+fn new(upstream_session: Option<&str>) -> NewSession {
+    NewSession {
+        upstream: "default".into(),
+        replica: 1,
+        upstream_session: upstream_session.map(str::to_owned),
+        negotiated: negotiated(),
+        owner: None,
+        legacy: false,
+        client: None,
+    }
+}
+
 fn sessions(max: usize, ttl: Duration) -> Sessions {
     Sessions::new(
         Store::Memory(MemoryStore::new()),
@@ -27,17 +39,12 @@ fn sessions(max: usize, ttl: Duration) -> Sessions {
 async fn a_lease_renews_and_advances_the_state() {
     let s = sessions(10, Duration::from_secs(60));
     let issued = s
-        .admit(
-            s.reserve().unwrap(),
-            Some("up-1".into()),
-            negotiated(),
-            false,
-        )
+        .admit(s.reserve().unwrap(), new(Some("up-1")))
         .await
         .unwrap();
     let first = s.lease(&issued.id, Some(&issued.state)).await.unwrap();
     assert_eq!(first.record.seq, 1);
-    assert_eq!(first.record.upstream_session.as_deref(), Some("up-1"));
+    assert_eq!(first.record.route.upstream_session.as_deref(), Some("up-1"));
     let second = s.lease(&issued.id, Some(&first.state)).await.unwrap();
     assert_eq!(second.record.seq, 2);
     assert_ne!(first.state, second.state);
@@ -49,14 +56,8 @@ async fn a_lease_renews_and_advances_the_state() {
 #[tokio::test]
 async fn a_state_from_another_session_is_refused_without_renewing() {
     let s = sessions(10, Duration::from_secs(60));
-    let a = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
-    let b = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     assert!(matches!(
         s.lease(&a.id, Some(&b.state)).await,
         Err(SessionError::BadState)
@@ -72,17 +73,11 @@ async fn a_state_from_another_session_is_refused_without_renewing() {
 #[tokio::test]
 async fn sessions_negotiating_the_same_thing_share_it() {
     let s = sessions(10, Duration::from_secs(60));
-    let a = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
-    let b = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     let ra = s.lease(&a.id, None).await.unwrap().record;
     let rb = s.lease(&b.id, None).await.unwrap().record;
-    assert!(Arc::ptr_eq(&ra.negotiated, &rb.negotiated));
+    assert!(Arc::ptr_eq(&ra.route.negotiated, &rb.route.negotiated));
 }
 
 #[tokio::test]
@@ -101,17 +96,11 @@ async fn unknown_and_invisible_ids_are_not_found() {
 #[tokio::test]
 async fn the_cap_counts_reserved_and_live_sessions() {
     let s = sessions(2, Duration::from_secs(60));
-    let a = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     let pending = s.reserve().unwrap();
     assert!(matches!(s.reserve(), Err(SessionError::Full { max: 2 })));
     drop(pending);
-    let b = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     assert_eq!(s.live(), 2);
     assert!(s.end(&a.id).await.unwrap().is_some());
     assert!(s.end(&a.id).await.unwrap().is_none());
@@ -124,7 +113,7 @@ async fn the_cap_counts_reserved_and_live_sessions() {
 async fn expired_sessions_are_not_leased_and_are_reaped() {
     let s = sessions(10, Duration::from_millis(1));
     let a = s
-        .admit(s.reserve().unwrap(), Some("up".into()), negotiated(), false)
+        .admit(s.reserve().unwrap(), new(Some("up")))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -141,12 +130,12 @@ async fn expired_sessions_are_not_leased_and_are_reaped() {
 #[tokio::test]
 async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
     let s = Arc::new(sessions(10, Duration::from_millis(1)));
-    s.admit(s.reserve().unwrap(), Some("up".into()), negotiated(), false)
+    s.admit(s.reserve().unwrap(), new(Some("up")))
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let reaper = spawn_reaper(s.clone(), Duration::from_millis(5), move |_, record| {
-        let _ = tx.send(record.upstream_session);
+        let _ = tx.send(record.route.upstream_session);
     });
     let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
         .await
