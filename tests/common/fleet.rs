@@ -329,6 +329,11 @@ impl ProxyProcess {
 
     /// Starts the binary in `dir` (whose `proxy.toml` is written from `toml`).
     pub async fn start_in(dir: PathBuf, toml: &str) -> ProxyProcess {
+        ProxyProcess::start_with(dir, toml, &[]).await
+    }
+
+    /// Starts the binary in `dir` with `toml` and the `MCP_PROXY_*` variables `env`.
+    pub async fn start_with(dir: PathBuf, toml: &str, env: &[(&str, &str)]) -> ProxyProcess {
         std::fs::write(dir.join("proxy.toml"), toml).unwrap();
         let mut command = Command::new(BIN);
         command
@@ -344,6 +349,7 @@ impl ProxyProcess {
             }
         }
         command.env("MCP_PROXY_LOG__FORMAT", "json");
+        command.envs(env.iter().copied());
         let mut child = command.spawn().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
