@@ -656,10 +656,10 @@ impl SessionPath {
         record: &SessionRecord,
         client_headers: &HeaderMap,
     ) -> Result<Route, ProxyError> {
-        self.upstream.forget(binding(&record.route));
         if self.on_session_lost == OnSessionLost::Fail {
             return Err(self.failed(UpstreamError::SessionGone, id).await);
         }
+        self.upstream.forget(binding(&record.route));
         let client = record.client.as_deref();
         let forwarded = headers::to_upstream_in_session(client_headers);
         let opened = self
@@ -682,7 +682,9 @@ impl SessionPath {
             Ok(true) => {
                 self.metrics.sessions_reinitialized.inc();
                 self.forget_local(&record.route);
-                self.hold_locally(id, &route);
+                if let (Some(_), Some(key)) = (&route.owner, route.upstream_session.as_deref()) {
+                    self.hold_locally(id, key.to_owned());
+                }
                 self.upstream.label_session(binding(&route), log_tag(id));
                 tracing::info!(session = %log_tag(id), replica = route.replica, "upstream lost the session; reinitialized it with the client's recorded initialize");
                 Ok(route)
@@ -715,6 +717,9 @@ impl SessionPath {
 
     /// Notes a use of a session whose stdio child lives here.
     fn used_locally(&self, route: &Route) {
+        if route.owner.is_none() {
+            return;
+        }
         if let Some(key) = route.upstream_session.as_deref()
             && let Some(local) = self.local.get(key)
         {
@@ -722,20 +727,21 @@ impl SessionPath {
         }
     }
 
-    /// Remembers a session whose stdio child lives here.
-    fn hold_locally(&self, id: &str, route: &Route) {
-        if let (Some(_), Some(key)) = (&route.owner, route.upstream_session.as_deref()) {
-            self.local.insert(
-                key.to_owned(),
-                Local {
-                    session_id: id.to_owned(),
-                    last_use: Arc::new(AtomicU64::new(now_millis())),
-                },
-            );
-        }
+    /// Remembers a session whose stdio child (`key`) lives here.
+    fn hold_locally(&self, id: &str, key: String) {
+        self.local.insert(
+            key,
+            Local {
+                session_id: id.to_owned(),
+                last_use: Arc::new(AtomicU64::new(now_millis())),
+            },
+        );
     }
 
     fn forget_local(&self, route: &Route) {
+        if route.owner.is_none() {
+            return;
+        }
         if let Some(key) = route.upstream_session.as_deref() {
             self.local.remove(key);
         }
@@ -749,6 +755,7 @@ impl SessionPath {
                 match self.sessions.end(id).await {
                     Ok(Some(record)) => {
                         self.forget_local(&record.route);
+                        self.upstream.forget(binding(&record.route));
                         self.metrics.sessions_lost.inc();
                     }
                     Ok(None) => {}
@@ -823,12 +830,9 @@ impl SessionPath {
             // wrong — including the client leaving, which drops this future.
             let mut unadmitted = EndUnlessAdmitted {
                 path: self,
-                route: Some(Route {
-                    replica: opened.replica,
-                    upstream_session: opened.session_id.as_deref().map(Arc::from),
-                    negotiated: Arc::new(opened.negotiated.clone()),
-                    owner: self.owner(),
-                }),
+                replica: opened.replica,
+                session_id: opened.session_id.clone(),
+                protocol_version: opened.negotiated.protocol_version,
             };
             // The client's identity is kept only where it may be replayed.
             let client = (self.on_session_lost == OnSessionLost::Reinitialize).then(|| {
@@ -853,10 +857,15 @@ impl SessionPath {
                 )
                 .await
                 .map_err(|e| self.session_error(e, ""))?;
-            if let Some(route) = unadmitted.route.take() {
-                self.upstream
-                    .label_session(binding(&route), log_tag(&issued.id));
-                self.hold_locally(&issued.id, &route);
+            let session_id = unadmitted.session_id.take();
+            let admitted = Binding {
+                replica: unadmitted.replica,
+                session_id: session_id.as_deref(),
+                protocol_version: unadmitted.protocol_version,
+            };
+            self.upstream.label_session(admitted, log_tag(&issued.id));
+            if let (true, Some(key)) = (self.upstream.is_process_local(), session_id) {
+                self.hold_locally(&issued.id, key);
             }
             Ok(issued)
         }
@@ -889,14 +898,28 @@ impl SessionPath {
 /// Ends an upstream session on drop unless a session took it.
 struct EndUnlessAdmitted<'a> {
     path: &'a SessionPath,
-    route: Option<Route>,
+    replica: crate::upstream::ReplicaId,
+    session_id: Option<String>,
+    protocol_version: &'static str,
 }
 
 impl Drop for EndUnlessAdmitted<'_> {
     fn drop(&mut self) {
-        if let Some(route) = self.route.take() {
-            self.path.end_upstream(route);
-        }
+        let Some(session_id) = self.session_id.take() else {
+            return;
+        };
+        let upstream = self.path.upstream.clone();
+        let (replica, protocol_version) = (self.replica, self.protocol_version);
+        tokio::spawn(async move {
+            let binding = Binding {
+                replica,
+                session_id: Some(&session_id),
+                protocol_version,
+            };
+            if let Err(e) = upstream.terminate(binding).await {
+                tracing::warn!(error = %e, "upstream did not end a session");
+            }
+        });
     }
 }
 

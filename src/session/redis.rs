@@ -92,7 +92,7 @@ for _, id in ipairs(ids) do
   if v[1] then
     table.insert(out, id)
     table.insert(out, v[1])
-    table.insert(out, tonumber(v[2]))
+    table.insert(out, tonumber(v[2]) or 0)
   end
 end
 return out
