@@ -2,8 +2,9 @@
 //! clients untouched, in front of MCP servers that only speak the 2025-11-25
 //! `initialize` protocol.
 //!
-//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in;
-//! `route` classifies each message; `paths` serve it — `session` keeps sessions,
+//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in and
+//! `fleet` names the upstream its path is for; `route` classifies each message; `paths`
+//! serve it — `session` keeps sessions (in memory, in Redis, or sealed into their ids),
 //! `rewrite` edits messages, `upstream` reaches the legacy server — and `response` is
 //! what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
 

@@ -73,6 +73,18 @@ async fn upstreams_are_routed_by_path_and_the_default_is_also_at_the_bare_path()
         .await;
     assert_eq!(listed.status, 200, "{}", listed.text);
     assert_eq!(beta.live(), [2]);
+    // And stateless (2026-07-28) clients, on beta's own pooled upstream sessions.
+    let mut stateless = StatelessClient::new(format!("{base}/beta"));
+    let called = stateless
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"msg": "s"}}),
+        )
+        .await;
+    assert_eq!(called.status, 200, "{}", called.text);
+    assert_eq!(called.json()["result"]["content"][0]["text"], "s");
+    assert_eq!(beta.live(), [3], "a pooled session on beta");
+    assert_eq!(alpha.live(), [2]);
 
     // An unknown name is no endpoint.
     let reply = post_json(
