@@ -213,15 +213,17 @@ impl Fleet {
         };
         let mut ended = 0;
         for (old, replacement) in retired {
-            let goes = |record: &SessionRecord| match (&replacement, old.session.upstream()) {
-                (None, _) => true,
-                // A stdio upstream's children lived in the old one.
-                (Some(_), Upstream::Stdio(_)) => true,
-                (Some(now), _) => match now.session.upstream() {
-                    Upstream::Http(replicas) => replicas.get(record.route.replica).is_none(),
-                    Upstream::Stdio(_) => true,
-                },
-            };
+            // Sessions go with their upstream, unless it was replaced by HTTP replicas and
+            // theirs remains (a stdio upstream's children lived in the old one).
+            let goes =
+                |record: &SessionRecord| match replacement.as_ref().map(|n| n.session.upstream()) {
+                    Some(Upstream::Http(replicas))
+                        if matches!(old.session.upstream(), Upstream::Http(_)) =>
+                    {
+                        replicas.get(record.route.replica).is_none()
+                    }
+                    _ => true,
+                };
             let mut records = Vec::new();
             for (id, record) in all.iter().filter(|(_, r)| r.upstream == old.name) {
                 if goes(record)
@@ -233,10 +235,8 @@ impl Fleet {
             ended += records.len();
             old.session.end_records(records).await;
             old.stateless.pool().close().await;
-            if !matches!(&replacement, Some(now) if matches!(now.session.upstream(), Upstream::Http(_)))
-            {
-                old.session.upstream().shutdown().await;
-            }
+            // Stops what it ran (stdio children); nothing for HTTP.
+            old.session.upstream().shutdown().await;
         }
         ended
     }

@@ -142,9 +142,9 @@ async fn new_sessions_go_to_the_least_loaded_replica_and_stay_there() {
 #[tokio::test]
 async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers() {
     let mut replicas = Replicas::start(2).await;
-    let proxy = start(fleet_config(vec![named("api", true, replicas.target())]))
-        .await
-        .unwrap();
+    let mut config = fleet_config(vec![named("api", true, replicas.target())]);
+    config.upstream.health_interval = Duration::from_millis(200);
+    let proxy = start(config).await.unwrap();
     let ready = format!("http://{}/readyz", proxy.local_addr());
     let metrics = format!("http://{}/metrics", proxy.local_addr());
     let http = http_client();
@@ -158,7 +158,9 @@ async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers()
         client.create().await;
         clients.push(client);
     }
-    assert_eq!(replicas.live(), [4, 0]);
+    // Probes hold a session for a moment: counts are read once they are over.
+    let settled = eventually(Duration::from_secs(5), || replicas.live() == [4, 0]).await;
+    assert!(settled, "{:?}", replicas.live());
     let body: Value = http.get(&ready).send().await.unwrap().json().await.unwrap();
     assert_eq!(
         body["checks"]["upstream"], "ok",
@@ -208,7 +210,8 @@ async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers()
         client.create().await;
         clients.push(client);
     }
-    assert_eq!(replicas.live(), [4, 2]);
+    let settled = eventually(Duration::from_secs(5), || replicas.live() == [4, 2]).await;
+    assert!(settled, "{:?}", replicas.live());
     // The sessions on the surviving replica never noticed.
     for client in &mut clients {
         assert_eq!(client.tool_text("echo", json!({"msg": "ok"})).await, "ok");

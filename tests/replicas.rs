@@ -48,7 +48,7 @@ fn urls_toml(urls: &[String]) -> String {
 fn config(port: u16, urls: &[String], session: &str) -> String {
     format!(
         "listen = \"127.0.0.1:{port}\"\nshutdown_grace = \"5s\"\n\
-         [upstream]\nurls = {}\nhealth_interval = \"200ms\"\n\
+         [upstream]\nurls = {}\nhealth_interval = \"1h\"\n\
          [session]\n{session}\n",
         urls_toml(urls)
     )
@@ -376,8 +376,8 @@ async fn reinitialize_with_redis_moves_the_session_for_every_replica() {
             "{}
 ",
             config(0, &upstream.urls(), &session).replace(
-                "health_interval = \"200ms\"",
-                "health_interval = \"200ms\"\non_session_lost = \"reinitialize\""
+                "health_interval = \"1h\"",
+                "health_interval = \"1h\"\non_session_lost = \"reinitialize\""
             )
         );
         let a = ProxyProcess::start(&toml).await;

@@ -615,6 +615,10 @@ impl SessionPath {
         client_headers: &HeaderMap,
         body: &Bytes,
     ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+        // Only sessions whose upstream lives in one process have an owner.
+        if !self.upstream.is_process_local() {
+            return None;
+        }
         let record = match self.sessions.peek(&session.id).await {
             Ok(Some(record)) if record.upstream == self.name => record,
             Ok(_) => return None,
