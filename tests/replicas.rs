@@ -442,7 +442,8 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
     bounded(async {
         let redis = Redis::start().await;
         let marker = Marker::new("replicas-forward");
-        let a = ProxyProcess::start(&stdio_config(0, &redis, &marker)).await;
+        let port_a = free_port();
+        let a = ProxyProcess::start(&stdio_config(port_a, &redis, &marker)).await;
         let b = ProxyProcess::start(&stdio_config(0, &redis, &marker)).await;
         let mut on_a = SessionClient::new(a.url("/mcp"));
         on_a.create().await;
@@ -478,6 +479,18 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
             marked(&marker).iter().all(|p| p.ppid != b.pid() as i32),
             "B started no child"
         );
+
+        // A back at its address is a new incarnation: the child went with the old one, so
+        // the session is lost (-32043), wherever the client asks.
+        let a2 = ProxyProcess::start(&stdio_config(port_a, &redis, &marker)).await;
+        let reply = via(&orphan, b.url("/mcp"))
+            .request("tools/call", json!({"name": "pid", "arguments": {}}))
+            .await;
+        assert::assert_session_not_found(&reply, orphan.session_id());
+        let reply = via(&orphan, a2.url("/mcp"))
+            .request("tools/list", json!({}))
+            .await;
+        assert::assert_session_not_found(&reply, orphan.session_id());
     })
     .await;
 }

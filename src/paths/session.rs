@@ -289,26 +289,12 @@ impl SessionPath {
         tracing::Span::current().record("session", log_tag(&session.id));
         let mut lease = self.lease(session).await?;
         let body = message.body;
-        match self
-            .cluster
-            .whereabouts(lease.record.route.owner.as_deref())
+        let post = http::Method::POST;
+        if let Some(there) = self
+            .elsewhere(&mut lease, session, post, message.headers, body)
+            .await?
         {
-            Whereabouts::Here => {}
-            Whereabouts::There(owner) => {
-                let owner = owner.to_owned();
-                let method = http::Method::POST;
-                let (headers, body) = (message.headers, body.clone());
-                return self
-                    .cluster
-                    .forward(&owner, &self.path, method, headers, body, &session.id)
-                    .await;
-            }
-            // This replica restarted since: the child went with the process before.
-            Whereabouts::Gone => {
-                lease.record.route = self
-                    .lost(&session.id, &lease.record, message.headers)
-                    .await?;
-            }
+            return Ok(there);
         }
         self.used_locally(&lease.record.route);
         let mut upstream_body = match message.payload {
@@ -395,31 +381,12 @@ impl SessionPath {
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let mut lease = self.lease(session).await?;
-        match self
-            .cluster
-            .whereabouts(lease.record.route.owner.as_deref())
+        let get = http::Method::GET;
+        if let Some(there) = self
+            .elsewhere(&mut lease, session, get, client_headers, &Bytes::new())
+            .await?
         {
-            Whereabouts::Here => {}
-            Whereabouts::There(owner) => {
-                let owner = owner.to_owned();
-                let method = http::Method::GET;
-                return self
-                    .cluster
-                    .forward(
-                        &owner,
-                        &self.path,
-                        method,
-                        client_headers,
-                        Bytes::new(),
-                        &session.id,
-                    )
-                    .await;
-            }
-            Whereabouts::Gone => {
-                lease.record.route = self
-                    .lost(&session.id, &lease.record, client_headers)
-                    .await?;
-            }
+            return Ok(there);
         }
         self.used_locally(&lease.record.route);
         let mut forwarded = headers::to_upstream_in_session(client_headers);
@@ -634,6 +601,39 @@ impl SessionPath {
                 Some(forwarded)
             }
             Whereabouts::Here | Whereabouts::Gone => None,
+        }
+    }
+
+    /// A leased session whose process-local part another replica holds: the request goes
+    /// there, as it came, and its answer is returned. `None`: it is served here — after
+    /// reinitializing (or losing) a session whose owner was an earlier run of this replica.
+    async fn elsewhere(
+        &self,
+        lease: &mut Lease,
+        session: &SessionRef<'_>,
+        method: http::Method,
+        client_headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Result<Option<Response<ProxyBody>>, ProxyError> {
+        match self
+            .cluster
+            .whereabouts(lease.record.route.owner.as_deref())
+        {
+            Whereabouts::Here => Ok(None),
+            Whereabouts::There(owner) => {
+                let owner = owner.to_owned();
+                let (path, body) = (&self.path, body.clone());
+                self.cluster
+                    .forward(&owner, path, method, client_headers, body, &session.id)
+                    .await
+                    .map(Some)
+            }
+            Whereabouts::Gone => {
+                lease.record.route = self
+                    .lost(&session.id, &lease.record, client_headers)
+                    .await?;
+                Ok(None)
+            }
         }
     }
 
