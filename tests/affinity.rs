@@ -173,6 +173,49 @@ async fn an_isolated_call_that_wants_logs_asks_the_upstream_for_them() {
     h.stop().await;
 }
 
+#[tokio::test]
+async fn isolated_sessions_are_bounded_by_max_pooled() {
+    let h = Harness::with_config(|c| c.stateless.max_pooled = 1).await;
+    let mut slow = client(&h);
+    let busy = tokio::spawn(async move {
+        slow.request(
+            "tools/call",
+            json!({"name": "sleep", "arguments": {"ms": 800}}),
+        )
+        .await
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || h.demo.live_sessions() == 1).await,
+        "the slow call holds its session"
+    );
+    let refused = client(&h)
+        .request("tools/call", json!({"name": "counter", "arguments": {}}))
+        .await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (503, Some(-32603)),
+        "{}",
+        refused.text
+    );
+    assert_eq!(busy.await.unwrap().status, 200);
+    // Its place is free once its session is ended upstream.
+    assert!(eventually(Duration::from_secs(5), || h.demo.live_sessions() == 0).await);
+    let url = h.url();
+    let freed = eventually_async(Duration::from_secs(5), || {
+        let url = url.clone();
+        async move {
+            let mut c = StatelessClient::new(url);
+            let reply = c
+                .request("tools/call", json!({"name": "counter", "arguments": {}}))
+                .await;
+            reply.status == 200 && text_of(&reply.json()) == "1"
+        }
+    })
+    .await;
+    assert!(freed, "the slot was never given back");
+    h.stop().await;
+}
+
 // === pinned ===
 
 #[tokio::test]

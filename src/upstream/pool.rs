@@ -71,6 +71,8 @@ pub struct Checkout {
     broken: bool,
     /// Opened for one call alone: ended when dropped, never pooled.
     alone: bool,
+    /// Already ended upstream (`release`): dropping it only gives its place back.
+    ended: bool,
 }
 
 impl Checkout {
@@ -90,10 +92,32 @@ impl Checkout {
     pub fn discard(&mut self) {
         self.broken = true;
     }
+
+    /// Lets go of the session: back to the pool, or — opened for one call alone, broken or
+    /// too old — ended upstream, waited for. Its place under `max_open` is held until the
+    /// upstream session is gone, so sessions being ended count against the bound too.
+    /// (Dropping a checkout does the same with the end in the background.)
+    pub async fn release(mut self) {
+        if !(self.broken || self.alone || self.opened.elapsed() >= self.pool.settings.max_age) {
+            return;
+        }
+        let binding = Binding {
+            session_id: self.session_id.as_deref(),
+            protocol_version: self.negotiated.protocol_version,
+        };
+        if let Err(e) = self.pool.upstream.terminate(binding).await {
+            tracing::debug!(error = %e, "an upstream session did not end cleanly");
+        }
+        self.ended = true;
+    }
 }
 
 impl Drop for Checkout {
     fn drop(&mut self) {
+        if self.ended {
+            self.pool.open.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         let idle = Idle {
             session_id: self.session_id.take(),
             negotiated: self.negotiated.clone(),
@@ -176,6 +200,7 @@ impl Pool {
                     opened: idle.opened,
                     broken: false,
                     alone: false,
+                    ended: false,
                 });
             }
             self.end(idle);
@@ -220,6 +245,7 @@ impl Pool {
                     opened: Instant::now(),
                     broken: false,
                     alone,
+                    ended: false,
                 };
                 // From here the checkout owns the session: dropped half-way (the client
                 // left), it is ended or pooled like any other.

@@ -174,6 +174,14 @@ impl CallSession {
             checkout.discard();
         }
     }
+
+    /// The call is over: a pooled session goes back, one of its own (or a discarded one)
+    /// is ended upstream and waited for, a pinned or handle session stays.
+    pub async fn release(self) {
+        if let CallSession::Pooled(checkout) = self {
+            checkout.release().await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -253,8 +253,9 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
             }
         }
     }
-    // Dropping the call lets go of its upstream session: back to the pool, ended (its
-    // own), or kept (pinned, a handle's).
+    // The client has its answer; now the upstream session goes back to the pool, is
+    // ended (its own, or one whose state is unknown), or stays (pinned, a handle's).
+    call.session.release().await;
 }
 
 /// The proxy's own error answer to an upstream request the client cannot take.
