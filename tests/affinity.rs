@@ -419,6 +419,14 @@ async fn tools_list_gains_the_handle_tools_and_argument_in_handles_mode_only() {
         !names.iter().any(|n| n.starts_with("session_")),
         "{names:?}"
     );
+    let null_cursor = c
+        .request("tools/list", json!({"cursor": null}))
+        .await
+        .json();
+    assert!(
+        tool_names(&null_cursor).contains(&"session_open".to_owned()),
+        "a null cursor is the first page"
+    );
     assert_eq!(
         page["result"]["tools"][0]["inputSchema"]["properties"]["session"]["type"],
         "string"
@@ -429,6 +437,7 @@ async fn tools_list_gains_the_handle_tools_and_argument_in_handles_mode_only() {
         asked[1].body.as_ref().unwrap()["params"]["cursor"],
         "page-2"
     );
+    assert_eq!(asked.len(), 3);
 
     // A data-layer session client through the same proxy sees the upstream's tools as
     // they are.

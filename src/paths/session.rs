@@ -480,7 +480,9 @@ impl SessionPath {
     }
 
     /// One use of the session a client named. A session bound to a caller (a handle) is
-    /// unknown to anyone else: -32043, as if it did not exist.
+    /// unknown to anyone else: -32043, as if it did not exist (its expiry is renewed all
+    /// the same — checking first would cost every session a second store read — which
+    /// gives a caller that knows another's id nothing but that).
     async fn lease(
         &self,
         session: &SessionRef<'_>,

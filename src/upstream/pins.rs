@@ -231,14 +231,18 @@ impl Pins {
         }
     }
 
-    /// Ends every pin (shutdown).
+    /// Ends every pin (shutdown), all at once: ending a stdio child may take a few
+    /// seconds, and there may be `max_pinned` of them.
     pub async fn close(&self) {
         let all: Vec<Arc<Entry>> = self.entries.lock().drain().map(|(_, e)| e).collect();
-        for entry in all {
-            if let Some(held) = entry.session.get() {
-                let _ = self.upstream.terminate(binding(held)).await;
-            }
+        let mut ending = tokio::task::JoinSet::new();
+        for held in all.iter().filter_map(|entry| entry.session.get().cloned()) {
+            let upstream = self.upstream.clone();
+            ending.spawn(async move {
+                let _ = upstream.terminate(binding(&held)).await;
+            });
         }
+        while ending.join_next().await.is_some() {}
     }
 
     /// Ends a pin's upstream session in the background.

@@ -70,7 +70,9 @@ pub(super) async fn intercept(
     let params = message.params();
     match message.method() {
         Some(Method::ToolsList) => Ok(Intercept::ListTools {
-            first_page: params.and_then(|p| p.member("cursor")).is_none(),
+            first_page: params
+                .and_then(|p| p.member("cursor"))
+                .is_none_or(|cursor| cursor.get() == "null"),
         }),
         Some(Method::ToolsCall) => {
             let (Some((raw, payload)), Some(name)) = (
