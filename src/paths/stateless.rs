@@ -206,7 +206,8 @@ impl StatelessPath {
         }
     }
 
-    /// `server/discover`, from the upstream's `InitializeResult`.
+    /// `server/discover`, from the upstream's `InitializeResult` as a pooled session
+    /// holds it, whatever the affinity: no call runs on it.
     async fn discover(
         &self,
         context: &Context<'_>,
@@ -228,8 +229,9 @@ impl StatelessPath {
         ))
     }
 
-    /// A tool call, prompt, read, list or completion: a new call on a pooled upstream
-    /// session, or (with a `requestState`) the next round of a parked one.
+    /// A tool call, prompt, read, list or completion: a new call on the upstream session
+    /// the affinity chooses (in handles mode, the open and close tools are answered
+    /// here), or (with a `requestState`) the next round of a parked one.
     async fn call(
         self: &Arc<Self>,
         message: &Message<'_, '_>,
