@@ -16,6 +16,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use http::Uri;
 use read::Origin;
 
+pub use crate::paths::{Affinity, Fallback};
 pub use crate::upstream::CommandSpec;
 
 pub use raw::RawConfig;
@@ -52,7 +53,11 @@ pub struct Config {
 /// Serving stateless (2026-07-28) clients.
 #[derive(Debug, Clone)]
 pub struct StatelessConfig {
-    /// Upstream sessions the pool keeps open at once.
+    /// How their calls map onto upstream sessions (`stateless.affinity` and the keys of
+    /// the chosen mode: `fallback`, `pin_header`, `max_pinned`, `pin_idle_ttl`,
+    /// `handle_*`, `max_handles_per_caller`).
+    pub affinity: Affinity,
+    /// Upstream sessions open at once for shared and isolated calls.
     pub max_pooled: usize,
     /// `subscriptions/listen` streams open at once (each holds its own upstream session).
     pub max_listens: usize,

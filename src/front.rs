@@ -209,7 +209,9 @@ impl Endpoint {
                 self.session.initialize(message, id, session.as_ref()).await
             }
             Route::LegacyInitialize { id } => self.session.initialize_legacy(message, id).await,
-            Route::Delete { id, session } => self.session.delete(id, &session).await,
+            Route::Delete { id, session } => {
+                self.session.delete(id, &session, message.headers).await
+            }
             Route::Stateless => self.stateless.handle(message).await,
             Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
             Route::InSession { session, dialect } => {
@@ -234,7 +236,9 @@ impl Endpoint {
         };
         match route::classify_bare(bare, headers, self.rules)? {
             BareRoute::Listen { session } => self.session.listen(headers, &session).await,
-            BareRoute::EndByHeader { session } => self.session.end_by_header(&session).await,
+            BareRoute::EndByHeader { session } => {
+                self.session.end_by_header(&session, headers).await
+            }
             BareRoute::PassThrough => {
                 self.passthrough
                     .forward(request.method().clone(), headers, Bytes::new())

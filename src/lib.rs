@@ -129,7 +129,9 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         upstream.clone(),
         metrics.clone(),
         &key,
+        session_path.clone(),
         &StatelessSettings {
+            affinity: config.stateless.affinity.clone(),
             max_pooled: config.stateless.max_pooled,
             max_listens: config.stateless.max_listens,
             pool_idle_ttl: config.stateless.pool_idle_ttl,
@@ -159,7 +161,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
         metrics,
     });
-    let pool_reaper = spawn_pool_reaper(stateless, config.stateless.pool_idle_ttl);
+    let reap_after = stateless.shortest_idle_ttl();
+    let pool_reaper = spawn_pool_reaper(stateless, reap_after);
     let deaths = spawn_death_watch(session_path.clone(), deaths);
     let reaper = spawn_reaper(sessions, config.session.reap_interval, {
         let session_path = session_path.clone();
@@ -188,13 +191,13 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     })
 }
 
-/// Ends pooled upstream sessions that have been idle too long.
+/// Ends pooled and pinned upstream sessions that have been idle too long.
 fn spawn_pool_reaper(stateless: Arc<StatelessPath>, idle_ttl: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval((idle_ttl / 4).max(Duration::from_millis(250)));
         loop {
             tick.tick().await;
-            stateless.pool().reap();
+            stateless.reap();
         }
     })
 }
@@ -273,7 +276,7 @@ impl Running {
         self.deaths.abort();
         self.pool_reaper.abort();
         let endpoint = &self.front.endpoint;
-        endpoint.stateless.pool().close().await;
+        endpoint.stateless.close().await;
         endpoint.session.end_all(self.end_within).await;
         endpoint.session.upstream().shutdown().await;
         if let Some(demo) = self.demo {

@@ -18,6 +18,7 @@ mod error;
 mod handshake;
 mod http;
 mod lost;
+mod pins;
 mod pool;
 mod read;
 mod stdio;
@@ -34,7 +35,8 @@ pub use answer::{Answer, Delivery, Messages};
 pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use handshake::Opened;
 pub use http::{Binding, HttpUpstream, Settings};
-pub use pool::{Checkout, Pool, PoolSettings, capabilities_key};
+pub use pins::{PinSettings, Pinned, Pins};
+pub use pool::{Checkout, Pool, PoolSettings, capabilities_key, hear_every_log};
 pub use read::{Media, media_type};
 pub use stdio::{CommandSpec, StdioSettings, StdioUpstream};
 

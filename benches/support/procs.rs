@@ -202,6 +202,11 @@ pub fn proxy_workers() -> String {
 /// The proxy's release binary in front of `upstream`, with a fresh working directory (no
 /// `proxy.toml` picked up) and no inherited `MCP_PROXY_*` variables.
 pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
+    spawn_proxy_with(upstream, &[])
+}
+
+/// `spawn_proxy` with more configuration (`MCP_PROXY_*` variables).
+pub fn spawn_proxy_with(upstream: SocketAddr, env: &[(&str, &str)]) -> (Guard, SocketAddr) {
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let dir = scratch("proxy");
@@ -217,6 +222,7 @@ pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
         .env("MCP_PROXY_LOG__LEVEL", "warn")
         .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
         .env("MCP_PROXY_WORKERS", proxy_workers())
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .current_dir(&dir)
         .stdin(Stdio::null())

@@ -23,6 +23,15 @@ pub struct RawConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawStateless {
+    pub affinity: String,
+    pub fallback: String,
+    pub pin_header: String,
+    pub max_pinned: u64,
+    pub pin_idle_ttl: String,
+    pub handle_open_tool: String,
+    pub handle_close_tool: String,
+    pub handle_argument: String,
+    pub max_handles_per_caller: u64,
     pub max_pooled: u64,
     pub max_listens: u64,
     pub pool_idle_ttl: String,
@@ -32,6 +41,15 @@ pub struct RawStateless {
 impl Default for RawStateless {
     fn default() -> Self {
         RawStateless {
+            affinity: "isolated".into(),
+            fallback: "isolated".into(),
+            pin_header: String::new(),
+            max_pinned: 1000,
+            pin_idle_ttl: "30m".into(),
+            handle_open_tool: "session_open".into(),
+            handle_close_tool: "session_close".into(),
+            handle_argument: "session".into(),
+            max_handles_per_caller: 16,
             max_pooled: 100,
             max_listens: 100,
             pool_idle_ttl: "5m".into(),

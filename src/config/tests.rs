@@ -354,3 +354,110 @@ fn a_file_that_is_not_toml_is_reported_with_its_excerpt() {
         "{problems:?}"
     );
 }
+
+#[test]
+fn the_affinity_is_isolated_unless_chosen() {
+    assert_eq!(Config::defaults().stateless.affinity, Affinity::Isolated);
+    let shared = load_file("[stateless]\naffinity = \"shared\"\n", Overrides::default()).unwrap();
+    assert_eq!(shared.stateless.affinity, Affinity::Shared);
+}
+
+#[test]
+fn each_affinity_reads_its_own_keys() {
+    let pinned = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"X-Conversation-Id\"\nfallback = \"shared\"\nmax_pinned = 7\npin_idle_ttl = \"90s\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let Affinity::Pinned {
+        header,
+        fallback,
+        limits,
+    } = pinned.stateless.affinity
+    else {
+        panic!("pinned")
+    };
+    assert_eq!(header.unwrap().as_str(), "x-conversation-id");
+    assert_eq!(fallback, Fallback::Shared);
+    assert_eq!(
+        (limits.max_pinned, limits.idle_ttl),
+        (7, Duration::from_secs(90))
+    );
+
+    let handles = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"begin\"\nhandle_close_tool = \"end\"\nhandle_argument = \"ctx\"\nmax_handles_per_caller = 3\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let Affinity::Handles {
+        tools,
+        fallback,
+        max_per_caller,
+    } = handles.stateless.affinity
+    else {
+        panic!("handles")
+    };
+    assert_eq!(
+        (
+            tools.open.as_str(),
+            tools.close.as_str(),
+            tools.argument.as_str()
+        ),
+        ("begin", "end", "ctx")
+    );
+    assert_eq!((fallback, max_per_caller), (Fallback::Isolated, 3));
+
+    let env = load_from(
+        &Overrides::default(),
+        Env::prefixed("MCP_PROXY_UNIT_TEST_NOTHING_"),
+    )
+    .unwrap();
+    assert_eq!(env.stateless.affinity, Affinity::Isolated);
+}
+
+#[test]
+fn bad_affinity_keys_name_themselves() {
+    let err = load_file(
+        "[stateless]\naffinity = \"sticky\"\nfallback = \"pinned\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("stateless.affinity: \"sticky\""), "{text}");
+    assert!(text.contains("stateless.fallback: \"pinned\""), "{text}");
+
+    let err = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"Mcp-Session-Id\"\nmax_pinned = 0\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("stateless.pin_header"), "{text}");
+    assert!(text.contains("stateless.max_pinned"), "{text}");
+    let err = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"not a header\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not an HTTP header name"), "{err}");
+
+    let err = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"open session\"\nhandle_close_tool = \"x\"\nhandle_argument = \"\"\nmax_handles_per_caller = 0\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "stateless.handle_open_tool",
+        "stateless.handle_argument",
+        "stateless.max_handles_per_caller",
+    ] {
+        assert!(text.contains(key), "{key} missing from: {text}");
+    }
+    let err = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"s\"\nhandle_close_tool = \"s\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("must differ"), "{err}");
+}

@@ -5,19 +5,22 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::Uri;
+use http::header::HeaderName;
 
 use super::HEALTH_PATH;
-use super::raw::RawConfig;
+use super::raw::{RawConfig, RawStateless};
 use super::{
-    AdminConfig, CommandSpec, Config, LogConfig, LogFormat, Problem, Secret, SessionConfig,
-    StatelessConfig, Target, UpstreamConfig,
+    AdminConfig, Affinity, CommandSpec, Config, Fallback, LogConfig, LogFormat, Problem, Secret,
+    SessionConfig, StatelessConfig, Target, UpstreamConfig,
 };
+use crate::rewrite::handles::HandleTools;
+use crate::upstream::PinSettings;
 
 /// The longest duration any setting takes: a year. Longer ones are typos, and an expiry
 /// past the year 9999 could not be written as RFC 3339.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-struct Problems(Vec<Problem>);
+pub(super) struct Problems(Vec<Problem>);
 
 impl Problems {
     fn add(&mut self, key: &str, why: impl std::fmt::Display) {
@@ -240,6 +243,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
 
     let st = &raw.stateless;
     let stateless = StatelessConfig {
+        affinity: affinity(&mut p, "stateless", st),
         max_pooled: p.size("stateless.max_pooled", st.max_pooled, 1),
         max_listens: p.size("stateless.max_listens", st.max_listens, 1),
         pool_idle_ttl: p.duration(
@@ -292,6 +296,128 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         },
         stateless,
     })
+}
+
+/// `stateless.affinity` and the keys of its mode, named under `prefix` (an upstream of
+/// its own may be given its own).
+pub(super) fn affinity(p: &mut Problems, prefix: &str, st: &RawStateless) -> Affinity {
+    let key = |name: &str| format!("{prefix}.{name}");
+    let fallback = match st.fallback.trim() {
+        "isolated" => Fallback::Isolated,
+        "shared" => Fallback::Shared,
+        other => {
+            p.add(
+                &key("fallback"),
+                format!("{other:?} must be \"isolated\" or \"shared\""),
+            );
+            Fallback::Isolated
+        }
+    };
+    match st.affinity.trim() {
+        "isolated" => Affinity::Isolated,
+        "shared" => Affinity::Shared,
+        "handles" => {
+            let mut tools = HandleTools {
+                open: st.handle_open_tool.trim().to_owned(),
+                close: st.handle_close_tool.trim().to_owned(),
+                argument: st.handle_argument.trim().to_owned(),
+            };
+            for (name, value) in [
+                ("handle_open_tool", &tools.open),
+                ("handle_close_tool", &tools.close),
+                ("handle_argument", &tools.argument),
+            ] {
+                if !is_tool_name(value) {
+                    p.add(
+                        &key(name),
+                        format!(
+                            "{value:?} must be 1 to 128 letters, digits, '_', '-' or '.' (an MCP \
+                             tool or argument name)"
+                        ),
+                    );
+                }
+            }
+            if tools.open == tools.close {
+                p.add(
+                    &key("handle_close_tool"),
+                    "must differ from handle_open_tool",
+                );
+                tools.close.push_str("_close");
+            }
+            Affinity::Handles {
+                tools,
+                fallback,
+                max_per_caller: p.size(
+                    &key("max_handles_per_caller"),
+                    st.max_handles_per_caller,
+                    1,
+                ),
+            }
+        }
+        "pinned" => {
+            let header = match st.pin_header.trim() {
+                "" => None,
+                name => match HeaderName::from_bytes(name.as_bytes()) {
+                    Ok(header) if PROXY_OWNED.contains(&header.as_str()) => {
+                        p.add(
+                            &key("pin_header"),
+                            format!("{name:?} is a header the proxy or the transport owns; name the client's own, e.g. \"X-Conversation-Id\""),
+                        );
+                        None
+                    }
+                    Ok(header) => Some(header),
+                    Err(_) => {
+                        p.add(
+                            &key("pin_header"),
+                            format!("{name:?} is not an HTTP header name; write e.g. \"X-Conversation-Id\", or \"\" to pin by credentials"),
+                        );
+                        None
+                    }
+                },
+            };
+            Affinity::Pinned {
+                header,
+                fallback,
+                limits: PinSettings {
+                    max_pinned: p.size(&key("max_pinned"), st.max_pinned, 1),
+                    idle_ttl: p.duration(
+                        &key("pin_idle_ttl"),
+                        &st.pin_idle_ttl,
+                        Duration::from_secs(1),
+                    ),
+                },
+            }
+        }
+        other => {
+            p.add(
+                &key("affinity"),
+                format!("{other:?} must be \"isolated\", \"shared\", \"handles\" or \"pinned\""),
+            );
+            Affinity::Isolated
+        }
+    }
+}
+
+/// Headers a pin cannot be: the MCP transport's, the body's, hop-by-hop ones.
+const PROXY_OWNED: [&str; 10] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "content-type",
+    "content-length",
+    "accept",
+    "host",
+    "connection",
+    "transfer-encoding",
+];
+
+/// An MCP tool name: 1 to 128 of `A-Z a-z 0-9 _ - .`.
+fn is_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 fn parse_upstream_url(url: &str) -> Result<Uri, String> {

@@ -21,6 +21,7 @@ use super::headers;
 use super::relay::{Relay, Request};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, range_in, write, write_json_str};
+use crate::mcp::caller::Caller;
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::meta;
@@ -29,7 +30,9 @@ use crate::response::{self, ProxyBody};
 use crate::rewrite::to_client::Stamp;
 use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::route::{Dialect, Message, SessionRef};
-use crate::session::{Issued, Lease, SessionError, SessionRecord, Sessions, log_tag, rfc3339};
+use crate::session::{
+    Issued, Lease, SessionError, SessionRecord, Sessions, Slot, log_tag, rfc3339,
+};
 use crate::upstream::{Binding, Messages, Upstream, UpstreamError};
 
 /// Idle limit of a session's listen stream (its client ends it by disconnecting).
@@ -149,7 +152,7 @@ impl SessionPath {
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
-                let lease = self.lease(session).await?;
+                let lease = self.lease(session, message.headers).await?;
                 (session.id.to_string(), lease.record.negotiated)
             }
         };
@@ -190,8 +193,9 @@ impl SessionPath {
         &self,
         id: &RawValue,
         session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        self.end_named(session).await?;
+        self.end_named(session, client_headers).await?;
         Ok(response::json(
             StatusCode::OK,
             write::result(id.get().as_bytes(), b"{}"),
@@ -203,8 +207,9 @@ impl SessionPath {
     pub async fn end_by_header(
         &self,
         session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        self.end_named(session).await?;
+        self.end_named(session, client_headers).await?;
         Ok(response::status(StatusCode::NO_CONTENT))
     }
 
@@ -217,7 +222,7 @@ impl SessionPath {
         dialect: Dialect,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
-        let lease = self.lease(session).await?;
+        let lease = self.lease(session, message.headers).await?;
         let body = message.body;
         let mut upstream_body = match message.payload {
             Some((raw, payload)) => strip_session(body, raw, payload),
@@ -279,7 +284,7 @@ impl SessionPath {
         client_headers: &HeaderMap,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let lease = self.lease(session).await?;
+        let lease = self.lease(session, client_headers).await?;
         let mut forwarded = headers::to_upstream_in_session(client_headers);
         if let Some(last) = client_headers.get(&LAST_EVENT_ID) {
             forwarded.insert(LAST_EVENT_ID.clone(), last.clone());
@@ -396,6 +401,63 @@ impl SessionPath {
         }
     }
 
+    // === session handles (the stateless path's `session_open` tool) ===
+
+    /// Opens a session bound to a caller, in the place `slot` holds for it
+    /// (`Sessions::reserve_for`): the same machinery as `sessions/create` — the upstream
+    /// handshake first, then the record, idle expiry, the reaper, the admin API.
+    pub async fn open_bound(
+        &self,
+        slot: Slot<'_>,
+        client_headers: &HeaderMap,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+    ) -> Result<Issued, ProxyError> {
+        self.open_in(Some(slot), client_headers, client_info, capabilities, false)
+            .await
+    }
+
+    /// One use of session `id` by `caller`: renewed, or -32043 when it is unknown,
+    /// expired, or bound to another caller (then it is not renewed).
+    pub async fn lease_as(&self, id: &str, caller: Caller) -> Result<Lease, ProxyError> {
+        self.check_owner(id, caller).await?;
+        self.sessions
+            .lease(id, None)
+            .await
+            .map_err(|e| session_error(e, id))
+    }
+
+    /// Ends session `id` for `caller`: -32043 when it is unknown or bound to another caller.
+    pub async fn end_as(&self, id: &str, caller: Caller) -> Result<(), ProxyError> {
+        self.check_owner(id, caller).await?;
+        match self.end(id).await? {
+            Some(_) => Ok(()),
+            None => Err(ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            }),
+        }
+    }
+
+    /// The upstream lost session `id`'s upstream session: the session is forgotten.
+    pub async fn lost(&self, id: &str) {
+        let _ = self.failed(UpstreamError::SessionGone, id).await;
+    }
+
+    /// -32043 when session `id` is live but bound to a caller other than `caller`.
+    async fn check_owner(&self, id: &str, caller: Caller) -> Result<(), ProxyError> {
+        let record = self
+            .sessions
+            .peek(id)
+            .await
+            .map_err(|e| session_error(e, id))?;
+        match record.and_then(|r| r.owner) {
+            Some(owner) if owner != caller => Err(ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     // === helpers ===
 
     fn relay(&self, idle_timeout: Duration) -> Relay<'_> {
@@ -417,11 +479,28 @@ impl SessionPath {
         }
     }
 
-    async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
-        self.sessions
+    /// One use of the session a client named. A session bound to a caller (a handle) is
+    /// unknown to anyone else: -32043, as if it did not exist (its expiry is renewed all
+    /// the same — checking first would cost every session a second store read — which
+    /// gives a caller that knows another's id nothing but that).
+    async fn lease(
+        &self,
+        session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
+    ) -> Result<Lease, ProxyError> {
+        let lease = self
+            .sessions
             .lease(&session.id, session.state.as_deref())
             .await
-            .map_err(|e| session_error(e, &session.id))
+            .map_err(|e| session_error(e, &session.id))?;
+        match lease.record.owner {
+            Some(owner) if owner != Caller::of(client_headers) => {
+                Err(ProxyError::SessionNotFound {
+                    session_id: session.id.to_string(),
+                })
+            }
+            _ => Ok(lease),
+        }
     }
 
     /// An upstream failure in session `id`: a lost upstream session makes the proxy
@@ -449,8 +528,13 @@ impl SessionPath {
 
     /// Ends the session a client named, checking the `state` it sent; -32043 when there
     /// is no such session.
-    async fn end_named(&self, session: &SessionRef<'_>) -> Result<(), ProxyError> {
+    async fn end_named(
+        &self,
+        session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
+    ) -> Result<(), ProxyError> {
         let id = &session.id;
+        self.check_owner(id, Caller::of(client_headers)).await?;
         if let Some(state) = &session.state {
             self.sessions
                 .check_state(id, state)
@@ -474,6 +558,20 @@ impl SessionPath {
         capabilities: Option<&RawValue>,
         legacy: bool,
     ) -> Result<Issued, ProxyError> {
+        self.open_in(None, client_headers, client_info, capabilities, legacy)
+            .await
+    }
+
+    /// `open`, in a place already taken (`Sessions::reserve_for` when the session is bound
+    /// to a caller), or one taken now.
+    async fn open_in(
+        &self,
+        slot: Option<Slot<'_>>,
+        client_headers: &HeaderMap,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+        legacy: bool,
+    ) -> Result<Issued, ProxyError> {
         let opened = async {
             for (key, value) in [
                 (meta::CLIENT_INFO, client_info),
@@ -483,7 +581,10 @@ impl SessionPath {
                     return Err(ProxyError::NotAnObject { key });
                 }
             }
-            let slot = self.sessions.reserve().map_err(|e| session_error(e, ""))?;
+            let slot = match slot {
+                Some(slot) => slot,
+                None => self.sessions.reserve().map_err(|e| session_error(e, ""))?,
+            };
             let forwarded = headers::to_upstream_in_session(client_headers);
             let opened = self
                 .upstream
@@ -566,7 +667,7 @@ pub fn rejection(error: &ProxyError) -> Rejection {
     }
 }
 
-fn session_error(error: SessionError, id: &str) -> ProxyError {
+pub(super) fn session_error(error: SessionError, id: &str) -> ProxyError {
     match error {
         SessionError::NotFound => ProxyError::SessionNotFound {
             session_id: id.to_owned(),
@@ -574,7 +675,9 @@ fn session_error(error: SessionError, id: &str) -> ProxyError {
         SessionError::BadState => ProxyError::BadSessionState {
             session_id: id.to_owned(),
         },
-        SessionError::Full { max } => ProxyError::SessionLimit { max },
+        SessionError::Full { max } | SessionError::CallerFull { max } => {
+            ProxyError::SessionLimit { max }
+        }
         SessionError::Store(e) => ProxyError::Store(e),
     }
 }

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use dashmap::DashMap;
 use parking_lot::Mutex;
 
 use super::id;
 use super::record::{Millis, SessionRecord, now_millis};
 use super::state::StateSigner;
 use super::store::{SessionStore, Store, StoreError};
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
 /// Limits and lifetimes.
@@ -30,6 +32,8 @@ pub enum SessionError {
     BadState,
     #[error("the proxy already holds its maximum of {max} sessions")]
     Full { max: usize },
+    #[error("this caller already holds its maximum of {max} sessions")]
+    CallerFull { max: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -58,12 +62,17 @@ pub struct Lease {
 pub struct Slot<'a> {
     sessions: &'a Sessions,
     admitted: bool,
+    /// The caller the session will be bound to (counted against its own cap).
+    owner: Option<Caller>,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.admitted {
             self.sessions.live.fetch_sub(1, Ordering::AcqRel);
+            if let Some(owner) = self.owner {
+                self.sessions.disown(owner);
+            }
         }
     }
 }
@@ -77,6 +86,8 @@ pub struct Sessions {
     live: AtomicUsize,
     /// Sessions of one upstream nearly always negotiate the same thing; they share it.
     last_negotiated: Mutex<Option<Arc<Negotiated>>>,
+    /// Live (or reserved) sessions bound to each caller with credentials.
+    owned: DashMap<Caller, usize>,
 }
 
 impl Sessions {
@@ -87,6 +98,7 @@ impl Sessions {
             settings,
             live: AtomicUsize::new(0),
             last_negotiated: Mutex::new(None),
+            owned: DashMap::new(),
         }
     }
 
@@ -110,7 +122,39 @@ impl Sessions {
         Ok(Slot {
             sessions: self,
             admitted: false,
+            owner: None,
         })
+    }
+
+    /// Takes a place for a session bound to `owner`: under the cap of every session, and
+    /// under `per_owner`, the most one caller with credentials may hold at once (a caller
+    /// without credentials is bounded by the first cap only: it is nobody in particular).
+    pub fn reserve_for(&self, owner: Caller, per_owner: usize) -> Result<Slot<'_>, SessionError> {
+        let mut slot = self.reserve()?;
+        if !owner.is_anonymous() {
+            let mut held = self.owned.entry(owner).or_insert(0);
+            if *held >= per_owner {
+                return Err(SessionError::CallerFull { max: per_owner });
+            }
+            *held += 1;
+        }
+        slot.owner = Some(owner);
+        Ok(slot)
+    }
+
+    /// Sessions bound to `owner` now (for a caller with credentials).
+    pub fn owned_by(&self, owner: Caller) -> usize {
+        self.owned.get(&owner).map_or(0, |n| *n)
+    }
+
+    fn disown(&self, owner: Caller) {
+        if owner.is_anonymous() {
+            return;
+        }
+        self.owned.remove_if_mut(&owner, |_, held| {
+            *held = held.saturating_sub(1);
+            *held == 0
+        });
     }
 
     /// Records a session whose upstream connection is open (sessions enter the store only
@@ -132,6 +176,7 @@ impl Sessions {
             expires_at,
             seq: 0,
             legacy,
+            owner: slot.owner,
         };
         let id = id::generate();
         self.store.insert(&id, record).await?;
@@ -183,14 +228,25 @@ impl Sessions {
         }
     }
 
+    /// Session `id`'s record if it is live, without using it (no renewal).
+    pub async fn peek(&self, id: &str) -> Result<Option<SessionRecord>, SessionError> {
+        if !id::is_visible_ascii(id) {
+            return Ok(None);
+        }
+        Ok(self.store.get(id, now_millis()).await?)
+    }
+
     /// Forgets session `id`; returns its record if it existed.
     pub async fn end(&self, id: &str) -> Result<Option<SessionRecord>, SessionError> {
         if !id::is_visible_ascii(id) {
             return Ok(None);
         }
         let removed = self.store.remove(id).await?;
-        if removed.is_some() {
+        if let Some(record) = &removed {
             self.live.fetch_sub(1, Ordering::AcqRel);
+            if let Some(owner) = record.owner {
+                self.disown(owner);
+            }
         }
         Ok(removed)
     }
@@ -222,6 +278,9 @@ impl Sessions {
         let expired = self.store.take_expired(at).await?;
         if !expired.is_empty() {
             self.live.fetch_sub(expired.len(), Ordering::AcqRel);
+        }
+        for owner in expired.iter().filter_map(|(_, record)| record.owner) {
+            self.disown(owner);
         }
         Ok(expired)
     }

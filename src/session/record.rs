@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
 /// Milliseconds since the Unix epoch (wall clock: `expiresAt` is shown to clients).
@@ -36,4 +37,8 @@ pub struct SessionRecord {
     /// Opened by a legacy client's `initialize` (the proxy is its transport, as for a
     /// stdio upstream), not by `sessions/create`: its answers carry no session `_meta`.
     pub legacy: bool,
+    /// Whose session it is, when it is bound to a caller (a session handle opened by a
+    /// stateless client's `session_open` tool): only requests with the same credentials
+    /// may use or end it. `None`: whoever names the session (a data-layer session).
+    pub owner: Option<Caller>,
 }
