@@ -423,8 +423,14 @@ fn bad_affinity_keys_name_themselves() {
     )
     .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("stateless.affinity: \"sticky\""), "{text}");
-    assert!(text.contains("stateless.fallback: \"pinned\""), "{text}");
+    assert!(
+        text.contains("stateless.affinity (in ") && text.contains("\"sticky\" must be"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stateless.fallback (in ") && text.contains("\"pinned\" must be"),
+        "{text}"
+    );
 
     let err = load_file(
         "[stateless]\naffinity = \"pinned\"\npin_header = \"Mcp-Session-Id\"\nmax_pinned = 0\n",
