@@ -3,16 +3,20 @@
 //! (unknown keys refused), then checked into a typed [`Config`] whose errors name the key.
 
 mod raw;
+mod read;
 mod validate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use figment::value::{Dict, Map};
+use figment::{Figment, Metadata, Profile, Provider};
 use http::Uri;
+use read::Origin;
 
+pub use crate::paths::{Affinity, Fallback};
 pub use crate::upstream::CommandSpec;
 
 pub use raw::RawConfig;
@@ -66,6 +70,9 @@ pub struct UpstreamDef {
     pub default: bool,
     pub target: Target,
     pub overrides: UpstreamOverrides,
+    /// Its `[upstreams.NAME.stateless]` table merged over `[stateless]`; `None`: it has
+    /// none (the `[stateless]` settings apply).
+    pub stateless: Option<StatelessConfig>,
 }
 
 /// Per-upstream values of the `[upstream]` settings; `None`: the `[upstream]` value.
@@ -84,12 +91,13 @@ pub struct UpstreamOverrides {
 }
 
 /// One upstream as the proxy runs it: its name, whether `/mcp` serves it, its target and
-/// its settings.
+/// its settings, and how its stateless clients are served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedUpstream {
     pub name: String,
     pub default: bool,
     pub config: UpstreamConfig,
+    pub stateless: StatelessConfig,
 }
 
 /// The name of the upstream that `[upstream] url` / `command` (and `--upstream`, `-- cmd`)
@@ -118,10 +126,14 @@ pub enum StoreConfig {
     Sealed { keys: Vec<Secret> },
 }
 
-/// Serving stateless (2026-07-28) clients.
-#[derive(Debug, Clone)]
+/// Serving stateless (2026-07-28) clients (`[stateless]`, or an upstream's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatelessConfig {
-    /// Upstream sessions the pool keeps open at once.
+    /// How their calls map onto upstream sessions (`stateless.affinity` and the keys of
+    /// the chosen mode: `fallback`, `pin_header`, `max_pinned`, `pin_idle_ttl`,
+    /// `handle_*`, `max_handles_per_caller`).
+    pub affinity: Affinity,
+    /// Upstream sessions open at once for shared and isolated calls.
     pub max_pooled: usize,
     /// `subscriptions/listen` streams open at once (each holds its own upstream session).
     pub max_listens: usize,
@@ -267,6 +279,10 @@ impl Config {
                 name: def.name.clone(),
                 default: def.default || self.upstreams.len() == 1,
                 config: self.upstream.with(def.target.clone(), &def.overrides),
+                stateless: def
+                    .stateless
+                    .clone()
+                    .unwrap_or_else(|| self.stateless.clone()),
             })
             .collect();
         let own = !matches!(self.upstream.target, Target::Embedded) || set.is_empty();
@@ -282,6 +298,7 @@ impl Config {
                     name: DEFAULT_UPSTREAM.to_owned(),
                     default: true,
                     config: self.upstream.clone(),
+                    stateless: self.stateless.clone(),
                 },
             );
         }
@@ -337,6 +354,70 @@ impl ConfigError {
             problems: vec![problem],
         }
     }
+
+    /// The problems in the order of their keys, whichever check found them.
+    fn from_problems(mut problems: Vec<Problem>) -> Self {
+        problems.sort_by(|a, b| a.key.cmp(&b.key));
+        ConfigError {
+            problems: problems.iter().map(Problem::to_string).collect(),
+        }
+    }
+}
+
+/// One thing wrong with the configuration: its key, where its value came from, and what
+/// is wrong with it (in words that say what to write instead).
+#[derive(Debug, Clone)]
+struct Problem {
+    key: String,
+    why: String,
+    origin: Option<Origin>,
+}
+
+impl Problem {
+    fn new(key: &str, why: impl std::fmt::Display) -> Problem {
+        Problem {
+            key: key.to_owned(),
+            why: why.to_string(),
+            origin: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A many-line reason (a TOML syntax error with its excerpt) stays under its key.
+        let why = self.why.trim_end().replace('\n', "\n    ");
+        match &self.origin {
+            Some(origin) => write!(f, "{} ({origin}): {why}", self.key),
+            None => write!(f, "{}: {why}", self.key),
+        }
+    }
+}
+
+/// A value given by a command-line flag, as a configuration layer that says which flag
+/// set it.
+struct Flag {
+    name: &'static str,
+    key: &'static str,
+    value: figment::value::Value,
+}
+
+impl Flag {
+    fn new(name: &'static str, key: &'static str, value: impl serde::Serialize) -> Flag {
+        let value = figment::value::Value::serialize(value)
+            .unwrap_or_else(|_| figment::value::Value::from(String::new()));
+        Flag { name, key, value }
+    }
+}
+
+impl Provider for Flag {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.name)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Serialized::default(self.key, &self.value).data()
+    }
 }
 
 impl Config {
@@ -344,7 +425,7 @@ impl Config {
     pub fn defaults() -> Config {
         match validate::check(RawConfig::default()) {
             Ok(config) => config,
-            Err(e) => unreachable_defaults(&e),
+            Err(problems) => unreachable_defaults(&ConfigError::from_problems(problems)),
         }
     }
 }
@@ -362,7 +443,8 @@ pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
     load_from(overrides, Env::prefixed(ENV_PREFIX).split("__"))
 }
 
-/// Reads every layer with the given environment provider (tests pass their own).
+/// Reads every layer with the given environment provider (tests pass their own). Every
+/// problem of every layer is reported at once, each naming its key and where it was set.
 pub fn load_from(overrides: &Overrides, env: Env) -> Result<Config, ConfigError> {
     let file = match &overrides.config_file {
         Some(path) if !path.is_file() => {
@@ -376,53 +458,80 @@ pub fn load_from(overrides: &Overrides, env: Env) -> Result<Config, ConfigError>
         // `Toml::file` would also search its parents, which surprises operators).
         None => Some(PathBuf::from(DEFAULT_FILE)).filter(|p| p.is_file()),
     };
+    let mut problems = Vec::new();
+    if let Some(url) = &overrides.upstream
+        && !overrides.command.is_empty()
+    {
+        let command = overrides.command.join(" ");
+        problems.push(Problem::new(
+            "upstream",
+            format!(
+                "--upstream {url} and the stdio command after `--` ({command}) both name the \
+                 upstream; give one: --upstream URL for a Streamable HTTP server, or `-- COMMAND \
+                 ARGS…` for a stdio server"
+            ),
+        ));
+    }
     let mut figment = Figment::from(Serialized::defaults(RawConfig::default()));
     if let Some(path) = file {
         figment = figment.merge(Toml::file_exact(path));
     }
+    let env_text: std::collections::HashMap<String, String> = env
+        .iter()
+        .map(|(key, value)| (key.as_str().to_owned(), value))
+        .collect();
     figment = figment.merge(env);
     if let Some(listen) = &overrides.listen {
-        figment = figment.merge(Serialized::default("listen", listen));
+        figment = figment.merge(Flag::new("--listen", "listen", listen));
     }
     // An upstream given on the command line replaces the configured one, whichever kind
     // it was (an empty url or command counts as unset).
     if let Some(url) = &overrides.upstream {
         figment = figment
-            .merge(Serialized::default("upstream.url", url))
-            .merge(Serialized::default("upstream.command", ""))
-            .merge(Serialized::default("upstream.args", Vec::<String>::new()));
+            .merge(Flag::new("--upstream", "upstream.url", url))
+            .merge(Flag::new("--upstream", "upstream.command", ""))
+            .merge(Flag::new(
+                "--upstream",
+                "upstream.args",
+                Vec::<String>::new(),
+            ));
     }
     if let Some((program, args)) = overrides.command.split_first() {
+        let flag = "the command after `--`";
         figment = figment
-            .merge(Serialized::default("upstream.url", ""))
-            .merge(Serialized::default("upstream.command", program))
-            .merge(Serialized::default("upstream.args", args));
+            .merge(Flag::new(flag, "upstream.url", ""))
+            .merge(Flag::new(flag, "upstream.command", program))
+            .merge(Flag::new(flag, "upstream.args", args));
     }
     if let Some(format) = &overrides.log_format {
-        figment = figment.merge(Serialized::default("log.format", format));
+        figment = figment.merge(Flag::new("--log-format", "log.format", format));
     }
-    let raw: RawConfig = figment.extract().map_err(describe_figment)?;
-    validate::check(raw)
-}
-
-fn describe_figment(error: figment::Error) -> ConfigError {
-    let problems = error
-        .into_iter()
-        .map(|e| {
-            let key = if e.path.is_empty() {
-                "(top level)".to_owned()
-            } else {
-                e.path.join(".")
-            };
-            let source = e
-                .metadata
-                .as_ref()
-                .map(|m| format!(" (from {})", m.name))
-                .unwrap_or_default();
-            format!("{key}: {}{source}", e.kind)
-        })
-        .collect();
-    ConfigError { problems }
+    let (raw, unreadable) = match read::read(&figment, &env_text) {
+        Ok(read) => read,
+        Err(unreadable) => {
+            problems.extend(unreadable);
+            return Err(ConfigError::from_problems(problems));
+        }
+    };
+    problems.extend(unreadable);
+    match validate::check(raw) {
+        Ok(config) if problems.is_empty() => Ok(config),
+        Ok(_) => Err(ConfigError::from_problems(problems)),
+        Err(invalid) => {
+            // A key that could not be read was checked at its default: nothing more to say.
+            let unread: Vec<String> = problems.iter().map(|p| p.key.clone()).collect();
+            problems.extend(
+                invalid
+                    .into_iter()
+                    .filter(|p| !unread.contains(&p.key))
+                    .map(|p| Problem {
+                        origin: Origin::of_key(&figment, &p.key),
+                        ..p
+                    }),
+            );
+            Err(ConfigError::from_problems(problems))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,10 @@
 //! notifications over SSE), `sample` (asks the client for sampling), `sleep` (answers
 //! late), `whoami` (its own session id), `announce` (a notification on the GET stream),
 //! `change_tools` (`notifications/tools/list_changed` on every session's GET stream).
+//!
+//! It declares `tools` (with `listChanged`) and `logging`, and serves both: `tools/list`,
+//! `tools/call`, and `logging/setLevel`, whose level decides which log notifications
+//! (`slow`, `announce`) the session gets. It declares nothing it does not serve.
 
 mod http;
 mod journal;

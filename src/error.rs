@@ -10,7 +10,7 @@ use crate::jsonrpc::{EnvelopeError, ErrorObject, code};
 use crate::mcp::meta::MetaError;
 use crate::session::StoreError;
 use crate::stateless::{Reject, RequestStateError, SUPPORTED_VERSIONS};
-use crate::upstream::UpstreamError;
+use crate::upstream::{ChildFailure, ExitStatus, UpstreamError};
 
 fn describe_reject(reject: &Reject) -> String {
     match reject {
@@ -328,18 +328,32 @@ impl ProxyError {
                     UpstreamError::Timeout(_) | UpstreamError::Idle(_) => {
                         StatusCode::GATEWAY_TIMEOUT
                     }
+                    UpstreamError::Child(child) if child.is_timeout() => {
+                        StatusCode::GATEWAY_TIMEOUT
+                    }
                     UpstreamError::Exhausted(_) => StatusCode::SERVICE_UNAVAILABLE,
                     UpstreamError::Unreachable(_)
                     | UpstreamError::SessionGone
                     | UpstreamError::Refused { .. }
+                    | UpstreamError::InitializeFailed { .. }
+                    | UpstreamError::Child(_)
                     | UpstreamError::Protocol(_) => StatusCode::BAD_GATEWAY,
                 };
-                (
-                    status,
-                    code::INTERNAL_ERROR,
-                    Some(json!({ "upstream": upstream, "detail": source.to_string() })),
-                    Fault::Upstream,
-                )
+                let mut data = json!({ "upstream": upstream, "detail": source.to_string() });
+                if let UpstreamError::Child(child) = source {
+                    // What the child did, for clients that show it.
+                    if let ChildFailure::Exited { status, .. } = &child.failure {
+                        match status {
+                            ExitStatus::Code(code) => data["exitCode"] = json!(code),
+                            ExitStatus::Signal(signal) => data["signal"] = json!(signal),
+                            ExitStatus::Unknown => {}
+                        }
+                    }
+                    if let Some(line) = child.stderr() {
+                        data["stderr"] = json!(line);
+                    }
+                }
+                (status, code::INTERNAL_ERROR, Some(data), Fault::Upstream)
             }
         };
         let error = ErrorObject {

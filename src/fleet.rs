@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use http::Uri;
 use tokio::task::JoinHandle;
 
-use crate::config::{NamedUpstream, StatelessConfig, Target};
+use crate::config::{NamedUpstream, Target};
 use crate::metrics::Metrics;
 use crate::paths::{
     Cluster, PassThrough, SessionPath, SessionSettings, StatelessPath, StatelessSettings,
@@ -38,7 +38,6 @@ pub struct Shared {
     pub keys: Vec<Vec<u8>>,
     /// The endpoint path, e.g. `/mcp`.
     pub base_path: String,
-    pub stateless: StatelessConfig,
     /// The embedded demo server's URL, standing in for `Target::Embedded`.
     pub embedded: Option<Uri>,
 }
@@ -234,7 +233,7 @@ impl Fleet {
             }
             ended += records.len();
             old.session.end_records(records).await;
-            old.stateless.pool().close().await;
+            old.stateless.close().await;
             // Stops what it ran (stdio children); nothing for HTTP.
             old.session.upstream().shutdown().await;
         }
@@ -250,7 +249,7 @@ impl Fleet {
         let sessions = &self.shared.sessions;
         let ending = async {
             for served in upstreams.all() {
-                served.stateless.pool().close().await;
+                served.stateless.close().await;
             }
             let records: Vec<(String, SessionRecord)> = if sessions.store().is_shared() {
                 let mut local = Vec::new();
@@ -332,12 +331,15 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
         metrics.clone(),
         shared.cluster.clone(),
     ));
-    let st = &shared.stateless;
+    // Its stateless clients' own settings; handles are this upstream's sessions.
+    let st = &named.stateless;
     let stateless = Arc::new(StatelessPath::new(
         upstream.clone(),
         metrics.clone(),
         &shared.keys,
+        session.clone(),
         &StatelessSettings {
+            affinity: st.affinity.clone(),
             max_pooled: st.max_pooled,
             max_listens: st.max_listens,
             pool_idle_ttl: st.pool_idle_ttl,
@@ -347,15 +349,15 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
         shared.cluster.clone(),
         path.clone(),
     ));
-    // The stateless pool's idle sessions are ended after `pool_idle_ttl`.
+    // Pooled and pinned upstream sessions idle too long are ended.
     tasks.push({
         let stateless = stateless.clone();
-        let every = (st.pool_idle_ttl / 4).max(Duration::from_millis(250));
+        let every = (stateless.shortest_idle_ttl() / 4).max(Duration::from_millis(250));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
-                stateless.pool().reap();
+                stateless.reap();
             }
         })
     });

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::config::{Config, ConfigError, StoreConfig, Target};
+use crate::config::{Config, ConfigError, NamedUpstream, StoreConfig, Target};
 use crate::demo::{DemoOptions, DemoServer};
 use crate::fleet::{Fleet, Reloaded, Shared};
 use crate::front::{Front, Limits, Ops, Role, Serving, serve};
@@ -156,7 +156,6 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             cluster,
             keys,
             base_path: config.path.clone(),
-            stateless: config.stateless.clone(),
             embedded,
         },
         &upstreams,
@@ -315,13 +314,27 @@ where
     R: FnMut() -> Result<Config, ConfigError>,
 {
     let mut hangups = hangups();
+    let upstreams = config.upstream_set();
+    let embedded = upstreams
+        .iter()
+        .any(|u| matches!(u.config.target, Target::Embedded));
+    let in_front_of = in_front_of(&config, &upstreams);
     let running = start(config).await?;
+    // The line a person reads first: where to point a client, and at what.
     tracing::info!(
         listen = %running.local_addr(),
         endpoint = %running.url(),
         upstream = %running.upstream_url(),
-        "mcp-session-proxy is serving"
+        "mcp-session-proxy is serving {} in front of {in_front_of}",
+        running.url(),
     );
+    if embedded {
+        tracing::info!(
+            "no upstream is configured, so the embedded demo server answers (tools echo, \
+             counter, slow, sample, sleep, whoami, announce, change_tools); put the proxy in \
+             front of your own server with --upstream URL, or -- COMMAND ARGS for a stdio server"
+        );
+    }
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -345,6 +358,37 @@ where
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
+}
+
+/// What the proxy stands in front of, for the start-up line: the one upstream in a few
+/// words, or each upstream by name with the path serving it.
+fn in_front_of(config: &Config, upstreams: &[NamedUpstream]) -> String {
+    let describe = |target: &Target| match target {
+        Target::Embedded => "the embedded demo server".to_owned(),
+        Target::Http(_) => target.to_string(),
+        Target::Stdio(_) => "a stdio server, one process per session".to_owned(),
+    };
+    if let [only] = upstreams {
+        return describe(&only.config.target);
+    }
+    let each: Vec<String> = upstreams
+        .iter()
+        .map(|u| {
+            let also = if u.default {
+                format!(" and {}", config.path)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} at {}/{}{also} ({})",
+                u.name,
+                config.path,
+                u.name,
+                describe(&u.config.target)
+            )
+        })
+        .collect();
+    format!("{} upstreams: {}", upstreams.len(), each.join("; "))
 }
 
 #[cfg(unix)]

@@ -5,6 +5,7 @@
 //! Nothing here does I/O or knows about sessions' storage; it reads and writes the
 //! places in a message where MCP keeps its metadata.
 
+pub mod caller;
 pub mod headers;
 pub mod initialize;
 pub mod meta;

@@ -5,7 +5,8 @@
 //!   stdio server, whose transport the proxy is) — create, use, end; every message of a
 //!   session goes to that session's own upstream session, and its answer is relayed
 //!   back with the session stamped in;
-//! - [`StatelessPath`]: 2026-07-28 clients, served on pooled upstream sessions;
+//! - [`StatelessPath`]: 2026-07-28 clients, served on upstream sessions chosen by the
+//!   [`Affinity`] (pooled, one per call, pinned, or behind a session handle);
 //! - [`PassThrough`]: old clients of an HTTP upstream, untouched.
 //!
 //! Each path speaks to the upstream through `upstream::Upstream` and answers with a
@@ -23,4 +24,4 @@ mod stateless;
 pub use cluster::Cluster;
 pub use passthrough::PassThrough;
 pub use session::{ENDING_AT_ONCE, SessionPath, SessionSettings, binding};
-pub use stateless::{POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};
+pub use stateless::{Affinity, Fallback, POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};

@@ -142,6 +142,7 @@ struct Proxy {
     /// Collects stderr; ends when the process closes it.
     reader: Option<JoinHandle<()>>,
     /// The start-up line's fields.
+    message: String,
     listen: SocketAddr,
     endpoint: String,
     upstream: String,
@@ -180,7 +181,9 @@ impl Proxy {
         let started = tokio::time::timeout(STARTUP_LIMIT, async {
             while let Some(line) = lines.recv().await {
                 if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                    && entry["fields"]["message"] == SERVING
+                    && entry["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with(SERVING))
                 {
                     return Some(entry["fields"].clone());
                 }
@@ -210,6 +213,7 @@ impl Proxy {
         };
         Proxy {
             child,
+            message: field("message"),
             listen: field("listen").parse().unwrap(),
             endpoint: field("endpoint"),
             upstream: field("upstream"),
@@ -401,6 +405,249 @@ async fn problems_in_several_layers_are_all_named() {
     .await;
 }
 
+/// The lines of a refusal after its first ("invalid configuration:").
+fn problem_lines(stderr: &str) -> Vec<&str> {
+    let mut lines = stderr.lines();
+    assert_eq!(
+        lines.next(),
+        Some("mcp-session-proxy: invalid configuration:"),
+        "{stderr}"
+    );
+    lines.map(str::trim_start).collect()
+}
+
+#[tokio::test]
+async fn a_file_with_several_bad_entries_reports_every_one() {
+    bounded(async {
+        let dir = WorkDir::with_proxy_toml(
+            "max_body_bytes = \"big\"\nshutdown_grace = \"soon\"\n[session]\nidel_ttl = \"5m\"\nreap_interval = -5\n",
+        );
+        let stderr = refused(dir.path(), &[], &[]).await;
+        assert_eq!(
+            problem_lines(&stderr),
+            [
+                "max_body_bytes (in proxy.toml): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
+                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval, state_key, store, redis_url and sealed_keys.",
+                "session.reap_interval (in proxy.toml): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+                "shutdown_grace (in proxy.toml): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+            ]
+        );
+        // `check` says the same.
+        assert_eq!(refused(dir.path(), &["check"], &[]).await, stderr);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn environment_problems_name_the_variable_and_suggest_the_right_one() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let stderr = refused(
+            dir.path(),
+            &["check"],
+            &[
+                ("MCP_PROXY_IDLE_TTL", "5m"),
+                ("MCP_PROXY_UPSTREAM__POOL_SIZE", "many"),
+            ],
+        )
+        .await;
+        assert_eq!(
+            problem_lines(&stderr),
+            [
+                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams and cluster.",
+                "upstream.pool_size (from the environment variable MCP_PROXY_UPSTREAM__POOL_SIZE): \"many\" is not a whole number of 0 or more; write e.g. MCP_PROXY_UPSTREAM__POOL_SIZE=2",
+            ]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_environment_value_of_digits_is_text_where_text_is_wanted() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let output = run_to_exit(
+            dir.path(),
+            &["check"],
+            &[("MCP_PROXY_ADMIN__TOKEN", "0012345678901234567")],
+        )
+        .await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_upstream_url_and_a_stdio_command_together_are_refused_by_run_and_check() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let expected = "mcp-session-proxy: invalid configuration:\n  upstream: --upstream \
+                        http://127.0.0.1:3001/mcp and the stdio command after `--` (npx -y \
+                        server) both name the upstream; give one: --upstream URL for a \
+                        Streamable HTTP server, or `-- COMMAND ARGS…` for a stdio server\n";
+        for args in [
+            &[
+                "--upstream",
+                "http://127.0.0.1:3001/mcp",
+                "--",
+                "npx",
+                "-y",
+                "server",
+            ][..],
+            &[
+                "check",
+                "--upstream",
+                "http://127.0.0.1:3001/mcp",
+                "--",
+                "npx",
+                "-y",
+                "server",
+            ],
+            &[
+                "--upstream",
+                "http://127.0.0.1:3001/mcp",
+                "check",
+                "--",
+                "npx",
+                "-y",
+                "server",
+            ],
+        ] {
+            assert_eq!(refused(dir.path(), args, &[]).await, expected, "{args:?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn flags_go_before_or_after_the_subcommand() {
+    bounded(async {
+        let dir = WorkDir::new();
+        for args in [
+            &["--listen", "127.0.0.1:9999", "check"][..],
+            &["check", "--listen", "127.0.0.1:9999"],
+        ] {
+            let output = run_to_exit(dir.path(), args, &[]).await;
+            assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&output.stdout),
+                "configuration OK: listen 127.0.0.1:9999/mcp, upstream the embedded demo server\n",
+                "{args:?}"
+            );
+        }
+        // A bad value is refused wherever the flag stands.
+        let stderr = refused(dir.path(), &["--listen", "nowhere", "check"], &[]).await;
+        assert_eq!(
+            problem_lines(&stderr),
+            ["listen (from --listen): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\""]
+        );
+        // The same flag on both sides: neither silently wins.
+        let stderr = refused(
+            dir.path(),
+            &["--listen", "127.0.0.1:1", "check", "--listen", "127.0.0.1:2"],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            stderr,
+            "mcp-session-proxy: --listen is given both before and after the subcommand; give it once\n"
+        );
+        // The help says where they go.
+        let help = run_to_exit(dir.path(), &["--help"], &[]).await;
+        assert!(
+            String::from_utf8_lossy(&help.stdout).contains(
+                "Options go before or after a subcommand: `mcp-session-proxy --listen \
+                 0.0.0.0:8080 check` is `mcp-session-proxy check --listen 0.0.0.0:8080`."
+            ),
+            "{help:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn healthcheck_help_lists_only_what_applies_to_it() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let help = run_to_exit(dir.path(), &["healthcheck", "--help"], &[]).await;
+        assert_eq!(help.status.code(), Some(0), "{help:?}");
+        let text = String::from_utf8_lossy(&help.stdout);
+        let options: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.trim_start().strip_prefix("--"))
+            .map(|line| line.split([' ', '<']).next().unwrap())
+            .collect();
+        assert_eq!(options, ["url", "listen", "config"], "{text}");
+        assert!(!text.contains("COMMAND"), "{text}");
+        // A flag that does not apply, given before the subcommand, is refused, not ignored.
+        let stderr = refused(
+            dir.path(),
+            &["--upstream", "http://127.0.0.1:3001/mcp", "healthcheck"],
+            &[],
+        )
+        .await;
+        assert_eq!(
+            stderr,
+            "mcp-session-proxy: --upstream does not apply to healthcheck, which only probes a \
+             running proxy's /healthz (its options: --url, --listen, --config)\n"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn healthcheck_against_nothing_says_which_url_and_what_to_check() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let (free, port) = held_port();
+        drop(free);
+        let url = format!("http://127.0.0.1:{port}/healthz");
+
+        let output = run_to_exit(dir.path(), &["healthcheck", "--url", &url], &[]).await;
+        assert_eq!(output.status.code(), Some(1), "{output:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stderr),
+            format!(
+                "mcp-session-proxy healthcheck: cannot reach {url}: connection refused (nothing \
+                 listens there)\n  Check the URL given with --url.\n"
+            )
+        );
+
+        // The configured address, before or after the subcommand.
+        let listen = format!("127.0.0.1:{port}");
+        for args in [
+            &["healthcheck", "--listen", listen.as_str()][..],
+            &["--listen", listen.as_str(), "healthcheck"],
+        ] {
+            let output = run_to_exit(dir.path(), args, &[]).await;
+            assert_eq!(output.status.code(), Some(1), "{output:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&output.stderr),
+                format!(
+                    "mcp-session-proxy healthcheck: cannot reach {url}: connection refused \
+                     (nothing listens there)\n  Is the proxy running, and listening there? \
+                     healthcheck probes the configured listen address (--listen, \
+                     MCP_PROXY_LISTEN or listen in proxy.toml; admin.listen when set); --url \
+                     probes another.\n"
+                ),
+                "{args:?}"
+            );
+        }
+
+        // And it succeeds against a proxy that serves.
+        let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let listen = proxy.listen.to_string();
+        let output = run_to_exit(dir.path(), &["healthcheck", "--listen", &listen], &[]).await;
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+    })
+    .await;
+}
+
 // === 2. precedence: file < environment < flags ===
 
 #[tokio::test]
@@ -502,6 +749,23 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
         let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         assert!(proxy.listen.ip().is_loopback());
         assert_eq!(proxy.endpoint, proxy.url("/mcp"));
+        // The start-up line says where to point a client, and that the demo answers.
+        assert_eq!(
+            proxy.message,
+            format!(
+                "mcp-session-proxy is serving {} in front of the embedded demo server",
+                proxy.url("/mcp")
+            )
+        );
+        let hint = "no upstream is configured, so the embedded demo server answers (tools \
+                    echo, counter, slow, sample, sleep, whoami, announce, change_tools); put the \
+                    proxy in front of your own server with --upstream URL, or -- COMMAND ARGS \
+                    for a stdio server";
+        assert!(
+            eventually(Duration::from_secs(2), || proxy.stderr().contains(hint)).await,
+            "{}",
+            proxy.stderr()
+        );
         let upstream: http::Uri = proxy.upstream.parse().unwrap();
         assert_eq!(upstream.scheme_str(), Some("http"));
         assert_eq!(upstream.host(), Some("127.0.0.1"));
@@ -513,6 +777,16 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
         assert_eq!(
             serde_json::from_str::<Value>(&body).unwrap(),
             json!({"status": "ok"})
+        );
+        // /readyz as README.md's Operations table shows it.
+        let (status, body) = proxy.get("/readyz").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({"status": "ready", "checks": {"config": "ok", "upstream": "ok", "store": "ok"},
+                   "store": "memory", "upstream": proxy.upstream,
+                   "upstreams": {"default": {"status": "ok", "default": true,
+                                             "replicas": {(proxy.upstream.clone()): "ok"}}}})
         );
 
         // sessions/create
@@ -548,6 +822,178 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
         let again = client.delete().await;
         assert_eq!(again.status, 404, "{}", again.text);
         assert_eq!(again.error_code(), Some(-32043), "{}", again.text);
+    })
+    .await;
+}
+
+// === 3b. a stdio server that cannot start is reported in its own terms ===
+
+/// The proxy in front of the stdio command `command`, its answer to `sessions/create`
+/// (HTTP status and JSON-RPC error) and, after a graceful stop, its log.
+async fn create_with_stdio(command: &[&str], env: &[(&str, &str)]) -> (u16, Value, String) {
+    let mut args = vec!["--listen", "127.0.0.1:0", "--"];
+    args.extend_from_slice(command);
+    let mut proxy = Proxy::start(WorkDir::new(), &args, env).await;
+    let reply = proxy
+        .post(
+            "/mcp",
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+        )
+        .await;
+    proxy.sigterm_handled().await;
+    proxy.terminate();
+    let status = proxy.exit_within(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", proxy.stderr());
+    (reply.status, reply.json()["error"].clone(), proxy.stderr())
+}
+
+/// The `error` field of every JSON log line with `message`.
+fn logged_errors(log: &str, message: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|entry| entry["fields"]["message"] == message)
+        .map(|entry| entry["fields"]["error"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stdio_server_that_exits_is_reported_with_its_status_and_last_stderr_line() {
+    bounded(async {
+        let (status, error, log) = create_with_stdio(
+            &[
+                "sh",
+                "-c",
+                "echo 'starting' >&2; echo 'Error: missing API key' >&2; exit 3",
+            ],
+            &[],
+        )
+        .await;
+        let said = "the stdio server exited with status 3 before answering initialize; its \
+                    last stderr line: \"Error: missing API key\"";
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(error["code"], -32603, "{error}");
+        assert_eq!(
+            error["message"],
+            format!("Upstream error: {said}"),
+            "{error}"
+        );
+        assert_eq!(error["data"]["exitCode"], 3, "{error}");
+        assert_eq!(error["data"]["stderr"], "Error: missing API key", "{error}");
+        assert_eq!(error["data"]["detail"], said, "{error}");
+        // The log says the same, once for the failing start and once for the request.
+        assert_eq!(
+            logged_errors(&log, "the stdio server failed to start"),
+            [said],
+            "{log}"
+        );
+        assert_eq!(
+            logged_errors(&log, "upstream failure"),
+            [format!("Upstream error: {said}")],
+            "{log}"
+        );
+        assert!(!log.contains("HTTP 502"), "{log}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_command_that_does_not_exist_is_reported_as_not_found() {
+    bounded(async {
+        let (status, error, _) =
+            create_with_stdio(&["/nonexistent/mcp-server", "--flag"], &[]).await;
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(
+            error["message"],
+            "Upstream error: the stdio server's command \"/nonexistent/mcp-server\" was not \
+             found; is it installed, and on the proxy's PATH (or give its full path)?",
+            "{error}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_refusing_initialize_is_reported_with_its_error() {
+    bounded(async {
+        let script = "import sys, json\n\
+                      request = json.loads(sys.stdin.readline())\n\
+                      print(json.dumps({'jsonrpc': '2.0', 'id': request['id'], 'error': \
+                      {'code': -32602, 'message': 'Unsupported protocol version'}}), flush=True)\n\
+                      sys.stdin.read()\n";
+        let (status, error, _) = create_with_stdio(&["python3", "-c", script], &[]).await;
+        assert_eq!(status, 502, "{error}");
+        assert_eq!(
+            error["message"],
+            "Upstream error: the stdio server answered initialize with error -32602: \
+             \"Unsupported protocol version\"",
+            "{error}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_silent_at_initialize_is_reported_as_timed_out() {
+    bounded(async {
+        let (status, error, _) = create_with_stdio(
+            &["sh", "-c", "echo 'loading the model...' >&2; exec sleep 5"],
+            &[("MCP_PROXY_UPSTREAM__TIMEOUT", "500ms")],
+        )
+        .await;
+        assert_eq!(status, 504, "{error}");
+        assert_eq!(
+            error["message"],
+            "Upstream error: the stdio server did not answer initialize within 500ms; its last \
+             stderr line: \"loading the model...\"",
+            "{error}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_text_log_has_no_colours_when_stderr_is_not_a_terminal() {
+    bounded(async {
+        let dir = WorkDir::new();
+        let (free, port) = held_port();
+        drop(free);
+        let listen = format!("127.0.0.1:{port}");
+        // Text logs, the default; stderr is a pipe here, as under systemd or in a container.
+        let mut child = command(dir.path(), &["--listen", &listen], &[])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut log = String::new();
+        let serving = tokio::time::timeout(STARTUP_LIMIT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                log.push_str(&line);
+                log.push('\n');
+                if line.contains(SERVING) {
+                    return Some(line);
+                }
+            }
+            None
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no start-up line within {STARTUP_LIMIT:?}: {log}"))
+        .unwrap_or_else(|| panic!("the proxy ended before serving: {log}"));
+        assert!(
+            !log.contains('\x1b'),
+            "ANSI escapes in a piped log: {log:?}"
+        );
+        let message = serving
+            .split_once("mcp_session_proxy: ")
+            .map(|(_, message)| message)
+            .unwrap_or_else(|| panic!("{serving:?}"));
+        assert!(
+            message.starts_with(&format!(
+                "mcp-session-proxy is serving http://{listen}/mcp in front of the embedded demo \
+                 server listen={listen} endpoint=http://{listen}/mcp upstream=http://127.0.0.1:"
+            )),
+            "{serving:?}"
+        );
+        child.kill().await.unwrap();
     })
     .await;
 }
@@ -818,13 +1264,14 @@ async fn the_readme_walkthrough() {
         let session = body["result"]["session"].as_object().unwrap();
         let keys: Vec<&str> = session.keys().map(String::as_str).collect();
         assert_eq!(keys, ["sessionId", "expiresAt", "state"], "{body}");
+        let state = session["state"].as_str().unwrap().to_owned();
 
-        // 2. Use it.
+        // 2. Use it, sending the latest state back.
         let echoed = curl(
             &http,
             &url,
             format!(
-                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"msg":"hi"}},"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{{"msg":"hi"}},"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}","state":"{state}"}}}}}}}}"#
             ),
         )
         .await;
@@ -840,13 +1287,14 @@ async fn the_readme_walkthrough() {
         let keys: Vec<&str> = stamp.keys().map(String::as_str).collect();
         assert_eq!(keys, ["sessionId", "state", "expiresAt"], "{echoed}");
         assert_eq!(stamp["sessionId"], sid.as_str());
+        let state = stamp["state"].as_str().unwrap().to_owned();
 
         // 3. A streaming tool.
         let streamed = curl(
             &http,
             &url,
             format!(
-                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"slow","arguments":{{"steps":3}},"_meta":{{"progressToken":"p1","io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"slow","arguments":{{"steps":3}},"_meta":{{"progressToken":"p1","io.modelcontextprotocol/session":{{"sessionId":"{sid}","state":"{state}"}}}}}}}}"#
             ),
         )
         .await;
@@ -901,7 +1349,7 @@ async fn the_readme_walkthrough() {
             &http,
             &url,
             format!(
-                r#"{{"jsonrpc":"2.0","id":4,"method":"sessions/delete","params":{{"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}"}}}}}}}}"#
+                r#"{{"jsonrpc":"2.0","id":4,"method":"sessions/delete","params":{{"_meta":{{"io.modelcontextprotocol/session":{{"sessionId":"{sid}","state":"{state}"}}}}}}}}"#
             ),
         )
         .await;
@@ -924,6 +1372,126 @@ async fn the_readme_walkthrough() {
             gone.text
         );
         assert_eq!(gone.status, 404, "{}", gone.text);
+    })
+    .await;
+}
+
+/// The `sh` blocks of README.md under `heading`, in order.
+fn readme_sh_blocks(heading: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("README.md has no {heading:?}"));
+    let section = &readme[start + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    section
+        .split("```sh\n")
+        .skip(1)
+        .map(|block| block[..block.find("```").unwrap()].to_owned())
+        .collect()
+}
+
+/// README.md's curl walkthrough and its migration example, run as written by `sh` (dash
+/// on Debian: no bash arrays) against the binary as `cargo run --release` starts it; only
+/// the port differs. The walkthrough sends each session's latest `state` back, which the
+/// proxy checks: a state lost on the way fails the script.
+#[tokio::test]
+async fn the_readme_curl_examples_run_in_a_posix_shell() {
+    bounded(async {
+        let curl_found = std::process::Command::new("curl")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            curl_found,
+            "this test runs README.md's curl commands: install curl"
+        );
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let proxy = Proxy::start_in(root, &["--listen", "127.0.0.1:0"], &[], None).await;
+
+        let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
+        let migration = readme_sh_blocks("## Migrating a fleet");
+        assert_eq!((walkthrough.len(), migration.len()), (1, 1));
+        // The migration example uses the walkthrough's `mcp` function.
+        let script = format!("{}\n{}", walkthrough[0], migration[0])
+            .replace("127.0.0.1:8080", &proxy.listen.to_string());
+        let output = tokio::time::timeout(
+            Duration::from_secs(8),
+            Command::new("sh")
+                .args(["-e", "-c", &script])
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the README's commands took longer than 8 s")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{}\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        let sid = grep_session_id(lines[0]).expect("no session created");
+        let json_lines: Vec<Value> = lines
+            .iter()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        let by_id =
+            |id: i64| -> Vec<&Value> { json_lines.iter().filter(|m| m["id"] == id).collect() };
+        // 1-2: created, then used with its state.
+        assert_eq!(
+            by_id(2)[0]["result"]["content"][0]["text"],
+            "hi",
+            "{stdout}"
+        );
+        // 3: the stream, its progress and its stamped response.
+        let events = sse_messages(&stdout);
+        assert_eq!(
+            events
+                .iter()
+                .filter(|m| m["method"] == "notifications/progress")
+                .count(),
+            3,
+            "{stdout}"
+        );
+        let done = events
+            .iter()
+            .find(|m| m["id"] == 3)
+            .expect("no response to 3");
+        assert_eq!(done["result"]["content"][0]["text"], "done after 3 steps");
+        // 4: deleted, then unknown.
+        assert_eq!(
+            by_id(4),
+            [&json!({"jsonrpc": "2.0", "id": 4, "result": {}})]
+        );
+        assert_eq!(
+            by_id(5),
+            [&json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32043,
+                     "message": "Session not found", "data": {"sessionId": sid}}})]
+        );
+        // The migration example: an old client's initialize (with the upstream's session
+        // id header), a data-layer session, a stateless discovery.
+        assert!(stdout.contains("HTTP/1.1 200 OK"), "{stdout}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.to_ascii_lowercase().starts_with("mcp-session-id: ")),
+            "{stdout}"
+        );
+        let answers_to_1: Vec<&Value> = by_id(1).into_iter().skip(1).collect();
+        assert_eq!(answers_to_1.len(), 3, "{stdout}");
+        assert_eq!(answers_to_1[0]["result"]["protocolVersion"], "2025-11-25");
+        assert!(answers_to_1[1]["result"]["session"]["sessionId"].is_string());
+        assert_eq!(
+            answers_to_1[2]["result"]["supportedVersions"],
+            json!(["2026-07-28"]),
+            "{stdout}"
+        );
     })
     .await;
 }

@@ -2,7 +2,8 @@
 //! path, replicas of an upstream (balancing, stickiness, a replica going down and coming
 //! back), old clients sticking to the replica that issued their session, both
 //! `on_session_lost` policies, readiness and metrics naming every upstream and replica,
-//! and a named stdio upstream. The upstream replicas are strict demo servers on loopback.
+//! a named stdio upstream, and upstreams serving their stateless clients in affinities of
+//! their own. The upstream replicas are strict demo servers on loopback.
 //! Several proxy processes (shared stores, forwarding, reload, shutdown, nginx) are in
 //! `replicas.rs`.
 
@@ -21,7 +22,8 @@ use common::fleet::{Replicas, fleet_config, named};
 use common::procs::Marker;
 use common::stdio::misbehaving;
 use common::*;
-use mcp_session_proxy::config::{OnSessionLost, Target};
+use mcp_session_proxy::config::{Affinity, Fallback, OnSessionLost, Target};
+use mcp_session_proxy::rewrite::handles::HandleTools;
 use mcp_session_proxy::start;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
@@ -36,12 +38,13 @@ fn counter(message: &Value) -> u64 {
 async fn upstreams_are_routed_by_path_and_the_default_is_also_at_the_bare_path() {
     let alpha = Replicas::start(1).await;
     let beta = Replicas::start(1).await;
-    let proxy = start(fleet_config(vec![
+    let mut config = fleet_config(vec![
         named("alpha", true, alpha.target()),
         named("beta", false, beta.target()),
-    ]))
-    .await
-    .unwrap();
+    ]);
+    // Stateless calls on a pooled session, which stays to be counted.
+    config.stateless.affinity = Affinity::Shared;
+    let proxy = start(config).await.unwrap();
     let base = proxy.url();
 
     let mut at_bare = SessionClient::new(base.clone());
@@ -406,4 +409,123 @@ async fn a_stdio_upstream_is_served_by_name_beside_an_http_one() {
     client.delete().await;
     proxy.shutdown().await;
     procs::assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn each_upstream_serves_its_stateless_clients_in_its_own_affinity() {
+    let alpha = Replicas::start(1).await;
+    let beta = Replicas::start(1).await;
+    let mut config = fleet_config(vec![
+        named("alpha", true, alpha.target()),
+        named("beta", false, beta.target()),
+    ]);
+    // [stateless] says shared; alpha's own [upstreams.alpha.stateless] says handles, at
+    // most one per caller.
+    config.stateless.affinity = Affinity::Shared;
+    let mut own = config.stateless.clone();
+    own.affinity = Affinity::Handles {
+        tools: HandleTools::default(),
+        fallback: Fallback::Isolated,
+        max_per_caller: 1,
+    };
+    config.upstreams[0].stateless = Some(own);
+    let proxy = start(config).await.unwrap();
+    let base = proxy.url();
+    let client = |path: &str| {
+        StatelessClient::new(format!("{base}{path}")).with_header("authorization", "Bearer alice")
+    };
+    let (mut on_alpha, mut on_beta) = (client("/alpha"), client("/beta"));
+    let list = |reply: Reply| {
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert::tool_names(&reply.json())
+    };
+    assert!(
+        list(on_alpha.request("tools/list", json!({})).await).contains(&"session_open".to_owned())
+    );
+    assert!(
+        !list(on_beta.request("tools/list", json!({})).await).contains(&"session_open".to_owned())
+    );
+
+    // alpha: a handle keeps its own upstream session; calls without one are isolated.
+    let opened = on_alpha
+        .request(
+            "tools/call",
+            json!({"name": "session_open", "arguments": {}}),
+        )
+        .await
+        .json();
+    let handle = opened["result"]["structuredContent"]["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{opened}"))
+        .to_owned();
+    for expected in 1..=2u64 {
+        let called = on_alpha
+            .request(
+                "tools/call",
+                json!({"name": "counter", "arguments": {"session": handle}}),
+            )
+            .await
+            .json();
+        assert_eq!(counter(&called), expected, "{called}");
+    }
+    for _ in 0..2 {
+        let called = on_alpha
+            .request("tools/call", json!({"name": "counter", "arguments": {}}))
+            .await
+            .json();
+        assert_eq!(counter(&called), 1, "isolated: {called}");
+    }
+    // The cap is alpha's own.
+    let second = on_alpha
+        .request(
+            "tools/call",
+            json!({"name": "session_open", "arguments": {}}),
+        )
+        .await
+        .json();
+    assert_eq!(second["result"]["isError"], true, "{second}");
+    assert!(
+        assert::text_of(&second).contains("already have 1 sessions open"),
+        "{second}"
+    );
+
+    // beta: the shared pool, one caller's calls on one upstream session.
+    for expected in 1..=3u64 {
+        let called = on_beta
+            .request("tools/call", json!({"name": "counter", "arguments": {}}))
+            .await
+            .json();
+        assert_eq!(counter(&called), expected, "shared: {called}");
+    }
+    assert_eq!(beta.live(), [1], "one pooled session on beta");
+
+    // alpha's handle is alpha's session: unknown at beta, even to its caller.
+    let mut headers = HeaderMap::new();
+    headers.insert("authorization", "Bearer alice".parse().unwrap());
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": in_session(json!({"name": "counter", "arguments": {}}), &handle, None)});
+    let at_beta = post_json(&http_client(), &format!("{base}/beta"), &body, &headers).await;
+    assert_eq!(at_beta.error_code(), Some(-32043), "{}", at_beta.text);
+    let at_alpha = post_json(&http_client(), &format!("{base}/alpha"), &body, &headers).await;
+    assert_eq!(at_alpha.status, 200, "{}", at_alpha.text);
+    assert_eq!(
+        counter(&at_alpha.json()),
+        3,
+        "the handle's own upstream session"
+    );
+
+    let closed = on_alpha
+        .request(
+            "tools/call",
+            json!({"name": "session_close", "arguments": {"session": handle}}),
+        )
+        .await
+        .json();
+    assert_eq!(closed["result"]["isError"], false, "{closed}");
+    assert!(
+        eventually(Duration::from_secs(10), || alpha.live() == [0]).await,
+        "alpha's handle and isolated sessions are all ended: {:?}",
+        alpha.live()
+    );
+    proxy.shutdown().await;
 }

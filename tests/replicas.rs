@@ -2,7 +2,8 @@
 //! loopback: sessions shared through a real `redis-server` (cross-replica use, restart
 //! survival, expiry claimed once, an outage and its recovery) or through sealed ids
 //! (cross-replica use, key rotation, a deleted id), the memory store's limits, forwarding
-//! to the replica that holds a stdio child or a waiting `input_required` call, SIGHUP
+//! to the replica that holds a stdio child or a waiting `input_required` call, session
+//! handles bound to their caller at every replica (and served where their child runs), SIGHUP
 //! reload, graceful shutdown with a stream in flight, and real nginx round-robin in front
 //! of two replicas.
 //!
@@ -332,6 +333,7 @@ async fn every_fleet_key_is_settable_through_the_environment() {
             ("MCP_PROXY_UPSTREAMS__ALPHA__DEFAULT", "true"),
             ("MCP_PROXY_UPSTREAMS__ALPHA__HEALTH_INTERVAL", "300ms"),
             ("MCP_PROXY_UPSTREAMS__BETA__URL", &beta.urls()[0]),
+            ("MCP_PROXY_UPSTREAMS__BETA__STATELESS__AFFINITY", "handles"),
             ("MCP_PROXY_SESSION__STORE", "sealed"),
             (
                 "MCP_PROXY_SESSION__SEALED_KEYS",
@@ -362,6 +364,23 @@ async fn every_fleet_key_is_settable_through_the_environment() {
         let mut on_beta = SessionClient::new(proxy.url("/mcp/beta"));
         on_beta.create().await;
         assert_eq!(beta.live(), [1]);
+        // beta's own stateless affinity: handles there, not at alpha.
+        let tools = |path: &'static str| {
+            let url = proxy.url(path);
+            async move {
+                let reply = StatelessClient::new(url)
+                    .request("tools/list", json!({}))
+                    .await;
+                assert_eq!(reply.status, 200, "{}", reply.text);
+                assert::tool_names(&reply.json())
+            }
+        };
+        assert!(
+            tools("/mcp/beta")
+                .await
+                .contains(&"session_open".to_owned())
+        );
+        assert!(!tools("/mcp").await.contains(&"session_open".to_owned()));
     })
     .await;
 }
@@ -491,6 +510,145 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
             .request("tools/list", json!({}))
             .await;
         assert::assert_session_not_found(&reply, orphan.session_id());
+    })
+    .await;
+}
+
+/// A stateless client in handles mode, calling as `who`.
+fn caller(url: String, who: &str) -> StatelessClient {
+    StatelessClient::new(url).with_header("authorization", &format!("Bearer {who}"))
+}
+
+/// Calls tool `name` with `arguments`; the whole answer.
+async fn call(client: &mut StatelessClient, name: &str, arguments: Value) -> Value {
+    let reply = client
+        .request("tools/call", json!({"name": name, "arguments": arguments}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.json()
+}
+
+/// A tool error result saying the handle does not exist (never a protocol error).
+fn assert_unknown_handle(answer: &Value) {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        assert::text_of(answer).contains("does not exist"),
+        "{answer}"
+    );
+}
+
+async fn open_handle(client: &mut StatelessClient) -> String {
+    let opened = call(client, "session_open", json!({})).await;
+    opened["result"]["structuredContent"]["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{opened}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_session_handle_is_bound_to_its_caller_at_every_replica() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(2).await;
+        let toml = format!(
+            "{}[stateless]\naffinity = \"handles\"\n",
+            config(0, &upstream.urls(), &redis_session(&redis))
+        );
+        let a = ProxyProcess::start(&toml).await;
+        let b = ProxyProcess::start(&toml).await;
+        let mut alice_a = caller(a.url("/mcp"), "alice");
+        let handle = open_handle(&mut alice_a).await;
+        let arguments = json!({"session": handle});
+        assert_eq!(
+            counter(&call(&mut alice_a, "counter", arguments.clone()).await),
+            1
+        );
+
+        // At B, through Redis: its caller carries on in the same upstream session…
+        let mut alice_b = caller(b.url("/mcp"), "alice");
+        assert_eq!(
+            counter(&call(&mut alice_b, "counter", arguments.clone()).await),
+            2
+        );
+        // …and another caller can neither use nor close it, there or at A.
+        for url in [b.url("/mcp"), a.url("/mcp")] {
+            let mut bob = caller(url, "bob");
+            assert_unknown_handle(&call(&mut bob, "counter", arguments.clone()).await);
+            assert_unknown_handle(&call(&mut bob, "session_close", arguments.clone()).await);
+        }
+        // Nor as a data-layer session.
+        let mut bob_headers = HeaderMap::new();
+        bob_headers.insert("authorization", "Bearer bob".parse().unwrap());
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": in_session(json!({"name": "counter", "arguments": {}}), &handle, None)});
+        let named = post_json(&http_client(), &b.url("/mcp"), &body, &bob_headers).await;
+        assert::assert_session_not_found(&named, &handle);
+        assert_eq!(
+            counter(&call(&mut alice_a, "counter", arguments.clone()).await),
+            3,
+            "bob touched nothing"
+        );
+
+        // Closed by its caller at B: gone at A too, and upstream.
+        let closed = call(&mut alice_b, "session_close", arguments.clone()).await;
+        assert_eq!(closed["result"]["isError"], false, "{closed}");
+        assert_unknown_handle(&call(&mut alice_a, "counter", arguments).await);
+        assert!(
+            eventually(Duration::from_secs(10), || upstream
+                .live()
+                .iter()
+                .sum::<usize>()
+                == 0)
+            .await,
+            "{:?}",
+            upstream.live()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_session_handle_is_served_by_the_replica_running_its_child() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let marker = Marker::new("replicas-handle");
+        let toml = |port| {
+            format!(
+                "{}[stateless]\naffinity = \"handles\"\n",
+                stdio_config(port, &redis, &marker)
+            )
+        };
+        let a = ProxyProcess::start(&toml(0)).await;
+        let b = ProxyProcess::start(&toml(0)).await;
+        let mut alice_a = caller(a.url("/mcp"), "alice");
+        let handle = open_handle(&mut alice_a).await;
+        let arguments = json!({"session": handle});
+        let pid = assert::text_of(&call(&mut alice_a, "pid", arguments.clone()).await).to_owned();
+        let children = marked(&marker);
+        assert_eq!(children.len(), 1, "{children:?}");
+        assert_eq!(
+            children[0].ppid,
+            a.pid() as i32,
+            "A runs the handle's child"
+        );
+
+        // At B: forwarded to A, the same child answers; B starts none.
+        let mut alice_b = caller(b.url("/mcp"), "alice");
+        let through_b = call(&mut alice_b, "pid", arguments.clone()).await;
+        assert_eq!(assert::text_of(&through_b), pid, "{through_b}");
+        assert!(marked(&marker).iter().all(|p| p.ppid != b.pid() as i32));
+        // Another caller at B is refused (by A, which holds it).
+        let mut bob_b = caller(b.url("/mcp"), "bob");
+        assert_unknown_handle(&call(&mut bob_b, "pid", arguments.clone()).await);
+
+        // Closed through B: A stops its child.
+        let closed = call(&mut alice_b, "session_close", arguments.clone()).await;
+        assert_eq!(closed["result"]["isError"], false, "{closed}");
+        assert!(
+            eventually(Duration::from_secs(10), || marked(&marker).is_empty()).await,
+            "the owner's child was not stopped"
+        );
+        assert_unknown_handle(&call(&mut alice_b, "pid", arguments).await);
     })
     .await;
 }

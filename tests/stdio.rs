@@ -35,7 +35,7 @@ use common::stdio::{
     LIVE_CHILDREN, POOLED, StdioProxy, child_of, everything, fastmcp, misbehaving, stdio_config,
 };
 use common::*;
-use mcp_session_proxy::config::Config;
+use mcp_session_proxy::config::{Affinity, Config};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
@@ -866,7 +866,9 @@ async fn a_crashing_child_costs_only_its_own_session() {
         "crash",
         "crash",
         json!({}),
-        "stdio server stopped before answering",
+        // In the child's terms: its exit status and its last words on stderr (as they
+        // appear inside the JSON error object).
+        r#"the stdio server exited with status 1 before answering; its last stderr line: \"misbehaving: crashing on purpose\""#,
         |_| {},
     )
     .await;
@@ -878,7 +880,7 @@ async fn a_child_writing_garbage_costs_only_its_own_session() {
         "garbage",
         "garbage",
         json!({}),
-        "not JSON-RPC",
+        "the stdio server wrote a line that is not JSON-RPC",
         |_| {},
     )
     .await;
@@ -890,7 +892,7 @@ async fn a_child_flooding_stdout_costs_only_its_own_session() {
         "flood",
         "flood",
         json!({"bytes": 2 * 1024 * 1024}),
-        "longer than 1048576 bytes",
+        "the stdio server wrote a line longer than 1048576 bytes",
         |config| config.upstream.max_message_bytes = 1024 * 1024,
     )
     .await;
@@ -1224,7 +1226,9 @@ async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_thei
 #[tokio::test]
 async fn stateless_clients_are_served_from_pooled_children() {
     let marker = Marker::new("stateless");
-    let proxy = StdioProxy::start(stdio_config(everything(&marker)), &marker).await;
+    let mut config = stdio_config(everything(&marker));
+    config.stateless.affinity = Affinity::Shared;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = StatelessClient::new(proxy.url());
     let discovered = c.request("server/discover", json!({})).await;
     assert_eq!(discovered.status, 200, "{}", discovered.text);
@@ -1259,6 +1263,31 @@ async fn stateless_clients_are_served_from_pooled_children() {
     assert_eq!(events.last().unwrap()["result"]["resultType"], "complete");
     // Calls one after another share one pooled child.
     assert_eq!(proxy.children().len(), 1, "{:?}", proxy.children());
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn isolated_stateless_calls_each_get_a_child_of_their_own() {
+    // The default affinity: a child per call, stopped once the call is over.
+    let marker = Marker::new("isolated");
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut c = StatelessClient::new(proxy.url());
+    let mut pids = Vec::new();
+    for _ in 0..3 {
+        let answer = c
+            .request("tools/call", json!({"name": "pid", "arguments": {}}))
+            .await
+            .json();
+        let pid: i32 = text_of(&answer).parse().unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || stat(pid).is_none()).await,
+            "the call's child {pid} was not stopped after the call"
+        );
+        pids.push(pid);
+    }
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "a child per call: {pids:?}");
     proxy.shutdown().await;
     assert_nothing_left(&marker);
 }

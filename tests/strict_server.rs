@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use mcp_session_proxy::demo::{DemoOptions, DemoServer};
 use reqwest::header::{HeaderMap, HeaderValue};
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn demo() -> DemoServer {
     DemoServer::start(DemoOptions {
@@ -151,4 +151,104 @@ async fn a_second_initialize_on_a_session_is_refused() {
     )
     .await;
     assert_eq!(reply.status, 400, "{}", reply.text);
+}
+
+/// What the demo declares, it serves: `logging` means `logging/setLevel` works, and the
+/// level decides which `notifications/message` the session gets (2025-11-25, "Logging").
+#[tokio::test]
+async fn logging_set_level_is_served_and_filters_log_messages() {
+    let server = demo().await;
+    let init = post_json(
+        &http_client(),
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "strict-test", "version": "1"}}}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert!(
+        init.json()["result"]["capabilities"]["logging"].is_object(),
+        "{}",
+        init.text
+    );
+    let session = init.header("mcp-session-id").unwrap().to_owned();
+    let http = http_client();
+    let h = headers(Some(&session), Some("2025-11-25"));
+    post_json(
+        &http,
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &h,
+    )
+    .await;
+    let set_level = |id: i64, level: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "logging/setLevel",
+               "params": {"level": level}})
+    };
+    let slow = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "slow", "arguments": {"steps": 2, "interval_ms": 1},
+            "_meta": {"progressToken": "t"}}})
+    };
+    let methods = |reply: &Reply| -> Vec<String> {
+        reply
+            .events()
+            .iter()
+            .filter_map(|m| m["method"].as_str().map(str::to_owned))
+            .collect()
+    };
+
+    // Before any setLevel: every level.
+    let all = post_json(&http, &server.url(), &slow(2), &h).await;
+    assert_eq!(
+        methods(&all),
+        [
+            "notifications/progress",
+            "notifications/message",
+            "notifications/progress",
+            "notifications/message"
+        ],
+        "{}",
+        all.text
+    );
+
+    // warning: the info messages stop, progress goes on.
+    let set = post_json(&http, &server.url(), &set_level(3, "warning"), &h).await;
+    assert_eq!(set.status, 200, "{}", set.text);
+    assert_eq!(
+        set.json(),
+        json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
+        "{}",
+        set.text
+    );
+    let quiet = post_json(&http, &server.url(), &slow(4), &h).await;
+    assert_eq!(
+        methods(&quiet),
+        ["notifications/progress", "notifications/progress"],
+        "{}",
+        quiet.text
+    );
+
+    // info again: they are back, at level info.
+    post_json(&http, &server.url(), &set_level(5, "info"), &h).await;
+    let back = post_json(&http, &server.url(), &slow(6), &h).await;
+    let logs: Vec<Value> = back
+        .events()
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 2, "{}", back.text);
+    assert_eq!(logs[0]["params"]["level"], "info", "{}", back.text);
+    assert_eq!(logs[0]["params"]["data"], "step 1 of 2", "{}", back.text);
+
+    // An unknown level is invalid params, naming the levels.
+    let bad = post_json(&http, &server.url(), &set_level(7, "verbose"), &h).await;
+    assert_eq!(bad.error_code(), Some(-32602), "{}", bad.text);
+    let message = bad.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert_eq!(
+        message,
+        "Invalid params: level must be one of debug, info, notice, warning, error, critical, \
+         alert, emergency"
+    );
 }

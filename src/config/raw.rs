@@ -70,11 +70,92 @@ pub struct RawNamedUpstream {
     pub on_session_lost: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_interval: Option<String>,
+    /// Overrides of the `[stateless]` settings for this upstream's stateless clients.
+    #[serde(skip_serializing_if = "RawStatelessOverrides::is_empty")]
+    pub stateless: RawStatelessOverrides,
+}
+
+/// One `[upstreams.NAME.stateless]` table: values of the `[stateless]` keys for that
+/// upstream; a key left out takes the `[stateless]` value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStatelessOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pinned: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_idle_ttl: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle_open_tool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle_close_tool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle_argument: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_handles_per_caller: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pooled: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_listens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_idle_ttl: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_state_ttl: Option<String>,
+}
+
+impl RawStatelessOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == RawStatelessOverrides::default()
+    }
+
+    /// `global` with these values over it, and the names of the keys they set.
+    pub fn over(&self, global: &RawStateless) -> (RawStateless, Vec<&'static str>) {
+        let mut set = Vec::new();
+        let mut merged = global.clone();
+        macro_rules! take {
+            ($($key:ident),*) => {$(
+                if let Some(value) = &self.$key {
+                    merged.$key = value.clone();
+                    set.push(stringify!($key));
+                }
+            )*};
+        }
+        take!(
+            affinity,
+            fallback,
+            pin_header,
+            max_pinned,
+            pin_idle_ttl,
+            handle_open_tool,
+            handle_close_tool,
+            handle_argument,
+            max_handles_per_caller,
+            max_pooled,
+            max_listens,
+            pool_idle_ttl,
+            request_state_ttl
+        );
+        (merged, set)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawStateless {
+    pub affinity: String,
+    pub fallback: String,
+    pub pin_header: String,
+    pub max_pinned: u64,
+    pub pin_idle_ttl: String,
+    pub handle_open_tool: String,
+    pub handle_close_tool: String,
+    pub handle_argument: String,
+    pub max_handles_per_caller: u64,
     pub max_pooled: u64,
     pub max_listens: u64,
     pub pool_idle_ttl: String,
@@ -84,6 +165,15 @@ pub struct RawStateless {
 impl Default for RawStateless {
     fn default() -> Self {
         RawStateless {
+            affinity: "isolated".into(),
+            fallback: "isolated".into(),
+            pin_header: String::new(),
+            max_pinned: 1000,
+            pin_idle_ttl: "30m".into(),
+            handle_open_tool: "session_open".into(),
+            handle_close_tool: "session_close".into(),
+            handle_argument: "session".into(),
+            max_handles_per_caller: 16,
             max_pooled: 100,
             max_listens: 100,
             pool_idle_ttl: "5m".into(),

@@ -99,18 +99,23 @@ fn bad_values_name_their_keys() {
         Overrides::default(),
     )
     .unwrap_err();
-    let text = err.to_string();
-    for key in [
-        "listen:",
-        "max_body_bytes:",
-        "session.idle_ttl:",
-        "session.state_key:",
-        "upstream.url:",
-        "log.format:",
-    ] {
-        assert!(text.contains(key), "{key} missing from: {text}");
-    }
-    assert_eq!(err.problems.len(), 6);
+    let keys: Vec<&str> = err
+        .problems
+        .iter()
+        .map(|p| p.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "listen",
+            "log.format",
+            "max_body_bytes",
+            "session.idle_ttl",
+            "session.state_key",
+            "upstream.url"
+        ],
+        "{err}"
+    );
 }
 
 #[test]
@@ -151,7 +156,11 @@ fn a_missing_config_file_is_an_error() {
 #[test]
 fn the_mcp_path_cannot_take_the_health_path() {
     let err = load_file("path = \"/healthz\"\n", Overrides::default()).unwrap_err();
-    assert!(err.to_string().contains("path:"), "{err}");
+    assert!(err.problems[0].starts_with("path ("), "{err}");
+    assert!(
+        err.problems[0].ends_with("/healthz is reserved for health checks"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -265,13 +274,13 @@ fn upstream_tables_are_checked_key_by_key() {
     .unwrap_err();
     let text = err.to_string();
     for key in [
-        "upstreams.bad name:",
-        "upstreams.a:",
-        "upstreams.b.urls[1]:",
-        "upstreams.b.on_session_lost:",
-        "upstreams.c:",
-        "upstreams.c.args:",
-        "upstreams:",
+        "upstreams.bad name (in ",
+        "upstreams.a (in ",
+        "upstreams.b.urls[1] (in ",
+        "upstreams.b.on_session_lost (in ",
+        "upstreams.c (in ",
+        "upstreams.c.args (in ",
+        "upstreams (in ",
     ] {
         assert!(text.contains(key), "{key} missing from: {text}");
     }
@@ -367,4 +376,368 @@ fn cluster_advertise_must_be_an_http_base_url() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("cluster.advertise"), "{err}");
+}
+
+/// The problems of a file, with its path replaced by `FILE`.
+fn problems_of(contents: &str) -> Vec<String> {
+    let f = file(contents);
+    let err = load_from(
+        &Overrides {
+            config_file: Some(f.0.clone()),
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    let path = f.0.display().to_string();
+    err.problems
+        .iter()
+        .map(|p| p.replace(&path, "FILE"))
+        .collect()
+}
+
+#[test]
+fn every_problem_of_a_file_is_reported_in_key_order() {
+    // Types that do not fit stop a deserializer at the first; values that fit but are
+    // wrong are checked afterwards: all of them are reported, at once.
+    let problems = problems_of(
+        "max_body_bytes = \"big\"\nlisten = \"nowhere\"\n[session]\nidel_ttl = \"5m\"\nreap_interval = -5\n[upstream]\ntimeout = \"soon\"\nrequire_session = \"yes\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "listen (in FILE): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
+            "max_body_bytes (in FILE): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
+            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval, state_key, store, redis_url and sealed_keys.",
+            "session.reap_interval (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+            "upstream.require_session (in FILE): \"yes\" is not true or false; write e.g. false",
+            "upstream.timeout (in FILE): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+        ]
+    );
+}
+
+#[test]
+fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
+    let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
+    let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
+               shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams \
+               and cluster.";
+    assert_eq!(
+        problems,
+        [
+            format!(
+                "idle_ttl (in FILE): unknown key; did you mean idle_ttl under [session]? {top}"
+            ),
+            format!("stateles (in FILE): unknown key; did you mean stateless? {top}"),
+        ]
+    );
+    // Nothing near enough: no guess, only the list.
+    let problems = problems_of("[log]\ncolour = true\n");
+    assert_eq!(
+        problems,
+        ["log.colour (in FILE): unknown key. The keys of [log] are level and format."]
+    );
+}
+
+#[test]
+fn wrong_types_say_what_to_write() {
+    let problems = problems_of(
+        "allowed_origins = [\"https://a.example.com\", 5]\nworkers = true\n[session]\nidle_ttl = -5\n[upstream]\nenv = { A = \"x\", B = 5 }\nurl = 3\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "allowed_origins[1] (in FILE): 5 is not a string; write it in quotes",
+            "session.idle_ttl (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+            "upstream.env.B (in FILE): 5 is not a string; write it in quotes",
+            "upstream.url (in FILE): 3 is not a string; write it in quotes",
+            "workers (in FILE): true is not a whole number of 0 or more; write e.g. 0",
+        ]
+    );
+    let problems = problems_of(
+        "allowed_origins = \"https://a.example.com\"\n[upstream]\nargs = 1\nenv = \"x\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "allowed_origins (in FILE): \"https://a.example.com\" is not a list; write it in brackets: [\"https://a.example.com\"]",
+            "upstream.args (in FILE): 1 is not a list; write it in brackets, e.g. [\"a\", \"b\"]",
+            "upstream.env (in FILE): \"x\" is not a table; write it as [upstream.env]",
+        ]
+    );
+}
+
+#[test]
+fn flags_are_named_as_the_origin_of_their_values() {
+    let err = load_from(
+        &Overrides {
+            listen: Some("nowhere".into()),
+            log_format: Some("yaml".into()),
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.problems,
+        [
+            "listen (from --listen): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
+            "log.format (from --log-format): \"yaml\" must be \"text\" or \"json\"",
+        ]
+    );
+}
+
+#[test]
+fn an_upstream_url_and_a_stdio_command_together_are_refused() {
+    let err = load_from(
+        &Overrides {
+            upstream: Some("http://127.0.0.1:3001/mcp".into()),
+            command: vec!["npx".into(), "-y".into(), "server".into()],
+            ..Overrides::default()
+        },
+        no_env(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.problems,
+        [
+            "upstream: --upstream http://127.0.0.1:3001/mcp and the stdio command after `--` (npx -y server) both name the upstream; give one: --upstream URL for a Streamable HTTP server, or `-- COMMAND ARGS…` for a stdio server"
+        ]
+    );
+}
+
+#[test]
+fn problems_found_after_reading_name_their_origin_too() {
+    let problems = problems_of("allowed_origins = [\"https://ok.example.com\", \"nope\"]\n");
+    assert_eq!(
+        problems,
+        [
+            "allowed_origins[1] (in FILE): \"nope\" must be an origin like \"https://app.example.com\" (scheme, host, optional port, no path)"
+        ]
+    );
+}
+
+#[test]
+fn a_file_that_is_not_toml_is_reported_with_its_excerpt() {
+    let problems = problems_of("listen = \"x\n");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with("FILE: TOML parse error at line 1"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn the_affinity_is_isolated_unless_chosen() {
+    assert_eq!(Config::defaults().stateless.affinity, Affinity::Isolated);
+    let shared = load_file("[stateless]\naffinity = \"shared\"\n", Overrides::default()).unwrap();
+    assert_eq!(shared.stateless.affinity, Affinity::Shared);
+}
+
+#[test]
+fn each_affinity_reads_its_own_keys() {
+    let pinned = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"X-Conversation-Id\"\nfallback = \"shared\"\nmax_pinned = 7\npin_idle_ttl = \"90s\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let Affinity::Pinned {
+        header,
+        fallback,
+        limits,
+    } = pinned.stateless.affinity
+    else {
+        panic!("pinned")
+    };
+    assert_eq!(header.unwrap().as_str(), "x-conversation-id");
+    assert_eq!(fallback, Fallback::Shared);
+    assert_eq!(
+        (limits.max_pinned, limits.idle_ttl),
+        (7, Duration::from_secs(90))
+    );
+
+    let handles = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"begin\"\nhandle_close_tool = \"end\"\nhandle_argument = \"ctx\"\nmax_handles_per_caller = 3\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let Affinity::Handles {
+        tools,
+        fallback,
+        max_per_caller,
+    } = handles.stateless.affinity
+    else {
+        panic!("handles")
+    };
+    assert_eq!(
+        (
+            tools.open.as_str(),
+            tools.close.as_str(),
+            tools.argument.as_str()
+        ),
+        ("begin", "end", "ctx")
+    );
+    assert_eq!((fallback, max_per_caller), (Fallback::Isolated, 3));
+
+    let env = load_from(
+        &Overrides::default(),
+        Env::prefixed("MCP_PROXY_UNIT_TEST_NOTHING_"),
+    )
+    .unwrap();
+    assert_eq!(env.stateless.affinity, Affinity::Isolated);
+}
+
+#[test]
+fn bad_affinity_keys_name_themselves() {
+    let err = load_file(
+        "[stateless]\naffinity = \"sticky\"\nfallback = \"pinned\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("stateless.affinity (in ") && text.contains("\"sticky\" must be"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stateless.fallback (in ") && text.contains("\"pinned\" must be"),
+        "{text}"
+    );
+
+    let err = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"Mcp-Session-Id\"\nmax_pinned = 0\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("stateless.pin_header"), "{text}");
+    assert!(text.contains("stateless.max_pinned"), "{text}");
+    let err = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"not a header\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not an HTTP header name"), "{err}");
+
+    let err = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"open session\"\nhandle_close_tool = \"x\"\nhandle_argument = \"\"\nmax_handles_per_caller = 0\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "stateless.handle_open_tool",
+        "stateless.handle_argument",
+        "stateless.max_handles_per_caller",
+    ] {
+        assert!(text.contains(key), "{key} missing from: {text}");
+    }
+    let err = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"s\"\nhandle_close_tool = \"s\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("must differ"), "{err}");
+}
+
+#[test]
+fn fleet_keys_report_their_problems_like_every_other_key() {
+    let problems = problems_of(
+        "[session]\nstore = \"disk\"\nsealed_keys = \"abc\"\n\
+         [cluster]\nadvertise = \"10.0.0.5\"\n\
+         [upstream]\nurls = \"http://127.0.0.1:1/mcp\"\non_session_lost = \"retry\"\nhealth_interval = \"often\"\n\
+         [upstreams.a]\nurls = \"http://127.0.0.1:2/mcp\"\nhealth_interval = 5\nmax_children = \"many\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "cluster.advertise (in FILE): \"10.0.0.5\" must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\"",
+            "session.sealed_keys (in FILE): \"abc\" is not a list; write it in brackets: [\"abc\"]",
+            "session.store (in FILE): \"disk\" must be \"memory\", \"redis\" or \"sealed\"",
+            "upstream.health_interval (in FILE): \"often\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+            "upstream.on_session_lost (in FILE): \"retry\" must be \"fail\" or \"reinitialize\"",
+            "upstream.urls (in FILE): \"http://127.0.0.1:1/mcp\" is not a list; write it in brackets: [\"http://127.0.0.1:1/mcp\"]",
+            "upstreams.a (in FILE): needs url, urls or command",
+            "upstreams.a.health_interval (in FILE): 5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+            "upstreams.a.max_children (in FILE): \"many\" is not a whole number of 0 or more; write e.g. 1000",
+            "upstreams.a.urls (in FILE): \"http://127.0.0.1:2/mcp\" is not a list; write it in brackets: [\"http://127.0.0.1:2/mcp\"]",
+        ]
+    );
+}
+
+#[test]
+fn an_upstream_overrides_the_stateless_settings_it_names() {
+    let config = load_file(
+        "[stateless]\naffinity = \"shared\"\nmax_pooled = 9\n\
+         [upstreams.alpha]\ndefault = true\nurl = \"http://127.0.0.1:1/mcp\"\n\
+         [upstreams.alpha.stateless]\naffinity = \"handles\"\nmax_handles_per_caller = 2\nhandle_open_tool = \"begin\"\n\
+         [upstreams.beta]\nurl = \"http://127.0.0.1:2/mcp\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    let alpha = set.iter().find(|u| u.name == "alpha").unwrap();
+    let Affinity::Handles {
+        tools,
+        fallback,
+        max_per_caller,
+    } = &alpha.stateless.affinity
+    else {
+        panic!("alpha is in handles mode: {:?}", alpha.stateless.affinity)
+    };
+    assert_eq!(
+        (tools.open.as_str(), tools.close.as_str(), *max_per_caller),
+        ("begin", "session_close", 2)
+    );
+    assert_eq!(*fallback, Fallback::Isolated);
+    assert_eq!(alpha.stateless.max_pooled, 9, "inherited from [stateless]");
+    let beta = set.iter().find(|u| u.name == "beta").unwrap();
+    assert_eq!(beta.stateless, config.stateless);
+    assert_eq!(beta.stateless.affinity, Affinity::Shared);
+}
+
+#[test]
+fn a_bad_stateless_override_is_named_where_it_was_written() {
+    let problems = problems_of(
+        "[stateless]\npin_idle_ttl = \"later\"\n\
+         [upstreams.alpha]\nurl = \"http://127.0.0.1:1/mcp\"\n\
+         [upstreams.alpha.stateless]\naffinity = \"pinned\"\nmax_pinned = 0\nafinity = \"x\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            // Inherited, wrong at its source: said once, there.
+            "stateless.pin_idle_ttl (in FILE): \"later\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+            "upstreams.alpha.stateless.afinity (in FILE): unknown key; did you mean affinity? The keys of [upstreams.alpha.stateless] are affinity, fallback, pin_header, max_pinned, pin_idle_ttl, handle_open_tool, handle_close_tool, handle_argument, max_handles_per_caller, max_pooled, max_listens, pool_idle_ttl and request_state_ttl.",
+            "upstreams.alpha.stateless.max_pinned (in FILE): 0 is too small; the minimum is 1",
+        ]
+    );
+}
+
+#[test]
+fn an_upstream_may_override_every_stateless_key() {
+    let keys = |value: figment::value::Value| -> Vec<String> {
+        match value {
+            figment::value::Value::Dict(_, dict) => dict.keys().cloned().collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let global = figment::value::Value::serialize(raw::RawStateless::default()).unwrap();
+    let (merged, set) = raw::RawStatelessOverrides::default().over(&raw::RawStateless::default());
+    assert!(set.is_empty());
+    assert_eq!(
+        format!("{merged:?}"),
+        format!("{:?}", raw::RawStateless::default())
+    );
+    let every: raw::RawStatelessOverrides = figment::Figment::from(
+        figment::providers::Serialized::defaults(raw::RawStateless::default()),
+    )
+    .extract()
+    .unwrap();
+    let (_, set) = every.over(&raw::RawStateless::default());
+    let mut set: Vec<String> = set.into_iter().map(str::to_owned).collect();
+    let mut all = keys(global);
+    set.sort();
+    all.sort();
+    assert_eq!(set, all);
 }

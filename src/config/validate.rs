@@ -5,24 +5,35 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::Uri;
+use http::header::HeaderName;
 
 use super::HEALTH_PATH;
-use super::raw::{RawConfig, RawNamedUpstream};
+use super::raw::{RawConfig, RawNamedUpstream, RawStateless};
 use super::{
-    AdminConfig, ClusterConfig, CommandSpec, Config, ConfigError, DEFAULT_UPSTREAM, LogConfig,
-    LogFormat, OnSessionLost, Secret, SessionConfig, StatelessConfig, StoreConfig, Target,
-    UpstreamConfig, UpstreamDef, UpstreamOverrides,
+    AdminConfig, Affinity, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM, Fallback,
+    LogConfig, LogFormat, OnSessionLost, Problem, Secret, SessionConfig, StatelessConfig,
+    StoreConfig, Target, UpstreamConfig, UpstreamDef, UpstreamOverrides,
 };
+use crate::rewrite::handles::HandleTools;
+use crate::upstream::PinSettings;
 
 /// The longest duration any setting takes: a year. Longer ones are typos, and an expiry
 /// past the year 9999 could not be written as RFC 3339.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-struct Problems(Vec<String>);
+pub(super) struct Problems(Vec<Problem>);
 
 impl Problems {
     fn add(&mut self, key: &str, why: impl std::fmt::Display) {
-        self.0.push(format!("{key}: {why}"));
+        let problem = Problem::new(key, why);
+        // A `[stateless]` value an upstream inherits is checked with it: said once.
+        if !self
+            .0
+            .iter()
+            .any(|p| p.key == problem.key && p.why == problem.why)
+        {
+            self.0.push(problem);
+        }
     }
 
     fn duration(&mut self, key: &str, value: &str, min: Duration) -> Duration {
@@ -48,11 +59,12 @@ impl Problems {
                 );
                 min
             }
-            Err(e) => {
+            // The parser's own words ("expected number at 0") help nobody: say what to write.
+            Err(_) => {
                 self.add(
                     key,
                     format!(
-                        "{value:?} is not a duration ({e}); write e.g. \"30s\", \"5m\" or \"1h\""
+                        "{value:?} is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\""
                     ),
                 );
                 min
@@ -68,7 +80,7 @@ impl Problems {
     }
 }
 
-pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     let mut p = Problems(Vec::new());
 
     let listen = raw.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
@@ -195,8 +207,13 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
             LogFormat::Text
         }
     };
-    if let Err(e) = raw.log.level.parse::<tracing_subscriber::EnvFilter>() {
-        p.add("log.level", format!("{:?} is not a log filter ({e}); write e.g. \"info\" or \"mcp_session_proxy=debug\"", raw.log.level));
+    if raw
+        .log
+        .level
+        .parse::<tracing_subscriber::EnvFilter>()
+        .is_err()
+    {
+        p.add("log.level", format!("{:?} is not a log filter; write a level (\"error\", \"warn\", \"info\", \"debug\" or \"trace\") or per-module levels such as \"info,mcp_session_proxy=debug\"", raw.log.level));
     }
 
     let a = &raw.admin;
@@ -219,24 +236,10 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, ConfigError> {
         }
     });
 
-    let st = &raw.stateless;
-    let stateless = StatelessConfig {
-        max_pooled: p.size("stateless.max_pooled", st.max_pooled, 1),
-        max_listens: p.size("stateless.max_listens", st.max_listens, 1),
-        pool_idle_ttl: p.duration(
-            "stateless.pool_idle_ttl",
-            &st.pool_idle_ttl,
-            Duration::from_secs(1),
-        ),
-        request_state_ttl: p.duration(
-            "stateless.request_state_ttl",
-            &st.request_state_ttl,
-            Duration::from_secs(1),
-        ),
-    };
+    let stateless = stateless(&mut p, &|name| format!("stateless.{name}"), &raw.stateless);
 
     if !p.0.is_empty() {
-        return Err(ConfigError { problems: p.0 });
+        return Err(p.0);
     }
     Ok(Config {
         listen,
@@ -418,11 +421,20 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
             p.add(&table, "needs url, urls or command");
         }
         let overrides = overrides(p, &table, def);
+        let stateless = (!def.stateless.is_empty()).then(|| {
+            let (merged, set) = def.stateless.over(&raw.stateless);
+            let key = |name: &str| match set.contains(&name) {
+                true => format!("{table}.stateless.{name}"),
+                false => format!("stateless.{name}"),
+            };
+            stateless(p, &key, &merged)
+        });
         defs.push(UpstreamDef {
             name: name.clone(),
             default: def.default,
             target,
             overrides,
+            stateless,
         });
     }
     let defaults: Vec<&str> = defs
@@ -557,10 +569,151 @@ fn store(
     store
 }
 
+/// The `[stateless]` settings, each problem named by `key` (an upstream's own
+/// `[upstreams.NAME.stateless]` values are named there, the ones it inherits in
+/// `[stateless]`).
+fn stateless(p: &mut Problems, key: &dyn Fn(&str) -> String, st: &RawStateless) -> StatelessConfig {
+    StatelessConfig {
+        affinity: affinity(p, key, st),
+        max_pooled: p.size(&key("max_pooled"), st.max_pooled, 1),
+        max_listens: p.size(&key("max_listens"), st.max_listens, 1),
+        pool_idle_ttl: p.duration(
+            &key("pool_idle_ttl"),
+            &st.pool_idle_ttl,
+            Duration::from_secs(1),
+        ),
+        request_state_ttl: p.duration(
+            &key("request_state_ttl"),
+            &st.request_state_ttl,
+            Duration::from_secs(1),
+        ),
+    }
+}
+
+/// `stateless.affinity` and the keys of its mode.
+fn affinity(p: &mut Problems, key: &dyn Fn(&str) -> String, st: &RawStateless) -> Affinity {
+    let fallback = match st.fallback.trim() {
+        "isolated" => Fallback::Isolated,
+        "shared" => Fallback::Shared,
+        other => {
+            p.add(
+                &key("fallback"),
+                format!("{other:?} must be \"isolated\" or \"shared\""),
+            );
+            Fallback::Isolated
+        }
+    };
+    match st.affinity.trim() {
+        "isolated" => Affinity::Isolated,
+        "shared" => Affinity::Shared,
+        "handles" => {
+            let mut tools = HandleTools {
+                open: st.handle_open_tool.trim().to_owned(),
+                close: st.handle_close_tool.trim().to_owned(),
+                argument: st.handle_argument.trim().to_owned(),
+            };
+            for (name, value) in [
+                ("handle_open_tool", &tools.open),
+                ("handle_close_tool", &tools.close),
+                ("handle_argument", &tools.argument),
+            ] {
+                if !is_tool_name(value) {
+                    p.add(
+                        &key(name),
+                        format!(
+                            "{value:?} must be 1 to 128 letters, digits, '_', '-' or '.' (an MCP \
+                             tool or argument name)"
+                        ),
+                    );
+                }
+            }
+            if tools.open == tools.close {
+                p.add(
+                    &key("handle_close_tool"),
+                    "must differ from handle_open_tool",
+                );
+                tools.close.push_str("_close");
+            }
+            Affinity::Handles {
+                tools,
+                fallback,
+                max_per_caller: p.size(
+                    &key("max_handles_per_caller"),
+                    st.max_handles_per_caller,
+                    1,
+                ),
+            }
+        }
+        "pinned" => {
+            let header = match st.pin_header.trim() {
+                "" => None,
+                name => match HeaderName::from_bytes(name.as_bytes()) {
+                    Ok(header) if PROXY_OWNED.contains(&header.as_str()) => {
+                        p.add(
+                            &key("pin_header"),
+                            format!("{name:?} is a header the proxy or the transport owns; name the client's own, e.g. \"X-Conversation-Id\""),
+                        );
+                        None
+                    }
+                    Ok(header) => Some(header),
+                    Err(_) => {
+                        p.add(
+                            &key("pin_header"),
+                            format!("{name:?} is not an HTTP header name; write e.g. \"X-Conversation-Id\", or \"\" to pin by credentials"),
+                        );
+                        None
+                    }
+                },
+            };
+            Affinity::Pinned {
+                header,
+                fallback,
+                limits: PinSettings {
+                    max_pinned: p.size(&key("max_pinned"), st.max_pinned, 1),
+                    idle_ttl: p.duration(
+                        &key("pin_idle_ttl"),
+                        &st.pin_idle_ttl,
+                        Duration::from_secs(1),
+                    ),
+                },
+            }
+        }
+        other => {
+            p.add(
+                &key("affinity"),
+                format!("{other:?} must be \"isolated\", \"shared\", \"handles\" or \"pinned\""),
+            );
+            Affinity::Isolated
+        }
+    }
+}
+
+/// Headers a pin cannot be: the MCP transport's, the body's, hop-by-hop ones.
+const PROXY_OWNED: [&str; 10] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "content-type",
+    "content-length",
+    "accept",
+    "host",
+    "connection",
+    "transfer-encoding",
+];
+
+/// An MCP tool name: 1 to 128 of `A-Z a-z 0-9 _ - .`.
+fn is_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 fn parse_upstream_url(url: &str) -> Result<Uri, String> {
-    let uri: Uri = url.parse().map_err(|e| {
-        format!("{url:?} is not a URL ({e}); write e.g. \"http://127.0.0.1:3001/mcp\"")
-    })?;
+    let uri: Uri = url
+        .parse()
+        .map_err(|_| format!("{url:?} is not a URL; write e.g. \"http://127.0.0.1:3001/mcp\""))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {

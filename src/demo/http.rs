@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -88,6 +88,9 @@ pub(super) struct Session {
     pub next_request: AtomicU64,
     /// Open GET streams of this session.
     pub listeners: Mutex<Vec<mpsc::Sender<Bytes>>>,
+    /// The least severe log level the client wants (`logging/setLevel`), as a
+    /// [`tools::LogLevel`]; everything until the client sets one.
+    pub log_level: AtomicU8,
 }
 
 impl DemoServer {
@@ -444,13 +447,14 @@ fn initialize(state: &State, message: &Value, id: Value) -> Response<DemoBody> {
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
             listeners: Mutex::new(Vec::new()),
+            log_level: AtomicU8::new(tools::LogLevel::Debug as u8),
         }),
     );
     let result = json!({
         "protocolVersion": protocol_version,
         "capabilities": {"tools": {"listChanged": true}, "logging": {}},
         "serverInfo": {"name": "mcp-session-proxy-demo", "version": env!("CARGO_PKG_VERSION")},
-        "instructions": "A demo server: echo, counter, slow, sample, sleep, whoami, announce.",
+        "instructions": INSTRUCTIONS,
     });
     let response = json!({"jsonrpc": "2.0", "id": id, "result": result});
     let mut http = if state.always_sse {
@@ -463,6 +467,10 @@ fn initialize(state: &State, message: &Value, id: Value) -> Response<DemoBody> {
     }
     http
 }
+
+/// What the demo server tells a client about itself at `initialize`.
+const INSTRUCTIONS: &str = "The mcp-session-proxy demo server. Tools: echo, counter, slow, \
+    sample, sleep, whoami, announce, change_tools. Log notifications honour logging/setLevel.";
 
 fn sse_once(message: &Value) -> Response<DemoBody> {
     let (tx, rx) = mpsc::channel(1);

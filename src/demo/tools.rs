@@ -42,6 +42,85 @@ impl Emitter {
     }
 }
 
+/// The log levels of 2025-11-25 ("Logging"), RFC 5424's severities, least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(super) enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 8] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+        LogLevel::Alert,
+        LogLevel::Emergency,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+
+    fn parse(name: &str) -> Option<LogLevel> {
+        LogLevel::ALL.into_iter().find(|level| level.name() == name)
+    }
+}
+
+impl Session {
+    /// Whether the client asked for log messages of `level` (`logging/setLevel`).
+    fn wants_log(&self, level: LogLevel) -> bool {
+        level as u8 >= self.log_level.load(Ordering::Acquire)
+    }
+}
+
+/// A `notifications/message` from `logger`.
+fn log_message(level: LogLevel, logger: &str, data: impl Into<Value>) -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": level.name(), "logger": logger, "data": data.into()}})
+}
+
+/// `logging/setLevel`: the client's minimum level, for this session's log messages from
+/// now on; an unknown level is -32602.
+fn set_level(session: &Session, params: &Value) -> Outcome {
+    match params
+        .get("level")
+        .and_then(Value::as_str)
+        .and_then(LogLevel::parse)
+    {
+        Some(level) => {
+            session.log_level.store(level as u8, Ordering::Release);
+            Outcome::Result(json!({}))
+        }
+        None => Outcome::Error(
+            -32602,
+            format!(
+                "Invalid params: level must be one of {}",
+                LogLevel::ALL.map(LogLevel::name).join(", ")
+            ),
+        ),
+    }
+}
+
 fn text(text: impl Into<String>) -> Value {
     json!({"content": [{"type": "text", "text": text.into()}]})
 }
@@ -79,6 +158,7 @@ pub(super) fn dispatch(
 ) -> Outcome {
     match method {
         "ping" => Outcome::Result(json!({})),
+        "logging/setLevel" => set_level(session, params),
         "tools/list" => Outcome::Result(tool_list()),
         "tools/call" if params.get("name").and_then(Value::as_str) == Some("change_tools") => {
             let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
@@ -118,8 +198,9 @@ fn call(session: &Arc<Session>, params: &Value) -> Outcome {
             let steps = int("steps", 3, 100);
             let interval = Duration::from_millis(int("interval_ms", 100, 10_000));
             let token = params.pointer("/_meta/progressToken").cloned();
+            let session = session.clone();
             Outcome::Stream(Box::new(move |emitter| {
-                Box::pin(slow(emitter, steps, interval, token))
+                Box::pin(slow(emitter, session, steps, interval, token))
             }))
         }
         "sample" => {
@@ -135,8 +216,10 @@ fn call(session: &Arc<Session>, params: &Value) -> Outcome {
         }
         "announce" => {
             let words = args.get("text").and_then(Value::as_str).unwrap_or("hello");
-            let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
-                "params": {"level": "info", "logger": "announce", "data": words}});
+            if !session.wants_log(LogLevel::Info) {
+                return Outcome::Result(text("not announced: below the session's log level"));
+            }
+            let note = log_message(LogLevel::Info, "announce", words);
             let mut listeners = session.listeners.lock();
             listeners.retain(|tx| tx.try_send(sse_event(&note)).is_ok());
             Outcome::Result(text(format!("announced to {} stream(s)", listeners.len())))
@@ -145,7 +228,13 @@ fn call(session: &Arc<Session>, params: &Value) -> Outcome {
     }
 }
 
-async fn slow(emitter: Emitter, steps: u64, interval: Duration, token: Option<Value>) -> Value {
+async fn slow(
+    emitter: Emitter,
+    session: Arc<Session>,
+    steps: u64,
+    interval: Duration,
+    token: Option<Value>,
+) -> Value {
     for step in 1..=steps {
         tokio::time::sleep(interval).await;
         if let Some(token) = &token {
@@ -155,10 +244,10 @@ async fn slow(emitter: Emitter, steps: u64, interval: Duration, token: Option<Va
                                "message": format!("step {step} of {steps}")}}))
                 .await;
         }
-        emitter
-            .send(json!({"jsonrpc": "2.0", "method": "notifications/message",
-                "params": {"level": "info", "logger": "slow", "data": format!("step {step} of {steps}")}}))
-            .await;
+        if session.wants_log(LogLevel::Info) {
+            let note = log_message(LogLevel::Info, "slow", format!("step {step} of {steps}"));
+            emitter.send(note).await;
+        }
     }
     text(format!("done after {steps} steps"))
 }

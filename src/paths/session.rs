@@ -33,6 +33,7 @@ use super::relay::{Relay, Request};
 use crate::config::OnSessionLost;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, range_in, write, write_json_str};
+use crate::mcp::caller::Caller;
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::tools::ToolHints;
@@ -43,7 +44,7 @@ use crate::rewrite::to_client::Stamp;
 use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::route::{Dialect, Message, SessionRef};
 use crate::session::{
-    ClientIdentity, Issued, Lease, NewSession, Route, SessionError, SessionRecord, Sessions,
+    ClientIdentity, Issued, Lease, NewSession, Route, SessionError, SessionRecord, Sessions, Slot,
     log_tag, now_millis, rfc3339,
 };
 use crate::upstream::{Binding, LOCAL_REPLICA, Messages, Upstream, UpstreamError};
@@ -205,7 +206,7 @@ impl SessionPath {
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
-                let lease = self.lease(session).await?;
+                let lease = self.lease(session, message.headers).await?;
                 (session.id.to_string(), lease.record.route.negotiated)
             }
         };
@@ -249,12 +250,17 @@ impl SessionPath {
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         if let Some(forwarded) = self
-            .to_owner(session, http::Method::POST, message.headers, message.body)
+            .to_owner(
+                &session.id,
+                http::Method::POST,
+                message.headers,
+                message.body,
+            )
             .await
         {
             return forwarded;
         }
-        self.end_named(session).await?;
+        self.end_named(session, message.headers).await?;
         Ok(response::json(
             StatusCode::OK,
             write::result(id.get().as_bytes(), b"{}"),
@@ -269,12 +275,17 @@ impl SessionPath {
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         if let Some(forwarded) = self
-            .to_owner(session, http::Method::DELETE, client_headers, &Bytes::new())
+            .to_owner(
+                &session.id,
+                http::Method::DELETE,
+                client_headers,
+                &Bytes::new(),
+            )
             .await
         {
             return forwarded;
         }
-        self.end_named(session).await?;
+        self.end_named(session, client_headers).await?;
         Ok(response::status(StatusCode::NO_CONTENT))
     }
 
@@ -287,7 +298,7 @@ impl SessionPath {
         dialect: Dialect,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
-        let mut lease = self.lease(session).await?;
+        let mut lease = self.lease(session, message.headers).await?;
         let body = message.body;
         let post = http::Method::POST;
         if let Some(there) = self
@@ -380,7 +391,7 @@ impl SessionPath {
         client_headers: &HeaderMap,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let mut lease = self.lease(session).await?;
+        let mut lease = self.lease(session, client_headers).await?;
         let get = http::Method::GET;
         if let Some(there) = self
             .elsewhere(&mut lease, session, get, client_headers, &Bytes::new())
@@ -532,6 +543,71 @@ impl SessionPath {
             .collect()
     }
 
+    // === session handles (the stateless path's `session_open` tool) ===
+
+    /// Opens a session bound to a caller, in the place `slot` holds for it
+    /// (`Sessions::reserve_for`): the same machinery as `sessions/create` — the upstream
+    /// handshake first, then the record, idle expiry, the reaper, the admin API.
+    pub async fn open_bound(
+        &self,
+        slot: Slot<'_>,
+        client_headers: &HeaderMap,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+    ) -> Result<Issued, ProxyError> {
+        self.open_in(Some(slot), client_headers, client_info, capabilities, false)
+            .await
+    }
+
+    /// One use of session `id` by `caller` (a handle): renewed, or -32043 when it is
+    /// unknown, expired, of another upstream, or bound to another caller (then it is not
+    /// renewed).
+    pub async fn lease_as(&self, id: &str, caller: Caller) -> Result<Lease, ProxyError> {
+        self.check_caller(id, caller).await?;
+        let lease = self
+            .sessions
+            .lease(id, None)
+            .await
+            .map_err(|e| self.session_error(e, id))?;
+        self.used_locally(&lease.record.route);
+        Ok(lease)
+    }
+
+    /// Ends session `id` for `caller`: -32043 when it is unknown, of another upstream, or
+    /// bound to another caller.
+    pub async fn end_as(&self, id: &str, caller: Caller) -> Result<(), ProxyError> {
+        self.check_caller(id, caller).await?;
+        match self.end(id).await? {
+            Some(_) => Ok(()),
+            None => Err(ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            }),
+        }
+    }
+
+    /// The upstream lost the upstream session of handle `id`: the session is forgotten,
+    /// whatever `on_session_lost` says (a handle exists to keep state, which a replayed
+    /// `initialize` would not bring back; the model opens another).
+    pub async fn forget_lost(&self, id: &str) {
+        let _ = self.failed(UpstreamError::SessionGone, id).await;
+    }
+
+    /// -32043 when session `id` is live but of another upstream or bound to a caller
+    /// other than `caller`.
+    async fn check_caller(&self, id: &str, caller: Caller) -> Result<(), ProxyError> {
+        let record = self
+            .sessions
+            .peek(id)
+            .await
+            .map_err(|e| self.session_error(e, id))?;
+        match record {
+            Some(record) if !self.serves(&record, caller) => Err(ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     // === helpers ===
 
     fn relay(&self, idle_timeout: Duration) -> Relay<'_> {
@@ -553,15 +629,22 @@ impl SessionPath {
         }
     }
 
-    /// One use of a session of this upstream (a session of another upstream is not
-    /// found here).
-    async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
+    /// One use of a session of this upstream. A session of another upstream is not found
+    /// here; nor is a session bound to a caller (a handle) by anyone else: -32043, as if it
+    /// did not exist (its expiry is renewed all the same — checking first would cost every
+    /// session a second store read — which gives a caller that knows another's id nothing
+    /// but that).
+    async fn lease(
+        &self,
+        session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
+    ) -> Result<Lease, ProxyError> {
         let lease = self
             .sessions
             .lease(&session.id, session.state.as_deref())
             .await
             .map_err(|e| self.session_error(e, &session.id))?;
-        if lease.record.upstream != self.name {
+        if !self.serves(&lease.record, Caller::of(client_headers)) {
             return Err(ProxyError::SessionNotFound {
                 session_id: session.id.to_string(),
             });
@@ -569,15 +652,20 @@ impl SessionPath {
         Ok(lease)
     }
 
-    fn session_error(&self, error: SessionError, id: &str) -> ProxyError {
+    /// Whether `record` is a session of this upstream that `caller` may use.
+    fn serves(&self, record: &SessionRecord, caller: Caller) -> bool {
+        record.upstream == self.name && record.caller.is_none_or(|bound| bound == caller)
+    }
+
+    pub(super) fn session_error(&self, error: SessionError, id: &str) -> ProxyError {
         session_error(error, id, self.sessions.store_kind())
     }
 
     /// A request naming a session whose process-local part another replica holds goes
     /// there, as it came. `None`: it is served here.
-    async fn to_owner(
+    pub(super) async fn to_owner(
         &self,
-        session: &SessionRef<'_>,
+        id: &str,
         method: http::Method,
         client_headers: &HeaderMap,
         body: &Bytes,
@@ -586,17 +674,17 @@ impl SessionPath {
         if !self.upstream.is_process_local() {
             return None;
         }
-        let record = match self.sessions.peek(&session.id).await {
+        let record = match self.sessions.peek(id).await {
             Ok(Some(record)) if record.upstream == self.name => record,
             Ok(_) => return None,
-            Err(e) => return Some(Err(self.session_error(e, &session.id))),
+            Err(e) => return Some(Err(self.session_error(e, id))),
         };
         match self.cluster.whereabouts(record.route.owner.as_deref()) {
             Whereabouts::There(owner) => {
                 let body = body.clone();
                 let forwarded = self
                     .cluster
-                    .forward(owner, &self.path, method, client_headers, body, &session.id)
+                    .forward(owner, &self.path, method, client_headers, body, id)
                     .await;
                 Some(forwarded)
             }
@@ -778,21 +866,19 @@ impl SessionPath {
 
     /// Ends the session a client named, checking the `state` it sent; -32043 when there
     /// is no such session.
-    async fn end_named(&self, session: &SessionRef<'_>) -> Result<(), ProxyError> {
+    async fn end_named(
+        &self,
+        session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
+    ) -> Result<(), ProxyError> {
         let id = &session.id;
+        // A session of another upstream, or bound to another caller, is not found here.
+        self.check_caller(id, Caller::of(client_headers)).await?;
         if let Some(state) = &session.state {
             self.sessions
                 .check_state(id, state)
                 .await
                 .map_err(|e| self.session_error(e, id))?;
-        }
-        // A session of another upstream is not found here.
-        if let Ok(Some(record)) = self.sessions.peek(id).await
-            && record.upstream != self.name
-        {
-            return Err(ProxyError::SessionNotFound {
-                session_id: id.to_string(),
-            });
         }
         if self.end(id).await?.is_none() {
             return Err(ProxyError::SessionNotFound {
@@ -811,6 +897,20 @@ impl SessionPath {
         capabilities: Option<&RawValue>,
         legacy: bool,
     ) -> Result<Issued, ProxyError> {
+        self.open_in(None, client_headers, client_info, capabilities, legacy)
+            .await
+    }
+
+    /// `open`, in a place already taken (`Sessions::reserve_for` when the session is bound
+    /// to a caller), or one taken now.
+    async fn open_in(
+        &self,
+        slot: Option<Slot<'_>>,
+        client_headers: &HeaderMap,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+        legacy: bool,
+    ) -> Result<Issued, ProxyError> {
         let opened = async {
             for (key, value) in [
                 (meta::CLIENT_INFO, client_info),
@@ -820,10 +920,13 @@ impl SessionPath {
                     return Err(ProxyError::NotAnObject { key });
                 }
             }
-            let slot = self
-                .sessions
-                .reserve()
-                .map_err(|e| self.session_error(e, ""))?;
+            let slot = match slot {
+                Some(slot) => slot,
+                None => self
+                    .sessions
+                    .reserve()
+                    .map_err(|e| self.session_error(e, ""))?,
+            };
             let forwarded = headers::to_upstream_in_session(client_headers);
             let opened = self
                 .upstream
@@ -945,7 +1048,9 @@ fn session_error(error: SessionError, id: &str, store: &'static str) -> ProxyErr
         SessionError::BadState => ProxyError::BadSessionState {
             session_id: id.to_owned(),
         },
-        SessionError::Full { max } => ProxyError::SessionLimit { max },
+        SessionError::Full { max } | SessionError::CallerFull { max } => {
+            ProxyError::SessionLimit { max }
+        }
         SessionError::Store(source) => ProxyError::Store { store, source },
     }
 }

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::bound::Bound;
 use super::id;
 use super::record::{ClientIdentity, Millis, Route, SessionRecord, now_millis};
 use super::state::StateSigner;
 use super::store::{Renewal, SessionStore, Store, StoreError};
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
 /// Expired sessions claimed from the store at once by the reaper.
@@ -46,6 +48,8 @@ pub enum SessionError {
     BadState,
     #[error("the proxy already holds its maximum of {max} sessions")]
     Full { max: usize },
+    #[error("this caller already holds its maximum of {max} sessions")]
+    CallerFull { max: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -74,12 +78,18 @@ pub struct Lease {
 pub struct Slot<'a> {
     sessions: &'a Sessions,
     admitted: bool,
+    /// The upstream and the caller the session will be bound to (counted against the
+    /// caller's own cap there).
+    bound: Option<(Arc<str>, Caller)>,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.admitted {
             self.sessions.forget_one();
+            if let Some((upstream, caller)) = &self.bound {
+                self.sessions.bound.unreserve(upstream, *caller);
+            }
         }
     }
 }
@@ -94,16 +104,21 @@ pub struct Sessions {
     live: AtomicUsize,
     /// Sessions of one upstream nearly always negotiate the same thing; they share it.
     last_negotiated: Mutex<Option<Arc<Negotiated>>>,
+    /// Sessions bound to each caller with credentials, per upstream, as this process
+    /// counts them.
+    bound: Bound,
 }
 
 impl Sessions {
     pub fn new(store: Store, signer: StateSigner, settings: Settings) -> Self {
+        let bound = Bound::new(store.is_shared());
         Sessions {
             store,
             signer,
             settings,
             live: AtomicUsize::new(0),
             last_negotiated: Mutex::new(None),
+            bound,
         }
     }
 
@@ -145,7 +160,35 @@ impl Sessions {
         Ok(Slot {
             sessions: self,
             admitted: false,
+            bound: None,
         })
+    }
+
+    /// Takes a place for a session of `upstream` bound to `caller`: under the cap of
+    /// every session, and under `per_caller`, the most one caller with credentials may
+    /// hold there at once (a caller without credentials is bounded by the first cap only:
+    /// it is nobody in particular). The count is this process's (see `bound`).
+    pub fn reserve_for(
+        &self,
+        upstream: &Arc<str>,
+        caller: Caller,
+        per_caller: usize,
+    ) -> Result<Slot<'_>, SessionError> {
+        let mut slot = self.reserve()?;
+        if !self
+            .bound
+            .reserve(upstream, caller, per_caller, now_millis())
+        {
+            return Err(SessionError::CallerFull { max: per_caller });
+        }
+        slot.bound = Some((upstream.clone(), caller));
+        Ok(slot)
+    }
+
+    /// Sessions of `upstream` bound to `caller` now, as this process counts them (for a
+    /// caller with credentials).
+    pub fn bound_to(&self, upstream: &Arc<str>, caller: Caller) -> usize {
+        self.bound.count(upstream, caller, now_millis())
     }
 
     /// Records a session whose upstream connection is open (sessions enter the store only
@@ -167,12 +210,16 @@ impl Sessions {
             seq: 0,
             legacy: new.legacy,
             client: new.client,
+            caller: slot.bound.as_ref().map(|(_, caller)| *caller),
         };
         let id = self.store.create(record).await.map_err(|e| match e {
             StoreError::Full { max } => SessionError::Full { max },
             e => SessionError::Store(e),
         })?;
         slot.admitted = true;
+        if let Some((upstream, caller)) = &slot.bound {
+            self.bound.admitted(upstream, *caller, &id, expires_at);
+        }
         let state = self.signer.issue(&id, 0, expires_at);
         Ok(Issued {
             id,
@@ -204,6 +251,9 @@ impl Sessions {
             .renew(id, renewal)
             .await?
             .ok_or(SessionError::NotFound)?;
+        if let Some(caller) = record.caller {
+            self.bound.renewed(&record.upstream, caller, id, expires_at);
+        }
         let state = self.signer.issue(id, record.seq, expires_at);
         Ok(Lease {
             record,
@@ -232,8 +282,11 @@ impl Sessions {
             return Ok(None);
         }
         let removed = self.store.remove(id).await?;
-        if removed.is_some() {
+        if let Some(record) = &removed {
             self.forget_one();
+            if let Some(caller) = record.caller {
+                self.bound.ended(&record.upstream, caller, id);
+            }
         }
         Ok(removed)
     }
@@ -288,9 +341,14 @@ impl Sessions {
         limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, SessionError> {
         let expired = self.store.take_expired(at, limit).await?;
-        for _ in &expired {
+        for (id, record) in &expired {
             self.forget_one();
+            if let Some(caller) = record.caller {
+                self.bound.ended(&record.upstream, caller, id);
+            }
         }
+        // Bound sessions that ended at another replica are let go of by their expiry.
+        self.bound.prune(at.min(now_millis()));
         Ok(expired)
     }
 

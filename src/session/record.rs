@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
 /// Milliseconds since the Unix epoch (wall clock: `expiresAt` is shown to clients).
@@ -39,6 +40,12 @@ pub struct SessionRecord {
     /// The client's `initialize` identity, kept when the upstream's policy is to
     /// replay it on a lost session.
     pub client: Option<Arc<ClientIdentity>>,
+    /// Whose session it is, when it is bound to a caller (a session handle opened by a
+    /// stateless client's `session_open` tool): only requests with the same credentials
+    /// may use or end it. `None`: whoever names the session (a data-layer session).
+    /// Every store keeps it (Redis and sealed ids too), so the binding holds at every
+    /// proxy replica.
+    pub caller: Option<Caller>,
 }
 
 /// The upstream session behind a session; replaced as a whole when a lost one is

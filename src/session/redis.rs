@@ -30,6 +30,7 @@ use serde_json::value::RawValue;
 use super::id;
 use super::record::{ClientIdentity, Millis, Route, SessionRecord};
 use super::store::{Renewal, SessionStore, StoreError};
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::version;
 
@@ -153,6 +154,10 @@ struct Stored {
     /// whether a client identity was kept at all
     #[serde(default)]
     k: bool,
+    /// the caller the session is bound to: its hash in hex, "" for a caller without
+    /// credentials; absent when the session is bound to none
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    w: Option<String>,
 }
 
 fn encode(
@@ -176,6 +181,7 @@ fn encode(
         ci: client.and_then(|c| c.client_info.clone()),
         cc: client.and_then(|c| c.capabilities.clone()),
         k: client.is_some(),
+        w: record.and_then(|r| r.caller).map(|caller| caller.hex()),
     };
     serde_json::to_vec(&stored).map_err(|e| StoreError::Unstorable(e.to_string()))
 }
@@ -185,6 +191,12 @@ fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, St
         StoreError::Unavailable(format!("a session record in Redis is unreadable: {e}"))
     })?;
     let protocol_version = version::known_stateful(&stored.v).unwrap_or(version::LATEST_STATEFUL);
+    let caller = match stored.w.as_deref() {
+        None => None,
+        Some(hex) => Some(Caller::from_hex(hex).ok_or_else(|| {
+            StoreError::Unavailable("a session record in Redis names an unreadable caller".into())
+        })?),
+    };
     Ok(SessionRecord {
         upstream: stored.u,
         route: Route {
@@ -208,6 +220,7 @@ fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, St
                 capabilities: stored.cc,
             })
         }),
+        caller,
     })
 }
 
@@ -465,5 +478,49 @@ impl SessionStore for RedisStore {
             .await
             .map(Some)
             .map_err(unavailable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(caller: Option<Caller>) -> SessionRecord {
+        SessionRecord {
+            upstream: "alpha".into(),
+            route: Route {
+                replica: 7,
+                upstream_session: Some("up-1".into()),
+                negotiated: Arc::new(Negotiated {
+                    protocol_version: "2025-11-25",
+                    server_info: RawValue::from_string(r#"{"name":"s"}"#.into()).unwrap(),
+                    capabilities: RawValue::from_string("{}".into()).unwrap(),
+                    instructions: None,
+                }),
+                owner: None,
+            },
+            created_at: 1,
+            expires_at: 2,
+            seq: 0,
+            legacy: false,
+            client: None,
+            caller,
+        }
+    }
+
+    #[test]
+    fn a_record_keeps_the_caller_it_is_bound_to() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, "Bearer a".parse().unwrap());
+        for caller in [None, Some(Caller::ANONYMOUS), Some(Caller::of(&headers))] {
+            let r = record(caller);
+            let blob = encode(&r.upstream, &r.route, Some(&r)).unwrap();
+            assert_eq!(decode(&blob, 3, 9).unwrap().caller, caller);
+        }
+        // Redis keeps the hash, never the credentials.
+        let bound = record(Some(Caller::of(&headers)));
+        let blob = encode(&bound.upstream, &bound.route, Some(&bound)).unwrap();
+        let text = String::from_utf8(blob).unwrap();
+        assert!(!text.contains("Bearer"), "{text}");
     }
 }

@@ -1,6 +1,7 @@
 //! The sealed store: no store at all. The sessionId itself carries the session's route
-//! — upstream, replica, upstream session id, negotiated version, expiry, and the proxy
-//! replica owning what lives in one process — encrypted and authenticated with
+//! — upstream, replica, upstream session id, negotiated version, expiry, the proxy
+//! replica owning what lives in one process, and the caller a session handle is bound to
+//! (a 128-bit hash of its credentials) — encrypted and authenticated with
 //! XChaCha20-Poly1305 (a random 192-bit nonce per id, so random nonces never collide in
 //! practice). The first configured key seals; every configured key opens, so keys rotate
 //! without dropping sessions: add the new key first, keep the old one until the sessions
@@ -29,6 +30,7 @@ use serde_json::value::RawValue;
 use super::id::PREFIX;
 use super::record::{Millis, Route, SessionRecord};
 use super::store::{Renewal, SessionStore, StoreError};
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::version;
 
@@ -40,13 +42,19 @@ const TAG: usize = 16;
 pub const MAX_UPSTREAM_SESSION: usize = 512;
 /// Longest upstream name and owner address.
 const MAX_SHORT: usize = 255;
+/// The caller's hash.
+const CALLER: usize = 16;
 /// Longest id that is worth trying to open.
 const MAX_ID: usize =
-    PREFIX.len() + (NONCE + TAG + 64 + MAX_UPSTREAM_SESSION + 2 * MAX_SHORT) * 4 / 3 + 4;
+    PREFIX.len() + (NONCE + TAG + 64 + MAX_UPSTREAM_SESSION + 2 * MAX_SHORT + CALLER) * 4 / 3 + 4;
 
 const LEGACY: u8 = 1;
 const HAS_SESSION: u8 = 2;
 const HAS_OWNER: u8 = 4;
+/// Bound to a caller; with [`CALLER_HASH`], its hash follows the owner replica's address
+/// (else the caller sent no credentials).
+const BOUND: u8 = 8;
+const CALLER_HASH: u8 = 16;
 
 /// Seals and opens session ids.
 pub struct SealedStore {
@@ -112,6 +120,13 @@ impl SealedStore {
         if route.owner.is_some() {
             flags |= HAS_OWNER;
         }
+        let caller = record.caller.map(|caller| caller.hash());
+        if let Some(hash) = caller {
+            flags |= BOUND;
+            if hash.is_some() {
+                flags |= CALLER_HASH;
+            }
+        }
         let mut plain =
             Vec::with_capacity(32 + record.upstream.len() + session.len() + owner.len());
         plain.push(VERSION);
@@ -126,6 +141,9 @@ impl SealedStore {
         plain.extend_from_slice(session.as_bytes());
         plain.push(owner.len() as u8);
         plain.extend_from_slice(owner.as_bytes());
+        if let Some(Some(hash)) = caller {
+            plain.extend_from_slice(&hash);
+        }
 
         let mut nonce = [0u8; NONCE];
         rand::fill(&mut nonce);
@@ -188,6 +206,11 @@ impl SealedStore {
         let session = std::str::from_utf8(r.take(len)?).ok()?;
         let len = usize::from(r.u8()?);
         let owner = std::str::from_utf8(r.take(len)?).ok()?;
+        let caller = match (flags & BOUND != 0, flags & CALLER_HASH != 0) {
+            (false, _) => None,
+            (true, false) => Some(Caller::ANONYMOUS),
+            (true, true) => Some(Caller::from_hash(Some(r.take(CALLER)?.try_into().ok()?))),
+        };
         let negotiated = self.negotiated(&upstream, protocol_version);
         Some(SessionRecord {
             upstream,
@@ -202,6 +225,7 @@ impl SealedStore {
             seq: 0,
             legacy: flags & LEGACY != 0,
             client: None,
+            caller,
         })
     }
 
@@ -338,6 +362,7 @@ mod tests {
             seq: 0,
             legacy: true,
             client: None,
+            caller: None,
         }
     }
 
@@ -365,6 +390,36 @@ mod tests {
         // Without the old key, it is nobody's.
         let only_new = SealedStore::new(&[new]).unwrap();
         assert!(only_new.get(&id, 0).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn an_id_carries_the_caller_it_is_bound_to() {
+        let sealer = SealedStore::new(&[[3u8; 32].to_vec()]).unwrap();
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, "Bearer a".parse().unwrap());
+        let alice = Caller::of(&headers);
+        for caller in [None, Some(Caller::ANONYMOUS), Some(alice)] {
+            let mut bound = record("up-1", Millis::MAX);
+            bound.caller = caller;
+            let id = sealer.create(bound).await.unwrap();
+            let opened = sealer.get(&id, 0).await.unwrap().unwrap();
+            assert_eq!(opened.caller, caller);
+            assert_eq!(
+                opened.route.owner.as_deref(),
+                Some("http://127.0.0.1:9#abc")
+            );
+        }
+        // The longest id still opens: the bound is right.
+        let mut longest = record(&"s".repeat(MAX_UPSTREAM_SESSION), Millis::MAX);
+        longest.upstream = "u".repeat(MAX_SHORT).into();
+        longest.route.owner = Some("o".repeat(MAX_SHORT).into());
+        longest.caller = Some(alice);
+        let id = sealer.create(longest).await.unwrap();
+        assert!(id.len() <= MAX_ID, "{} > {MAX_ID}", id.len());
+        assert_eq!(
+            sealer.get(&id, 0).await.unwrap().unwrap().caller,
+            Some(alice)
+        );
     }
 
     #[tokio::test]

@@ -130,6 +130,13 @@ impl Store {
         !matches!(self, Store::Sealed(_))
     }
 
+    /// Whether a use renews a session by itself. A sealed id's expiry is fixed in it; only
+    /// the `state` a client echoes carries a later one (a session handle's calls bring
+    /// none).
+    pub fn renews_by_use(&self) -> bool {
+        !matches!(self, Store::Sealed(_))
+    }
+
     /// The Redis store, for what it keeps besides sessions.
     pub fn redis(&self) -> Option<&RedisStore> {
         match self {

@@ -103,6 +103,13 @@ impl Answer {
 impl Messages {
     /// The next JSON-RPC message (an event's data); `None` at the end.
     pub async fn next_message(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        // A child's messages come as they are, and why it failed as the child said it.
+        if let Messages::Channel { first, rx } = self {
+            return match first.take() {
+                Some(message) => Some(Ok(message)),
+                None => rx.recv().await,
+            };
+        }
         loop {
             match poll_fn(|cx| self.poll_item(cx)).await? {
                 Ok(Item::Event(Event {

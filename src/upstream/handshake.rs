@@ -109,9 +109,17 @@ pub async fn read_result(
         ));
     }
     if let Some(error) = envelope.error {
-        return Err(UpstreamError::Refused {
-            status,
-            detail: format!("initialize failed: {}", error.get()),
+        #[derive(serde::Deserialize)]
+        struct Refusal {
+            code: i64,
+            message: String,
+        }
+        return Err(match serde_json::from_str::<Refusal>(error.get()) {
+            Ok(Refusal { code, message }) => UpstreamError::InitializeFailed { code, message },
+            Err(_) => UpstreamError::Refused {
+                status,
+                detail: format!("initialize failed: {}", error.get()),
+            },
         });
     }
     let result = envelope

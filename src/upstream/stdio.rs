@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use self::child::{Child, LiveSlot};
 use super::Opened;
 use super::answer::Answer;
-use super::error::UpstreamError;
+use super::error::{ChildError, ChildFailure, UpstreamError};
 use super::handshake::read_result;
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::initialize::{self, Negotiated};
@@ -323,10 +323,8 @@ impl StdioUpstream {
                             tracing::debug!(error = %e, "a pooled stdio server was no longer wanted");
                             None
                         }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not start a pooled stdio server");
-                            None
-                        }
+                        // Logged by `start_failed`.
+                        Err(_) => None,
                     }
                 };
                 if let Some(warm) = unwanted {
@@ -355,29 +353,52 @@ impl StdioUpstream {
             self.deaths.clone(),
             slot,
         )
-        .inspect_err(|_| self.spawn_ok.store(false, Ordering::Release))?;
+        .map_err(|e| self.start_failed(while_starting(e)))?;
         self.all.retain(|_, child| child.strong_count() > 0);
         self.all.insert(tag, Arc::downgrade(&child));
         let mut starting = StopUnlessKept(Some(child.clone()));
         let timeout = self.settings.timeout;
-        match tokio::time::timeout(timeout, handshake(&child, identity, timeout)).await {
-            Ok(Ok(negotiated)) => {
-                self.spawn_ok.store(true, Ordering::Release);
+        let outcome =
+            match tokio::time::timeout(timeout, handshake(&child, identity, timeout)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(UpstreamError::Timeout(timeout)),
+            };
+        match outcome {
+            Ok(negotiated) => {
+                if !self.spawn_ok.swap(true, Ordering::AcqRel) {
+                    tracing::info!(command = %self.label, "the stdio server starts again");
+                }
                 starting.keep();
+                child.mark_started();
                 Ok(Warm {
                     child,
                     negotiated: Arc::new(negotiated),
                 })
             }
-            Ok(Err(e)) => {
-                self.spawn_ok.store(false, Ordering::Release);
-                Err(e)
+            Err(UpstreamError::Timeout(after)) => {
+                let stderr = child.last_stderr();
+                Err(
+                    self.start_failed(while_starting(UpstreamError::Child(ChildError::new(
+                        ChildFailure::NoInitializeAnswer { after, stderr },
+                    )))),
+                )
             }
-            Err(_) => {
-                self.spawn_ok.store(false, Ordering::Release);
-                Err(UpstreamError::Timeout(self.settings.timeout))
-            }
+            Err(e) => Err(self.start_failed(while_starting(e))),
         }
+    }
+}
+
+impl StdioUpstream {
+    /// Notes that a child could not be started: a warning when children started until
+    /// now (once, not once per attempt: a broken command fails every refill of the
+    /// pool), a debug line while they keep failing.
+    fn start_failed(&self, error: UpstreamError) -> UpstreamError {
+        if self.spawn_ok.swap(false, Ordering::AcqRel) {
+            tracing::warn!(command = %self.label, error = %error, "the stdio server failed to start");
+        } else {
+            tracing::debug!(command = %self.label, error = %error, "the stdio server failed to start again");
+        }
+        error
     }
 }
 
@@ -399,6 +420,17 @@ impl Drop for StopUnlessKept {
     }
 }
 
+/// A failure while a child was being started, in the child's terms.
+fn while_starting(error: UpstreamError) -> UpstreamError {
+    match error {
+        UpstreamError::Child(e) => UpstreamError::Child(e.while_starting()),
+        UpstreamError::InitializeFailed { code, message } => UpstreamError::Child(
+            ChildError::new(ChildFailure::InitializeFailed { code, message }).while_starting(),
+        ),
+        other => other,
+    }
+}
+
 /// `initialize`, then `notifications/initialized`.
 async fn handshake(
     child: &Child,
@@ -413,15 +445,12 @@ async fn handshake(
     let negotiated = read_result(&mut answer.messages, answer.status, timeout)
         .await
         .map_err(|e| match e {
+            // The channel closed with no word of why: the child's stdout ended.
             UpstreamError::Protocol(why) if why.contains("without the response") => {
-                UpstreamError::Unreachable(
-                    "the stdio server ended before answering initialize".into(),
-                )
+                UpstreamError::Child(ChildError::new(ChildFailure::ClosedStdout {
+                    stderr: child.last_stderr(),
+                }))
             }
-            UpstreamError::Refused { detail, .. } => UpstreamError::Refused {
-                status: http::StatusCode::BAD_GATEWAY,
-                detail,
-            },
             other => other,
         })?;
     child

@@ -119,6 +119,7 @@ pub fn named(name: &str, default: bool, target: Target) -> UpstreamDef {
         default,
         target,
         overrides: UpstreamOverrides::default(),
+        stateless: None,
     }
 }
 
@@ -365,7 +366,9 @@ impl ProxyProcess {
         let started = tokio::time::timeout(Duration::from_secs(10), async {
             while let Some(line) = rx.recv().await {
                 if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                    && entry["fields"]["message"] == "mcp-session-proxy is serving"
+                    && entry["fields"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("mcp-session-proxy is serving"))
                 {
                     return entry["fields"]["listen"].as_str().map(str::to_owned);
                 }

@@ -639,6 +639,9 @@ pub struct StatelessClient {
     pub http: reqwest::Client,
     pub capabilities: Value,
     pub log_level: Option<&'static str>,
+    /// Sent with every request besides the 2026-07-28 ones (credentials, a conversation
+    /// id).
+    pub extra_headers: HeaderMap,
     next_id: u64,
 }
 
@@ -651,8 +654,16 @@ impl StatelessClient {
             http: http_client(),
             capabilities: json!({}),
             log_level: None,
+            extra_headers: HeaderMap::new(),
             next_id: 0,
         }
+    }
+
+    /// Sends `name: value` with every request.
+    pub fn with_header(mut self, name: &'static str, value: &str) -> Self {
+        self.extra_headers
+            .insert(name, HeaderValue::from_str(value).unwrap());
+        self
     }
 
     pub fn with_capabilities(mut self, capabilities: Value) -> Self {
@@ -703,7 +714,8 @@ impl StatelessClient {
     pub async fn send(&mut self, method: &str, params: Value) -> reqwest::Response {
         self.next_id += 1;
         let params = self.params(params);
-        let headers = Self::headers(method, &params);
+        let mut headers = Self::headers(method, &params);
+        headers.extend(self.extra_headers.clone());
         let body =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
         post_streaming(&self.http, &self.url, &body, &headers).await

@@ -1,4 +1,5 @@
 use super::*;
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::session::MemoryStore;
 use serde_json::value::RawValue;
@@ -148,4 +149,93 @@ async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
             .unwrap()
             .is_none()
     );
+}
+
+fn caller(token: &str) -> Caller {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::AUTHORIZATION, token.parse().unwrap());
+    Caller::of(&headers)
+}
+
+fn upstream() -> Arc<str> {
+    "default".into()
+}
+
+#[tokio::test]
+async fn sessions_bound_to_a_caller_are_counted_per_caller_until_they_end() {
+    let s = sessions(10, Duration::from_millis(50));
+    let up = upstream();
+    let (alice, bob) = (caller("Bearer alice"), caller("Bearer bob"));
+    let first = s
+        .admit(s.reserve_for(&up, alice, 2).unwrap(), new(None))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.lease(&first.id, None).await.unwrap().record.caller,
+        Some(alice)
+    );
+    let pending = s.reserve_for(&up, alice, 2).unwrap();
+    assert!(matches!(
+        s.reserve_for(&up, alice, 2),
+        Err(SessionError::CallerFull { max: 2 })
+    ));
+    assert!(
+        s.reserve_for(&up, bob, 2).is_ok(),
+        "another caller has its own count"
+    );
+    drop(pending);
+    assert_eq!(
+        s.bound_to(&up, alice),
+        1,
+        "a place never used is given back"
+    );
+    let second = s
+        .admit(s.reserve_for(&up, alice, 2).unwrap(), new(None))
+        .await
+        .unwrap();
+    assert_eq!(s.bound_to(&up, alice), 2);
+    s.end(&second.id).await.unwrap();
+    assert_eq!(s.bound_to(&up, alice), 1, "ending one frees its place");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(s.take_expired().await.unwrap().len(), 1);
+    assert_eq!(s.bound_to(&up, alice), 0, "expiry frees it too");
+    assert_eq!(s.live(), 0);
+}
+
+#[tokio::test]
+async fn a_caller_is_counted_per_upstream() {
+    let s = sessions(10, Duration::from_secs(60));
+    let (alpha, beta): (Arc<str>, Arc<str>) = ("alpha".into(), "beta".into());
+    let alice = caller("Bearer alice");
+    let mut held = Vec::new();
+    held.push(s.reserve_for(&alpha, alice, 1).unwrap());
+    assert!(matches!(
+        s.reserve_for(&alpha, alice, 1),
+        Err(SessionError::CallerFull { max: 1 })
+    ));
+    held.push(
+        s.reserve_for(&beta, alice, 1)
+            .expect("another upstream has its own cap"),
+    );
+    assert_eq!(s.bound_to(&alpha, alice), 1);
+    assert_eq!(s.bound_to(&beta, alice), 1);
+    drop(held);
+    assert_eq!(s.bound_to(&alpha, alice) + s.bound_to(&beta, alice), 0);
+}
+
+#[tokio::test]
+async fn callers_without_credentials_are_bounded_by_the_global_cap_only() {
+    let s = sessions(3, Duration::from_secs(60));
+    let up = upstream();
+    for _ in 0..3 {
+        s.admit(s.reserve_for(&up, Caller::ANONYMOUS, 1).unwrap(), new(None))
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        s.reserve_for(&up, Caller::ANONYMOUS, 1),
+        Err(SessionError::Full { max: 3 })
+    ));
+    let plain = s.peek("mcps_unknown").await.unwrap();
+    assert!(plain.is_none());
 }

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,11 +36,20 @@ use crate::mcp::Method;
 use crate::mcp::meta::Payload;
 use crate::upstream::UpstreamError;
 use crate::upstream::answer::Delivery;
+use crate::upstream::error::{ChildError, ChildFailure, ExitStatus};
 
 /// Messages queued for one request (or the listen stream) before the client reads them.
 const QUEUE: usize = 64;
 /// Longest stderr line logged whole; longer ones are cut (and reading goes on).
 const STDERR_LINE: usize = 16 * 1024;
+/// Longest stderr line quoted in an error (the log has it whole).
+const STDERR_QUOTE: usize = 500;
+/// How long an exited child's last stderr lines may take to be read before its death is
+/// reported (its stderr usually closes with it; a grandchild may hold it open).
+const STDERR_SETTLE: Duration = Duration::from_millis(200);
+/// How long a child that closed its stdout may take to exit before that alone counts as
+/// its death.
+const EXIT_AFTER_EOF: Duration = Duration::from_secs(1);
 
 /// A place under `max_children`, held from before the process starts until it has exited
 /// and been reaped.
@@ -83,6 +92,11 @@ pub struct Child {
     grace: Duration,
     /// Where to report that the child died on its own (crashed, broke the protocol).
     deaths: mpsc::UnboundedSender<String>,
+    /// Initialized and handed out: its death is news worth a warning (a child that fails
+    /// while starting is reported by whoever started it).
+    started: AtomicBool,
+    /// The last non-empty line it wrote on stderr (cut to [`STDERR_QUOTE`]).
+    last_stderr: Mutex<Option<String>>,
 }
 
 #[derive(Debug, Default)]
@@ -92,7 +106,7 @@ struct State {
     order: VecDeque<u64>,
     listen: Option<mpsc::Sender<Delivery>>,
     /// Why the child is unusable, once it is.
-    dead: Option<String>,
+    dead: Option<ChildFailure>,
 }
 
 #[derive(Debug)]
@@ -138,22 +152,41 @@ impl Child {
         if let Some(cwd) = &spec.cwd {
             command.current_dir(cwd);
         }
+        let program = spec.program.clone();
         let mut process = command.spawn().map_err(|e| {
-            UpstreamError::Unreachable(format!("cannot start {}: {e}", spec.program))
+            let failure = match e.kind() {
+                std::io::ErrorKind::NotFound => ChildFailure::NotFound { program },
+                std::io::ErrorKind::PermissionDenied => ChildFailure::CannotRun {
+                    program,
+                    reason: "permission denied (is it executable?)".into(),
+                },
+                _ => ChildFailure::CannotRun {
+                    program,
+                    reason: e.to_string(),
+                },
+            };
+            UpstreamError::Child(ChildError::new(failure))
         })?;
         let (Some(stdin), Some(stdout), Some(stderr)) = (
             process.stdin.take(),
             process.stdout.take(),
             process.stderr.take(),
         ) else {
-            return Err(UpstreamError::Unreachable(
-                "the child's pipes are missing".into(),
-            ));
+            return Err(UpstreamError::Child(ChildError::new(
+                ChildFailure::CannotRun {
+                    program: spec.program.clone(),
+                    reason: "its stdin, stdout and stderr could not be piped".into(),
+                },
+            )));
         };
         let pid = process.id();
         let (stdin_tx, mut stdin_rx) = mpsc::channel::<Bytes>(QUEUE);
         let (close_stdin, mut closing) = watch::channel(false);
         let (exited_tx, exited) = watch::channel(false);
+        // Set once the process has exited (before what it started is ended).
+        let (process_gone_tx, process_gone) = watch::channel(false);
+        // Set once its stderr is read to the end.
+        let (stderr_done_tx, mut stderr_done) = watch::channel(false);
         let child = Arc::new(Child {
             label: Mutex::new(tag.clone()),
             tag,
@@ -165,6 +198,8 @@ impl Child {
             exited,
             grace,
             deaths,
+            started: AtomicBool::new(false),
+            last_stderr: Mutex::new(None),
         });
 
         // stdin: one writer; the pipe closes when the writer ends.
@@ -201,14 +236,24 @@ impl Child {
                         }
                     }
                     Ok(false) => {
-                        reader.die("the server closed its stdout".to_owned(), true);
+                        // Usually the process is exiting: its exit status (reported by the
+                        // waiter) says more than the closed pipe.
+                        let mut gone = process_gone.clone();
+                        let exited =
+                            tokio::time::timeout(EXIT_AFTER_EOF, gone.wait_for(|gone| *gone))
+                                .await
+                                .is_ok_and(|r| r.is_ok());
+                        if !exited {
+                            let stderr = reader.last_stderr();
+                            reader.die(ChildFailure::ClosedStdout { stderr }, true);
+                        }
                         return;
                     }
                     Err(why) => break why,
                 }
             };
             // A broken protocol: the child cannot be trusted with another message.
-            reader.die(why, true);
+            reader.die(ChildFailure::BrokeProtocol { why }, true);
             reader.stop().await;
         });
 
@@ -220,9 +265,14 @@ impl Child {
             let mut line = Vec::new();
             while let Ok(true) = read_line_cut(&mut stderr, &mut line, STDERR_LINE).await {
                 let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end();
                 let session = logger.label.lock().clone();
-                tracing::info!(target: "upstream::stderr", session = %session, "{}", text.trim_end());
+                tracing::info!(target: "upstream::stderr", session = %session, "{text}");
+                if !text.trim().is_empty() {
+                    *logger.last_stderr.lock() = Some(quote(text));
+                }
             }
+            let _ = stderr_done_tx.send(true);
         });
 
         // The process itself: reaped as soon as it exits, whatever the reason; then
@@ -230,11 +280,15 @@ impl Child {
         let waiter = child.clone();
         tokio::spawn(async move {
             let status = process.wait().await;
-            let why = match status {
-                Ok(status) => format!("the server exited ({status})"),
-                Err(e) => format!("the server could not be waited for: {e}"),
+            let _ = process_gone_tx.send(true);
+            // Its last words on stderr are usually why it exited.
+            let _ = tokio::time::timeout(STDERR_SETTLE, stderr_done.wait_for(|done| *done)).await;
+            let status = match status {
+                Ok(status) => ExitStatus::from(status),
+                Err(_) => ExitStatus::Unknown,
             };
-            waiter.die(why, true);
+            let stderr = waiter.last_stderr();
+            waiter.die(ChildFailure::Exited { status, stderr }, true);
             waiter.end_group().await;
             drop(slot);
             let _ = exited_tx.send(true);
@@ -250,6 +304,28 @@ impl Child {
     /// Whether the child can take messages.
     pub fn is_alive(&self) -> bool {
         self.state.lock().dead.is_none()
+    }
+
+    /// Marks the child as initialized and handed out: from now on its death is logged
+    /// as a warning.
+    pub fn mark_started(&self) {
+        self.started.store(true, Ordering::Release);
+    }
+
+    /// The last non-empty line the child wrote on stderr.
+    pub fn last_stderr(&self) -> Option<String> {
+        self.last_stderr.lock().clone()
+    }
+
+    /// Why the child cannot take a message: how it died, or (not dead yet, but its
+    /// stdin is gone) that.
+    fn gone(&self) -> UpstreamError {
+        let failure = self.state.lock().dead.clone();
+        UpstreamError::Child(ChildError::new(failure.unwrap_or_else(|| {
+            ChildFailure::BrokeProtocol {
+                why: "closed its stdin".into(),
+            }
+        })))
     }
 
     /// Sends a request; its messages (the last being the response) arrive on the returned
@@ -273,8 +349,8 @@ impl Child {
         let (tx, rx) = mpsc::channel(QUEUE);
         {
             let mut state = self.state.lock();
-            if let Some(why) = &state.dead {
-                return Err(UpstreamError::Unreachable(why.clone()));
+            if let Some(failure) = &state.dead {
+                return Err(UpstreamError::Child(ChildError::new(failure.clone())));
             }
             state.prune();
             state.pending.insert(
@@ -289,9 +365,7 @@ impl Child {
         }
         if self.stdin.send(Bytes::from(line)).await.is_err() {
             self.forget(proxy_id);
-            return Err(UpstreamError::Unreachable(
-                "the server's stdin is closed".into(),
-            ));
+            return Err(self.gone());
         }
         Ok(rx)
     }
@@ -301,15 +375,12 @@ impl Child {
     pub async fn send(&self, message: Bytes) -> Result<(), UpstreamError> {
         let message = {
             let state = self.state.lock();
-            if let Some(why) = &state.dead {
-                return Err(UpstreamError::Unreachable(why.clone()));
+            if let Some(failure) = &state.dead {
+                return Err(UpstreamError::Child(ChildError::new(failure.clone())));
             }
             rewrite_cancelled(&message, &state).unwrap_or(message)
         };
-        self.stdin
-            .send(message)
-            .await
-            .map_err(|_| UpstreamError::Unreachable("the server's stdin is closed".into()))
+        self.stdin.send(message).await.map_err(|_| self.gone())
     }
 
     /// The session's listen stream: messages no request claims. A new one replaces the
@@ -317,8 +388,8 @@ impl Child {
     pub fn listen(&self) -> Result<mpsc::Receiver<Delivery>, UpstreamError> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let mut state = self.state.lock();
-        if let Some(why) = &state.dead {
-            return Err(UpstreamError::Unreachable(why.clone()));
+        if let Some(failure) = &state.dead {
+            return Err(UpstreamError::Child(ChildError::new(failure.clone())));
         }
         state.listen = Some(tx);
         Ok(rx)
@@ -327,7 +398,7 @@ impl Child {
     /// Ends the process: stdin closed, then SIGTERM, then SIGKILL, `grace` apart. Returns
     /// once it (and what it started) is gone and reaped.
     pub async fn stop(&self) {
-        self.die("the session ended".into(), false);
+        self.die(ChildFailure::Stopped, false);
         let mut exited = self.exited.clone();
         // Closing stdin is how a stdio client asks its server to exit.
         let _ = self.close_stdin.send(true);
@@ -383,32 +454,37 @@ impl Child {
 
     /// Marks the child unusable and fails every request in flight; `report`s a death
     /// the proxy did not ask for.
-    fn die(&self, why: String, report: bool) {
+    fn die(&self, failure: ChildFailure, report: bool) {
         let pending = {
             let mut state = self.state.lock();
             if state.dead.is_some() {
                 return;
             }
             if report {
-                tracing::warn!(session = %self.label.lock(), reason = %why, "stdio server died");
+                let session = self.label.lock().clone();
+                if self.started.load(Ordering::Acquire) {
+                    tracing::warn!(session = %session, reason = %failure, "stdio server died");
+                } else {
+                    // Whoever was starting it reports the failure, once.
+                    tracing::debug!(session = %session, reason = %failure, "stdio server died while starting");
+                }
                 let _ = self.deaths.send(self.tag.clone());
             }
-            state.dead = Some(why.clone());
+            state.dead = Some(failure.clone());
             state.listen = None;
             state.order.clear();
             std::mem::take(&mut state.pending)
         };
         for (_, request) in pending {
-            let _ = request.tx.try_send(Err(UpstreamError::Unreachable(format!(
-                "the stdio server stopped before answering: {why}"
-            ))));
+            let error = ChildError::new(failure.clone());
+            let _ = request.tx.try_send(Err(UpstreamError::Child(error)));
         }
     }
 
     /// Routes one line from the child. An error means the child broke the protocol.
     fn dispatch(&self, line: &[u8]) -> Result<(), String> {
         let envelope = Envelope::parse(line)
-            .map_err(|e| format!("the server wrote a line that is not JSON-RPC ({e})"))?;
+            .map_err(|e| format!("wrote a line that is not JSON-RPC ({e})"))?;
         let mut state = self.state.lock();
         match envelope.kind {
             Kind::Response => {
@@ -504,6 +580,14 @@ fn rewrite_cancelled(message: &[u8], state: &State) -> Option<Bytes> {
     splice(message, params_raw, &rewritten).map(Bytes::from)
 }
 
+/// A stderr line short enough to quote in an error.
+fn quote(line: &str) -> String {
+    match line.char_indices().nth(STDERR_QUOTE) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_owned(),
+    }
+}
+
 async fn wait_exit(exited: &mut watch::Receiver<bool>, within: Duration) -> bool {
     tokio::time::timeout(within, exited.wait_for(|gone| *gone))
         .await
@@ -522,7 +606,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(
         let available = reader
             .fill_buf()
             .await
-            .map_err(|e| format!("reading the server's output failed: {e}"))?;
+            .map_err(|e| format!("could not be read from: {e}"))?;
         if available.is_empty() {
             return Ok(!line.is_empty());
         }
@@ -534,7 +618,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(
                     line.pop();
                 }
                 return if line.len() > max {
-                    Err(format!("the server wrote a line longer than {max} bytes"))
+                    Err(format!("wrote a line longer than {max} bytes"))
                 } else {
                     Ok(true)
                 };
@@ -544,7 +628,7 @@ async fn read_line<R: AsyncBufRead + Unpin>(
                 line.extend_from_slice(available);
                 reader.consume(n);
                 if line.len() > max {
-                    return Err(format!("the server wrote a line longer than {max} bytes"));
+                    return Err(format!("wrote a line longer than {max} bytes"));
                 }
             }
         }
