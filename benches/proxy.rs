@@ -5,7 +5,8 @@
 //! microseconds): the upstream **direct**, **nginx** as a plain reverse proxy, and the
 //! **proxy** (the release binary) with data-layer sessions; at saturation also the proxy
 //! passing a legacy client through (its HTTP hop without the sessions). Same load
-//! generator, same run.
+//! generator, same run. The session stores are compared the same way: the proxy with the
+//! memory store, with Redis (a redis-server of its own) and with sealed ids, paced.
 
 #![allow(
     clippy::unwrap_used,
@@ -38,14 +39,14 @@ usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
   --create-connections N  concurrency of the sessions/create runs (16)
   --sessions A,B          idle-session counts for the memory measurement (10000,100000;
                           at most 190000: the proxy runs with max_sessions 200000)
-  --only LIST             run only some of: saturation,paced,create,memory
+  --only LIST             run only some of: saturation,paced,stores,create,memory
   --no-nginx              leave nginx out
 
 Each option can also be given as MCP_BENCH_<NAME> (e.g. MCP_BENCH_DURATION=4,
 MCP_BENCH_QUICK=1); flags win. The table is printed and written to
 target/bench-results.md.";
 
-const SCENARIOS: [&str; 4] = ["saturation", "paced", "create", "memory"];
+const SCENARIOS: [&str; 5] = ["saturation", "paced", "stores", "create", "memory"];
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -274,6 +275,11 @@ struct Report {
     /// sessions/create (proxy) vs initialize + initialized (direct), per concurrency.
     creates: Vec<Creates>,
     memory: Option<Memory>,
+    /// The proxy paced at `rate`, JSON, per session store (memory, redis, sealed), rounds
+    /// merged.
+    stores: Vec<(&'static str, Outcome)>,
+    /// One loopback Redis round trip (PING), p50 and p99.
+    redis_rtt: Option<(Duration, Duration)>,
     rewrite_proof: Option<Result<u16, String>>,
     nginx_version: String,
     notes: Vec<String>,
@@ -457,6 +463,17 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
         }
     }
 
+    if options.runs("stores") {
+        stores(
+            options,
+            &mut report,
+            upstream_addr,
+            proxy_addr,
+            proxy.pid(),
+            upstream.pid(),
+        );
+    }
+
     if options.runs("create") {
         let stop = Stop::Timed {
             warmup: options.warmup,
@@ -522,6 +539,111 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     }
     drop(upstream);
     report
+}
+
+/// The proxy paced at `rate` with each session store, rounds interleaved, and one
+/// loopback Redis round trip for scale.
+fn stores(
+    options: &Options,
+    report: &mut Report,
+    upstream: SocketAddr,
+    memory_addr: SocketAddr,
+    memory_pid: u32,
+    upstream_pid: u32,
+) {
+    let Some((redis, redis_addr)) = procs::spawn_redis() else {
+        report.notes.push(
+            "redis-server is not installed: no store rows (benches/run.sh installs it)".into(),
+        );
+        return;
+    };
+    progress("stores: a proxy with the Redis store and one with sealed ids");
+    let key = "5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1".to_owned();
+    let (with_redis, redis_proxy) = procs::spawn_proxy_with(
+        upstream,
+        "proxy-redis",
+        &[
+            ("MCP_PROXY_SESSION__STORE", "redis".into()),
+            (
+                "MCP_PROXY_SESSION__REDIS_URL",
+                format!("redis://{redis_addr}/0"),
+            ),
+            ("MCP_PROXY_SESSION__STATE_KEY", key.clone()),
+        ],
+    );
+    let (with_sealed, sealed_proxy) = procs::spawn_proxy_with(
+        upstream,
+        "proxy-sealed",
+        &[
+            ("MCP_PROXY_SESSION__STORE", "sealed".into()),
+            ("MCP_PROXY_SESSION__SEALED_KEYS", format!("[\"{key}\"]")),
+        ],
+    );
+    let targets = [
+        ("memory", memory_addr, memory_pid),
+        ("redis", redis_proxy, with_redis.pid()),
+        ("sealed", sealed_proxy, with_sealed.pid()),
+    ];
+    let ticks = procs::clock_ticks();
+    let mut merged: Vec<(&'static str, Option<Outcome>)> =
+        targets.iter().map(|(label, _, _)| (*label, None)).collect();
+    for round in 0..options.rounds {
+        let mut order: Vec<usize> = (0..targets.len()).collect();
+        order.rotate_left(round % targets.len());
+        for i in order {
+            let (label, addr, pid) = targets[i];
+            let target = Target {
+                label,
+                addr,
+                protocol: Protocol::DataLayer,
+            };
+            if let Err(e) = load::smoke(&target) {
+                panic!("the proxy with the {label} store does not answer correctly: {e}");
+            }
+            progress(&format!(
+                "stores round {}/{}: paced {} req/s, JSON, {label} store",
+                round + 1,
+                options.rounds,
+                options.rate
+            ));
+            let probe = cpu_probe(vec![pid], upstream_pid, ticks);
+            let outcome = load::open_loop(
+                &target,
+                options.paced_connections,
+                options.rate,
+                Tool::Json,
+                options.warmup,
+                options.duration,
+                &probe,
+            );
+            eprintln!(
+                "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
+                outcome.rate(),
+                micros(outcome.p(0.5)),
+                micros(outcome.p(0.99)),
+                outcome.errors,
+                cpu_line(&outcome)
+            );
+            let slot = &mut merged[i].1;
+            match slot {
+                Some(m) => m.merge(outcome),
+                None => *slot = Some(outcome),
+            }
+        }
+    }
+    report.stores = merged
+        .into_iter()
+        .filter_map(|(l, o)| o.map(|o| (l, o)))
+        .collect();
+    let mut rtts = procs::redis_round_trips(redis_addr, 2000, options.rate);
+    rtts.sort();
+    if !rtts.is_empty() {
+        let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
+        report.redis_rtt = Some((at(0.5), at(0.99)));
+    }
+    drop(with_redis);
+    drop(with_sealed);
+    drop(redis);
 }
 
 /// Resident memory per idle session, in a fresh proxy.
@@ -765,6 +887,52 @@ impl Report {
                 ratio,
                 met.into(),
             ]);
+        }
+
+        if let Some(memory) = find(&self.stores, "memory") {
+            row([
+                format!(
+                    "`tools/call` at {} req/s, JSON, `session.store = \"memory\"` (the store rows' baseline, same rounds): p50 / p99 (µs)",
+                    thousands(options.rate as f64)
+                ),
+                "—".into(),
+                "—".into(),
+                lat_us(memory),
+                "—".into(),
+                "—".into(),
+            ]);
+            let added = |o: &Outcome, q: f64| micros(o.p(q)) - micros(memory.p(q));
+            let rtt = self.redis_rtt.map(|(p50, _)| micros(p50));
+            for (store, goal) in [("redis", rtt), ("sealed", Some(20.0))] {
+                let Some(o) = find(&self.stores, store) else {
+                    continue;
+                };
+                let (a50, a99) = (added(o, 0.5), added(o, 0.99));
+                let (goal_text, met) = match (store, goal) {
+                    ("redis", Some(rtt)) => (
+                        format!(
+                            "goal: within one loopback Redis round trip (PING paced at the same rate: p50 {rtt:.0} µs, p99 {:.0} µs)",
+                            self.redis_rtt.map_or(0.0, |(_, p99)| micros(p99))
+                        ),
+                        judged(a50 <= rtt, &[Some(o), Some(memory)]),
+                    ),
+                    (_, Some(limit)) => (
+                        format!("goal: p50 within {limit:.0} µs of memory"),
+                        judged(a50 <= limit, &[Some(o), Some(memory)]),
+                    ),
+                    _ => ("—".into(), "—"),
+                };
+                row([
+                    format!("… `session.store = \"{store}\"`: p50 / p99 (µs)"),
+                    "—".into(),
+                    "—".into(),
+                    lat_us(o),
+                    format!(
+                        "adds p50 **{a50:+.0} µs**, p99 **{a99:+.0} µs** over memory; {goal_text}"
+                    ),
+                    met.into(),
+                ]);
+            }
         }
 
         for creates in &self.creates {

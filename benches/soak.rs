@@ -106,11 +106,12 @@ fn main() {
         .build()
         .expect("runtime");
     let (upstream_guard, upstream) = procs::spawn_upstream();
-    let (proxy_guard, proxy) = procs::spawn_proxy_with(
+    let (proxy_guard, proxy) = procs::spawn_proxy_under(
         upstream,
+        "proxy",
         &[
-            ("MCP_PROXY_SESSION__IDLE_TTL", IDLE_TTL),
-            ("MCP_PROXY_SESSION__REAP_INTERVAL", REAP_INTERVAL),
+            ("MCP_PROXY_SESSION__IDLE_TTL", IDLE_TTL.to_owned()),
+            ("MCP_PROXY_SESSION__REAP_INTERVAL", REAP_INTERVAL.to_owned()),
         ],
         Some(NOFILE),
     );

@@ -16,6 +16,7 @@ use figment::{Figment, Metadata, Profile, Provider};
 use http::Uri;
 use read::Origin;
 
+pub use crate::paths::{Affinity, Fallback};
 pub use crate::upstream::CommandSpec;
 
 pub use raw::RawConfig;
@@ -47,6 +48,10 @@ pub struct Config {
     pub log: LogConfig,
     pub admin: AdminConfig,
     pub stateless: StatelessConfig,
+    /// The `[upstreams.NAME]` tables, in name order (their settings are resolved against
+    /// `upstream` by [`Config::upstream_set`]).
+    pub upstreams: Vec<UpstreamDef>,
+    pub cluster: ClusterConfig,
     pub limits: LimitsConfig,
 }
 
@@ -71,10 +76,86 @@ pub struct LimitsConfig {
     pub upstream_idle_connections: usize,
 }
 
-/// Serving stateless (2026-07-28) clients.
+/// How proxy replicas reach each other.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterConfig {
+    /// The base URL other replicas reach this one at (`cluster.advertise`); `None`:
+    /// `http://<listen>` once the listener is bound.
+    pub advertise: Option<String>,
+}
+
+/// One `[upstreams.NAME]` table.
 #[derive(Debug, Clone)]
+pub struct UpstreamDef {
+    pub name: String,
+    /// Also served at the bare endpoint path.
+    pub default: bool,
+    pub target: Target,
+    pub overrides: UpstreamOverrides,
+    /// Its `[upstreams.NAME.stateless]` table merged over `[stateless]`; `None`: it has
+    /// none (the `[stateless]` settings apply).
+    pub stateless: Option<StatelessConfig>,
+}
+
+/// Per-upstream values of the `[upstream]` settings; `None`: the `[upstream]` value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamOverrides {
+    pub pool_size: Option<usize>,
+    pub max_children: Option<usize>,
+    pub stop_grace: Option<Duration>,
+    pub require_session: Option<bool>,
+    pub connect_timeout: Option<Duration>,
+    pub timeout: Option<Duration>,
+    pub sse_idle_timeout: Option<Duration>,
+    pub max_message_bytes: Option<usize>,
+    pub on_session_lost: Option<OnSessionLost>,
+    pub health_interval: Option<Duration>,
+}
+
+/// One upstream as the proxy runs it: its name, whether `/mcp` serves it, its target and
+/// its settings, and how its stateless clients are served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedUpstream {
+    pub name: String,
+    pub default: bool,
+    pub config: UpstreamConfig,
+    pub stateless: StatelessConfig,
+}
+
+/// The name of the upstream that `[upstream] url` / `command` (and `--upstream`, `-- cmd`)
+/// define.
+pub const DEFAULT_UPSTREAM: &str = "default";
+
+/// What happens when an upstream loses a session (it restarted, or its replica died).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnSessionLost {
+    /// The mapping is dropped; the client hears -32043 and starts anew.
+    Fail,
+    /// The recorded `initialize` is replayed on a healthy replica, the client keeps its
+    /// sessionId, and a request that is safe to repeat is retried once.
+    Reinitialize,
+}
+
+/// Where session records live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// In this process (the default, the fastest).
+    Memory,
+    /// In a Redis server shared by proxy replicas.
+    Redis { url: String },
+    /// Nowhere: the sessionId itself carries the route, sealed with the first key;
+    /// every key opens.
+    Sealed { keys: Vec<Secret> },
+}
+
+/// Serving stateless (2026-07-28) clients (`[stateless]`, or an upstream's own).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatelessConfig {
-    /// Upstream sessions the pool keeps open at once.
+    /// How their calls map onto upstream sessions (`stateless.affinity` and the keys of
+    /// the chosen mode: `fallback`, `pin_header`, `max_pinned`, `pin_idle_ttl`,
+    /// `handle_*`, `max_handles_per_caller`).
+    pub affinity: Affinity,
+    /// Upstream sessions open at once for shared and isolated calls.
     pub max_pooled: usize,
     /// `subscriptions/listen` streams open at once (each holds its own upstream session).
     pub max_listens: usize,
@@ -102,6 +183,7 @@ pub struct SessionConfig {
     pub reap_interval: Duration,
     /// Key of the `state` MAC; `None` means a random key per process.
     pub state_key: Option<Secret>,
+    pub store: StoreConfig,
 }
 
 /// The legacy server behind the proxy (`upstream.url`, `upstream.command`, or neither).
@@ -110,17 +192,17 @@ pub enum Target {
     /// The embedded demo server, started in-process and proxied to over HTTP (neither
     /// `url` nor `command` set).
     Embedded,
-    /// A Streamable HTTP server.
-    Http(Uri),
+    /// A Streamable HTTP server: one or more replicas of it (never empty).
+    Http(Vec<Uri>),
     /// A stdio server: a child process per upstream session.
     Stdio(CommandSpec),
 }
 
 impl Target {
-    /// The HTTP upstream's URL, if the target is one.
+    /// The HTTP upstream's (first) URL, if the target is one.
     pub fn url(&self) -> Option<&Uri> {
         match self {
-            Target::Http(url) => Some(url),
+            Target::Http(urls) => urls.first(),
             _ => None,
         }
     }
@@ -138,13 +220,21 @@ impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Embedded => f.write_str("the embedded demo server"),
-            Target::Http(url) => write!(f, "{url}"),
+            Target::Http(urls) => {
+                for (i, url) in urls.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{url}")?;
+                }
+                Ok(())
+            }
             Target::Stdio(command) => write!(f, "stdio: {}", command.program),
         }
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamConfig {
     pub target: Target,
     /// Started and initialized stdio children kept ready, per client identity.
@@ -159,6 +249,83 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     pub sse_idle_timeout: Duration,
     pub max_message_bytes: usize,
+    pub on_session_lost: OnSessionLost,
+    /// How often each replica is probed (an `initialize`, then its session ended).
+    pub health_interval: Duration,
+}
+
+impl UpstreamConfig {
+    /// These settings with `overrides` applied, for `target`.
+    pub fn with(&self, target: Target, o: &UpstreamOverrides) -> UpstreamConfig {
+        UpstreamConfig {
+            target,
+            pool_size: o.pool_size.unwrap_or(self.pool_size),
+            max_children: o.max_children.unwrap_or(self.max_children),
+            stop_grace: o.stop_grace.unwrap_or(self.stop_grace),
+            require_session: o.require_session.unwrap_or(self.require_session),
+            connect_timeout: o.connect_timeout.unwrap_or(self.connect_timeout),
+            timeout: o.timeout.unwrap_or(self.timeout),
+            sse_idle_timeout: o.sse_idle_timeout.unwrap_or(self.sse_idle_timeout),
+            max_message_bytes: o.max_message_bytes.unwrap_or(self.max_message_bytes),
+            on_session_lost: o.on_session_lost.unwrap_or(self.on_session_lost),
+            health_interval: o.health_interval.unwrap_or(self.health_interval),
+        }
+    }
+}
+
+impl Config {
+    /// The upstreams, for a person: `name (target)`, the default one marked.
+    pub fn upstreams_summary(&self) -> String {
+        let set = self.upstream_set();
+        if let [only] = set.as_slice() {
+            return only.config.target.to_string();
+        }
+        set.iter()
+            .map(|u| {
+                let mark = if u.default { ", default" } else { "" };
+                format!("{} ({}{mark})", u.name, u.config.target)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Every upstream the proxy serves, settings resolved: the `[upstreams.NAME]` tables,
+    /// and the one `[upstream]` (or `--upstream`, `-- cmd`) defines, named
+    /// [`DEFAULT_UPSTREAM`]; with none at all, the embedded demo server. Exactly one is
+    /// the default (validation made sure of it).
+    pub fn upstream_set(&self) -> Vec<NamedUpstream> {
+        let mut set: Vec<NamedUpstream> = self
+            .upstreams
+            .iter()
+            .map(|def| NamedUpstream {
+                name: def.name.clone(),
+                default: def.default || self.upstreams.len() == 1,
+                config: self.upstream.with(def.target.clone(), &def.overrides),
+                stateless: def
+                    .stateless
+                    .clone()
+                    .unwrap_or_else(|| self.stateless.clone()),
+            })
+            .collect();
+        let own = !matches!(self.upstream.target, Target::Embedded) || set.is_empty();
+        if own {
+            if !set.is_empty() {
+                for named in &mut set {
+                    named.default = false;
+                }
+            }
+            set.insert(
+                0,
+                NamedUpstream {
+                    name: DEFAULT_UPSTREAM.to_owned(),
+                    default: true,
+                    config: self.upstream.clone(),
+                    stateless: self.stateless.clone(),
+                },
+            );
+        }
+        set
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

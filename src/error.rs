@@ -88,8 +88,30 @@ pub enum ProxyError {
         "Session limit reached: the proxy already holds its maximum of {max} sessions; delete unused sessions or retry later"
     )]
     SessionLimit { max: usize },
-    #[error("Session store unavailable")]
-    Store(#[from] StoreError),
+    #[error("Session store unavailable: {source}")]
+    Store {
+        /// `memory`, `redis` or `sealed`.
+        store: &'static str,
+        source: StoreError,
+    },
+    /// The upstream lost the session and a new upstream session was opened for it
+    /// (`on_session_lost = "reinitialize"`), but the request is not known to be safe to
+    /// send twice, so it was not retried.
+    #[error(
+        "Upstream error: the upstream lost this session's state and the proxy opened a new upstream session for it; the request was not retried because it may not be safe to repeat: send it again if it is"
+    )]
+    NotRetried {
+        upstream: String,
+        session_id: String,
+    },
+    /// The proxy replica holding a session's process-local part (a stdio server, a
+    /// waiting call) did not answer.
+    #[error("The proxy replica holding this session is unreachable: {detail}")]
+    OwnerUnreachable {
+        session_id: String,
+        owner: String,
+        detail: String,
+    },
     /// A stateless (2026-07-28) request refused by its rules.
     #[error("{}", describe_reject(.0))]
     Stateless(Reject),
@@ -225,10 +247,29 @@ impl ProxyError {
                 Some(json!({ "maxSessions": max })),
                 Fault::Proxy,
             ),
-            E::Store(_) => (
+            E::Store { store, source } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 code::INTERNAL_ERROR,
-                None,
+                Some(json!({ "store": store, "detail": source.to_string() })),
+                Fault::Proxy,
+            ),
+            E::NotRetried {
+                upstream,
+                session_id,
+            } => (
+                StatusCode::BAD_GATEWAY,
+                code::INTERNAL_ERROR,
+                Some(json!({ "upstream": upstream, "sessionId": session_id, "retried": false })),
+                Fault::Upstream,
+            ),
+            E::OwnerUnreachable {
+                session_id,
+                owner,
+                detail,
+            } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::INTERNAL_ERROR,
+                Some(json!({ "sessionId": session_id, "owner": owner, "detail": detail })),
                 Fault::Proxy,
             ),
             E::Stateless(reject) => match reject {
@@ -337,7 +378,9 @@ impl ProxyError {
     /// How long a client should wait before retrying, for errors that pass.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            ProxyError::SessionLimit { .. } | ProxyError::Store(_) => Some(Duration::from_secs(1)),
+            ProxyError::SessionLimit { .. }
+            | ProxyError::Store { .. }
+            | ProxyError::OwnerUnreachable { .. } => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

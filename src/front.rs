@@ -6,7 +6,8 @@
 //! 2. the body, capped at `max_body_bytes` (413);
 //! 3. the JSON-RPC envelope (-32700 / -32600) and its `params` (or `result`);
 //! 4. classify → a [`Route`] (`route::classify`, pure);
-//! 5. the path: [`SessionPath`], [`StatelessPath`] or [`PassThrough`].
+//! 5. the path: [`SessionPath`], [`StatelessPath`] or [`PassThrough`] of the upstream
+//!    the URL path names (`{path}/{name}`; the default upstream also at `{path}`).
 //!
 //! Every MCP request runs in a span (method, session tag, upstream, status, latency) and
 //! is counted once, whatever path it took.
@@ -32,34 +33,37 @@ pub use serve::{ConnectionLimits, Role, Serving, serve};
 
 use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
+use crate::fleet::{Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::meta::Payload;
 use crate::metrics::{Metrics, Outcome, Rejection, method_label};
-use crate::paths::{PassThrough, SessionPath, StatelessPath};
 use crate::response::{self, ProxyBody};
-use crate::route::{self, Bare, BareRoute, Message, Route, Rules};
+use crate::route::{self, Bare, BareRoute, Message, Route};
 
-/// The MCP endpoint: one upstream behind one path, and the paths that serve it.
+/// What every MCP endpoint checks before its upstream sees anything.
 #[derive(Debug)]
-pub struct Endpoint {
+pub struct Limits {
+    /// The bare endpoint path, e.g. `/mcp` (for the 404 that names it).
     pub path: String,
     pub max_body_bytes: usize,
     /// A body must arrive in full within this after its head (408 after).
     pub body_timeout: std::time::Duration,
     /// Browser origins allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
-    pub rules: Rules,
-    /// How logs name the upstream.
-    pub upstream: Arc<str>,
-    pub session: Arc<SessionPath>,
-    pub stateless: Arc<StatelessPath>,
-    pub passthrough: PassThrough,
+}
+
+/// One MCP endpoint: an upstream's paths, and the checks in front of them.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint<'a> {
+    pub limits: &'a Limits,
+    pub served: &'a Served,
 }
 
 /// Everything a listener serves.
 #[derive(Debug)]
 pub struct Front {
-    pub endpoint: Endpoint,
+    pub limits: Limits,
+    pub fleet: Arc<Fleet>,
     pub ops: Ops,
     pub metrics: Arc<Metrics>,
     /// How client connections are bounded.
@@ -74,8 +78,15 @@ pub async fn handle(
     role: Role,
 ) -> Response<ProxyBody> {
     let path = request.uri().path();
-    if role.serves_mcp() && path == front.endpoint.path {
-        return mcp(&front, request).await;
+    if role.serves_mcp() {
+        let upstreams = front.fleet.upstreams();
+        if let Some(served) = upstreams.at(path) {
+            let endpoint = Endpoint {
+                limits: &front.limits,
+                served,
+            };
+            return mcp(&front, endpoint, request).await;
+        }
     }
     if (path == HEALTH_PATH || role.serves_operations())
         && let Some(response) = front.ops.route(&request).await
@@ -84,21 +95,24 @@ pub async fn handle(
     }
     response::error(
         &ProxyError::NoSuchPath {
-            path: front.endpoint.path.clone(),
+            path: front.limits.path.clone(),
         },
         None,
     )
 }
 
 /// The MCP endpoint, observed: one span per request and the request counter.
-async fn mcp(front: &Front, request: Request<Incoming>) -> Response<ProxyBody> {
+async fn mcp(
+    front: &Front,
+    endpoint: Endpoint<'_>,
+    request: Request<Incoming>,
+) -> Response<ProxyBody> {
     let started = Instant::now();
-    let endpoint = &front.endpoint;
     let span = tracing::info_span!(
         "request",
         method = field::Empty,
         session = field::Empty,
-        upstream = %endpoint.upstream,
+        upstream = %endpoint.served.label,
         status = field::Empty,
         latency_us = field::Empty,
     );
@@ -139,28 +153,28 @@ fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
     response
 }
 
-impl Endpoint {
+impl Endpoint<'_> {
     /// A POST: one JSON-RPC message. Returns the answer and the method's metric label.
     async fn post(
-        &self,
+        self,
         request: Request<Incoming>,
         metrics: &Metrics,
     ) -> (Response<ProxyBody>, &'static str) {
         let (parts, body) = request.into_parts();
-        let checked = checks::origin(&parts.headers, &self.allowed_origins)
+        let checked = checks::origin(&parts.headers, &self.limits.allowed_origins)
             .and_then(|()| checks::content_type(&parts.headers))
             .and_then(|()| checks::accept(&parts.headers));
         let accepts = match checked {
             Ok(accepts) => accepts,
             Err(e) => return (response::error(&e, None), "other"),
         };
-        let read = checks::read_body(body, &parts.headers, self.max_body_bytes);
-        let body = match tokio::time::timeout(self.body_timeout, read).await {
+        let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
+        let body = match tokio::time::timeout(self.limits.body_timeout, read).await {
             Ok(Ok(body)) => body,
             Ok(Err(e)) => return (response::error(&e, None), "other"),
             Err(_) => {
                 let e = ProxyError::BodyTimeout {
-                    after: self.body_timeout,
+                    after: self.limits.body_timeout,
                 };
                 return (response::error(&e, None), "other");
             }
@@ -194,7 +208,7 @@ impl Endpoint {
             payload: raw.zip(payload.as_ref()),
             accepts,
         };
-        let answered = match route::classify(&message, self.rules) {
+        let answered = match route::classify(&message, self.served.rules) {
             Ok(route) => self.dispatch(&message, route).await,
             Err(e) => {
                 if message.method() == Some(crate::mcp::Method::SessionsCreate) {
@@ -209,28 +223,33 @@ impl Endpoint {
 
     /// Hands a classified message to its path.
     async fn dispatch(
-        &self,
+        self,
         message: &Message<'_, '_>,
         route: Route<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        let served = self.served;
         match route {
             Route::Create {
                 id,
                 dialect,
                 modern,
-            } => self.session.create(message, id, dialect, modern).await,
+            } => served.session.create(message, id, dialect, modern).await,
             Route::Sep1364Initialize { id, session } => {
-                self.session.initialize(message, id, session.as_ref()).await
+                served
+                    .session
+                    .initialize(message, id, session.as_ref())
+                    .await
             }
-            Route::LegacyInitialize { id } => self.session.initialize_legacy(message, id).await,
-            Route::Delete { id, session } => self.session.delete(id, &session).await,
-            Route::Stateless => self.stateless.handle(message).await,
+            Route::LegacyInitialize { id } => served.session.initialize_legacy(message, id).await,
+            Route::Delete { id, session } => served.session.delete(message, id, &session).await,
+            Route::Stateless => served.stateless.handle(message).await,
             Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
             Route::InSession { session, dialect } => {
-                self.session.forward(message, &session, dialect).await
+                served.session.forward(message, &session, dialect).await
             }
             Route::PassThrough => {
-                self.passthrough
+                served
+                    .passthrough
                     .forward(Method::POST, message.headers, message.body.clone())
                     .await
             }
@@ -238,19 +257,23 @@ impl Endpoint {
     }
 
     /// `GET` or `DELETE` of the endpoint: no message, only headers.
-    async fn bare(&self, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
+    async fn bare(self, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
         let headers = request.headers();
-        checks::origin(headers, &self.allowed_origins)?;
+        checks::origin(headers, &self.limits.allowed_origins)?;
+        let served = self.served;
         let bare = if request.method() == Method::GET {
             Bare::Get
         } else {
             Bare::Delete
         };
-        match route::classify_bare(bare, headers, self.rules)? {
-            BareRoute::Listen { session } => self.session.listen(headers, &session).await,
-            BareRoute::EndByHeader { session } => self.session.end_by_header(&session).await,
+        match route::classify_bare(bare, headers, served.rules)? {
+            BareRoute::Listen { session } => served.session.listen(headers, &session).await,
+            BareRoute::EndByHeader { session } => {
+                served.session.end_by_header(headers, &session).await
+            }
             BareRoute::PassThrough => {
-                self.passthrough
+                served
+                    .passthrough
                     .forward(request.method().clone(), headers, Bytes::new())
                     .await
             }

@@ -2,14 +2,16 @@
 //! clients untouched, in front of MCP servers that only speak the 2025-11-25
 //! `initialize` protocol.
 //!
-//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in;
-//! `route` classifies each message; `paths` serve it — `session` keeps sessions,
+//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in and
+//! `fleet` names the upstream its path is for; `route` classifies each message; `paths`
+//! serve it — `session` keeps sessions (in memory, in Redis, or sealed into their ids),
 //! `rewrite` edits messages, `upstream` reaches the legacy server — and `response` is
 //! what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
 
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 pub mod front;
 pub mod jsonrpc;
 pub mod mcp;
@@ -30,16 +32,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
-use crate::config::{Config, Target};
+use crate::config::{Config, ConfigError, NamedUpstream, StoreConfig, Target};
 use crate::demo::{DemoOptions, DemoServer};
-use crate::front::{Admission, ConnectionLimits, Endpoint, Front, Ops, Role, Serving, serve};
+use crate::fleet::{Fleet, Reloaded, Shared};
+use crate::front::{Admission, ConnectionLimits, Front, Limits, Ops, Role, Serving, serve};
 use crate::metrics::Metrics;
-use crate::paths::{PassThrough, SessionPath, StatelessPath, StatelessSettings};
-use crate::route::Rules;
-use crate::session::{MemoryStore, ReaperHandle, Sessions, StateSigner, Store, spawn_reaper};
-use crate::upstream::{Endings, HttpUpstream, StdioSettings, StdioUpstream, Upstream};
+use crate::paths::Cluster;
+use crate::session::{
+    MemoryStore, ReaperHandle, RedisStore, SealedStore, Sessions, StateSigner, Store, keyed_hmac,
+    spawn_reaper,
+};
+use crate::upstream::Endings;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +57,8 @@ pub enum StartError {
     Demo(std::io::Error),
     #[error("the embedded demo server has an unusable address: {0}")]
     DemoUrl(String),
+    #[error("cannot set up the session store: {0}")]
+    Store(session::StoreError),
 }
 
 /// A running proxy.
@@ -62,9 +68,7 @@ pub struct Running {
     operations: Option<Serving>,
     front: Arc<Front>,
     reaper: ReaperHandle,
-    deaths: JoinHandle<()>,
-    pool_reaper: JoinHandle<()>,
-    /// Ends upstream sessions in the background; stopped last.
+    /// Ends upstream sessions in the background, for every upstream; stopped last.
     endings: Arc<Endings>,
     demo: Option<DemoServer>,
     path: String,
@@ -73,93 +77,107 @@ pub struct Running {
 }
 
 /// Starts the proxy: the embedded demo server when no upstream is configured, the
-/// session reaper, and the listeners.
+/// session store, every upstream's paths and tasks, the session reaper, and the
+/// listeners.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
-    let (deaths_tx, deaths) = tokio::sync::mpsc::unbounded_channel();
-    let u = &config.upstream;
-    let (upstream, demo) = match &u.target {
-        Target::Stdio(command) => {
-            let stdio = StdioUpstream::new(
-                StdioSettings {
-                    command: command.clone(),
-                    timeout: u.timeout,
-                    max_message_bytes: u.max_message_bytes,
-                    stop_grace: u.stop_grace,
-                    pool_size: u.pool_size,
-                    max_children: u.max_children,
-                },
-                deaths_tx,
-            );
-            (Upstream::Stdio(stdio), None)
-        }
-        Target::Http(url) => (http_upstream(&config, url.clone(), &metrics), None),
-        Target::Embedded => {
-            let demo = DemoServer::start(DemoOptions::default())
-                .await
-                .map_err(StartError::Demo)?;
-            let url = demo
-                .url()
-                .parse()
-                .map_err(|e: http::uri::InvalidUri| StartError::DemoUrl(e.to_string()))?;
-            (http_upstream(&config, url, &metrics), Some(demo))
-        }
+    // The listeners first: the address other replicas reach this one at may be the port
+    // just bound.
+    let listener = bind(config.listen).await?;
+    let operations_listener = match config.admin.listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
     };
-    let endings = Endings::start(upstream.clone());
-    // One key seals session `state` and stateless `requestState` (domain-separated).
-    let key = match &config.session.state_key {
-        Some(key) => key.0.clone(),
-        None => {
-            let mut key = vec![0u8; 32];
-            rand::fill(key.as_mut_slice());
-            key
+    let local = listener.local_addr().map_err(|source| StartError::Listen {
+        addr: config.listen,
+        source,
+    })?;
+    let advertise = config
+        .cluster
+        .advertise
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", reachable(local)));
+    let cluster = Arc::new(Cluster::new(advertise, config.upstream.timeout));
+
+    let upstreams = config.upstream_set();
+    let demo = if upstreams
+        .iter()
+        .any(|u| matches!(u.config.target, Target::Embedded))
+    {
+        Some(
+            DemoServer::start(DemoOptions::default())
+                .await
+                .map_err(StartError::Demo)?,
+        )
+    } else {
+        None
+    };
+    let embedded = match &demo {
+        Some(demo) => Some(
+            demo.url()
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| StartError::DemoUrl(e.to_string()))?,
+        ),
+        None => None,
+    };
+
+    let s = &config.session;
+    // The keys sealing `state` and `requestState`: the configured state key, and with
+    // sealed ids keys derived from each sealing key (so they rotate together); with
+    // neither, a random key per process.
+    let sealing: Vec<Vec<u8>> = match &s.store {
+        StoreConfig::Sealed { keys } => keys.iter().map(|k| k.0.clone()).collect(),
+        _ => Vec::new(),
+    };
+    let mut keys: Vec<Vec<u8>> = s.state_key.iter().map(|k| k.0.clone()).collect();
+    keys.extend(sealing.iter().map(|key| derive_state_key(key)));
+    if keys.is_empty() {
+        let mut key = vec![0u8; 32];
+        rand::fill(key.as_mut_slice());
+        keys.push(key);
+    }
+    let store = match &s.store {
+        StoreConfig::Memory => Store::Memory(MemoryStore::new()),
+        StoreConfig::Redis { url } => Store::Redis(
+            RedisStore::new(url, s.idle_ttl, s.max_sessions).map_err(StartError::Store)?,
+        ),
+        StoreConfig::Sealed { .. } => {
+            Store::Sealed(SealedStore::new(&sealing).map_err(StartError::Store)?)
         }
     };
     let sessions = Arc::new(Sessions::new(
-        Store::Memory(MemoryStore::new()),
-        StateSigner::new(&key),
+        store,
+        StateSigner::with_keys(&keys),
         session::Settings {
-            idle_ttl: config.session.idle_ttl,
-            max_sessions: config.session.max_sessions,
+            idle_ttl: s.idle_ttl,
+            max_sessions: s.max_sessions,
         },
     ));
-    let session_path = Arc::new(SessionPath::new(
-        upstream.clone(),
-        endings.clone(),
-        sessions.clone(),
-        metrics.clone(),
-        u.sse_idle_timeout,
-    ));
-    let stateless = Arc::new(StatelessPath::new(
-        upstream.clone(),
-        metrics.clone(),
-        &key,
-        &StatelessSettings {
-            max_pooled: config.stateless.max_pooled,
-            max_listens: config.stateless.max_listens,
-            pool_idle_ttl: config.stateless.pool_idle_ttl,
-            request_state_ttl: config.stateless.request_state_ttl,
-            sse_idle_timeout: u.sse_idle_timeout,
+    let endings = Endings::start();
+    let fleet = Arc::new(Fleet::new(
+        Shared {
+            endings: endings.clone(),
+            upstream_idle_timeout: config.limits.upstream_idle_timeout,
+            upstream_idle_connections: config.limits.upstream_idle_connections,
+            sessions: sessions.clone(),
+            metrics: metrics.clone(),
+            cluster,
+            keys,
+            base_path: config.path.clone(),
+            embedded,
         },
-        endings.clone(),
+        &upstreams,
     ));
     let front = Arc::new(Front {
-        endpoint: Endpoint {
+        limits: Limits {
             path: config.path.clone(),
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.limits.request_body_timeout,
             allowed_origins: config.allowed_origins.clone(),
-            rules: Rules {
-                require_session: u.require_session,
-                sessionless_way_in: upstream.has_sessionless_way_in(),
-            },
-            upstream: upstream.label().clone(),
-            session: session_path.clone(),
-            stateless: stateless.clone(),
-            passthrough: PassThrough::new(upstream.clone(), metrics.clone()),
         },
+        fleet: fleet.clone(),
         ops: Ops {
-            session: session_path.clone(),
+            fleet: fleet.clone(),
             metrics: metrics.clone(),
             serve_metrics: config.admin.metrics,
             admin_token: config.admin.token.clone(),
@@ -175,86 +193,77 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         },
         metrics,
     });
-    let pool_reaper = spawn_pool_reaper(stateless, config.stateless.pool_idle_ttl);
-    let deaths = spawn_death_watch(session_path.clone(), deaths);
-    let reaper = spawn_reaper(sessions, config.session.reap_interval, {
-        let session_path = session_path.clone();
-        move |id, record| {
-            let session_path = session_path.clone();
-            async move { session_path.expired(&id, record).await }
-        }
+    let reaper = spawn_reaper(sessions, s.reap_interval, move |id, record| {
+        let fleet = fleet.clone();
+        async move { fleet.expired(&id, record).await }
     });
     let main_role = match config.admin.listen {
         Some(_) => Role::Mcp,
         None => Role::McpAndOperations,
     };
-    let serving = listen(config.listen, &front, main_role, config.shutdown_grace).await?;
-    let operations = match config.admin.listen {
-        Some(addr) => Some(listen(addr, &front, Role::Operations, config.shutdown_grace).await?),
+    let serving = serve_on(listener, &front, main_role, config.shutdown_grace)?;
+    let operations = match operations_listener {
+        Some(listener) => Some(serve_on(
+            listener,
+            &front,
+            Role::Operations,
+            config.shutdown_grace,
+        )?),
         None => None,
     };
+    let stop_grace = upstreams
+        .iter()
+        .map(|u| u.config.stop_grace)
+        .max()
+        .unwrap_or(config.upstream.stop_grace);
     Ok(Running {
         serving,
         operations,
         front,
         reaper,
-        deaths,
-        pool_reaper,
         endings,
         demo,
         path: config.path,
         // A stdio child may need all three steps (stdin, SIGTERM, SIGKILL) to end.
-        end_within: Duration::from_secs(5).max(u.stop_grace * 3 + Duration::from_secs(1)),
+        end_within: Duration::from_secs(5).max(stop_grace * 3 + Duration::from_secs(1)),
     })
 }
 
-/// Ends pooled upstream sessions that have been idle too long.
-fn spawn_pool_reaper(stateless: Arc<StatelessPath>, idle_ttl: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval((idle_ttl / 4).max(Duration::from_millis(250)));
-        loop {
-            tick.tick().await;
-            stateless.pool().reap();
-        }
-    })
+/// The key sealing `state` derived from a sealing key (domain-separated from sealing).
+fn derive_state_key(sealing_key: &[u8]) -> Vec<u8> {
+    use hmac::Mac;
+    let mut mac = keyed_hmac(sealing_key);
+    mac.update(b"mcp-session-proxy/state-key-from-sealing-key/v1");
+    mac.finalize().into_bytes().to_vec()
 }
 
-fn http_upstream(config: &Config, url: http::Uri, metrics: &Metrics) -> Upstream {
-    let latency = metrics.upstream_histogram(&url.to_string());
-    Upstream::Http(Arc::new(HttpUpstream::new(
-        upstream::Settings {
-            url,
-            connect_timeout: config.upstream.connect_timeout,
-            timeout: config.upstream.timeout,
-            max_message_bytes: config.upstream.max_message_bytes,
-            idle_timeout: config.limits.upstream_idle_timeout,
-            max_idle: config.limits.upstream_idle_connections,
-        },
-        Some(latency),
-    )))
+/// `addr` as another process on this host reaches it (an unspecified address: loopback).
+fn reachable(mut addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    addr
 }
 
-/// A stdio server that dies on its own takes its session with it.
-fn spawn_death_watch(
-    session_path: Arc<SessionPath>,
-    mut deaths: tokio::sync::mpsc::UnboundedReceiver<String>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        while let Some(key) = deaths.recv().await {
-            session_path.upstream_session_died(&key).await;
-        }
-    })
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Listen { addr, source })
 }
 
-async fn listen(
-    addr: SocketAddr,
+fn serve_on(
+    listener: TcpListener,
     front: &Arc<Front>,
     role: Role,
     grace: Duration,
 ) -> Result<Serving, StartError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Listen { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     serve(listener, front.clone(), role, grace)
         .map_err(|source| StartError::Listen { addr, source })
 }
@@ -269,59 +278,70 @@ impl Running {
         self.operations.as_ref().map(Serving::local_addr)
     }
 
-    /// The client-facing MCP endpoint, e.g. `http://127.0.0.1:8080/mcp`.
+    /// The client-facing MCP endpoint of the default upstream, e.g.
+    /// `http://127.0.0.1:8080/mcp`.
     pub fn url(&self) -> String {
         format!("http://{}{}", self.local_addr(), self.path)
     }
 
-    /// The upstream being proxied to (the embedded demo server's URL when it runs).
-    pub fn upstream_url(&self) -> &str {
-        &self.front.endpoint.upstream
+    /// The default upstream (the embedded demo server's URL when it runs).
+    pub fn upstream_url(&self) -> String {
+        self.front
+            .fleet
+            .upstreams()
+            .default_upstream()
+            .map(|s| s.label.to_string())
+            .unwrap_or_default()
     }
 
     /// Sessions live in this proxy.
     pub fn live_sessions(&self) -> usize {
-        self.front.endpoint.session.sessions().live()
+        self.front.fleet.sessions().live()
     }
 
-    /// Stops accepting, drains requests, ends every session upstream (they live in this
-    /// process's memory and would be lost anyway), then stops the demo server.
+    /// Serves the upstream list of `config` from now on (the rest of `config` is not
+    /// applied: it needs a restart).
+    pub async fn reload(&self, config: &Config) -> Reloaded {
+        self.front.fleet.reload(&config.upstream_set()).await
+    }
+
+    /// Stops accepting, drains requests and streams (up to `shutdown_grace`), then ends
+    /// what this process holds: with the memory store every session upstream; with
+    /// Redis or sealed ids only the sessions whose stdio child lives here (the others
+    /// carry on at the other replicas). Then stops the demo server.
     pub async fn shutdown(self) {
         self.serving.shutdown().await;
         if let Some(operations) = self.operations {
             operations.shutdown().await;
         }
         drop(self.reaper);
-        self.deaths.abort();
-        self.pool_reaper.abort();
-        let endpoint = &self.front.endpoint;
         // Every upstream session still open is queued to be ended, and the endings get
         // until the deadline to finish.
         let deadline = tokio::time::Instant::now() + self.end_within;
-        let queued = async {
-            endpoint.stateless.pool().close().await;
-            endpoint.session.end_all().await;
-        };
-        if tokio::time::timeout_at(deadline, queued).await.is_err() {
-            tracing::warn!("not every upstream session could be queued to end at shutdown");
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        self.endings.shutdown(left).await;
-        endpoint.session.upstream().shutdown().await;
+        self.front.fleet.shutdown(deadline, &self.endings).await;
         if let Some(demo) = self.demo {
             demo.stop().await;
         }
     }
 }
 
-/// Runs until `shutdown` completes, then shuts down gracefully.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), StartError> {
-    let embedded = config.upstream.target == Target::Embedded;
-    let in_front_of = match &config.upstream.target {
-        Target::Embedded => "the embedded demo server".to_owned(),
-        Target::Http(url) => url.to_string(),
-        Target::Stdio(_) => "a stdio server, one process per session".to_owned(),
-    };
+/// Runs until `shutdown` completes, then shuts down gracefully. On SIGHUP, `reload` reads
+/// the configuration again and its upstream list is applied; a configuration that does
+/// not load is refused, the reason logged, and the running one kept.
+pub async fn run<R>(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+    mut reload: R,
+) -> Result<(), StartError>
+where
+    R: FnMut() -> Result<Config, ConfigError>,
+{
+    let mut hangups = hangups();
+    let upstreams = config.upstream_set();
+    let embedded = upstreams
+        .iter()
+        .any(|u| matches!(u.config.target, Target::Embedded));
+    let in_front_of = in_front_of(&config, &upstreams);
     // The process's own limit, so only where the proxy is the process (not embedded).
     front::check_open_file_limit(&config.limits);
     let running = start(config).await?;
@@ -340,8 +360,91 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
              front of your own server with --upstream URL, or -- COMMAND ARGS for a stdio server"
         );
     }
-    shutdown.await;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(()) = next_hangup(&mut hangups) => match reload() {
+                Ok(config) => {
+                    let report = running.reload(&config).await;
+                    tracing::info!(
+                        kept = ?report.kept,
+                        added = ?report.added,
+                        changed = ?report.changed,
+                        removed = ?report.removed,
+                        sessions_ended = report.sessions_ended,
+                        "configuration reloaded: upstreams applied (other settings need a restart)"
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "configuration reload refused; the running configuration is kept"),
+            },
+        }
+    }
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
+}
+
+/// What the proxy stands in front of, for the start-up line: the one upstream in a few
+/// words, or each upstream by name with the path serving it.
+fn in_front_of(config: &Config, upstreams: &[NamedUpstream]) -> String {
+    let describe = |target: &Target| match target {
+        Target::Embedded => "the embedded demo server".to_owned(),
+        Target::Http(_) => target.to_string(),
+        Target::Stdio(_) => "a stdio server, one process per session".to_owned(),
+    };
+    if let [only] = upstreams {
+        return describe(&only.config.target);
+    }
+    let each: Vec<String> = upstreams
+        .iter()
+        .map(|u| {
+            let also = if u.default {
+                format!(" and {}", config.path)
+            } else {
+                String::new()
+            };
+            format!(
+                "{} at {}/{}{also} ({})",
+                u.name,
+                config.path,
+                u.name,
+                describe(&u.config.target)
+            )
+        })
+        .collect();
+    format!("{} upstreams: {}", upstreams.len(), each.join("; "))
+}
+
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = ();
+
+#[cfg(unix)]
+fn hangups() -> Hangups {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; reloading is off");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn hangups() -> Hangups {}
+
+#[cfg(unix)]
+async fn next_hangup(hangups: &mut Hangups) -> Option<()> {
+    match hangups {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(not(unix))]
+async fn next_hangup(_: &mut Hangups) -> Option<()> {
+    std::future::pending().await
 }

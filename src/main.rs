@@ -184,7 +184,10 @@ fn main() -> ExitCode {
             };
             Ok(healthcheck(&probe))
         }),
-        None => load(&cli.run.overrides()).map(serve),
+        None => {
+            let overrides = cli.run.overrides();
+            load(&overrides).map(|config| serve(config, overrides))
+        }
     };
     outcome.unwrap_or_else(|code| code)
 }
@@ -193,12 +196,14 @@ fn check(layers: Layers) -> Result<ExitCode, ExitCode> {
     let config = load(&layers.overrides())?;
     println!(
         "configuration OK: listen {}{}, upstream {}",
-        config.listen, config.path, config.upstream.target,
+        config.listen,
+        config.path,
+        config.upstreams_summary(),
     );
     Ok(ExitCode::SUCCESS)
 }
 
-fn serve(config: Config) -> ExitCode {
+fn serve(config: Config, overrides: Overrides) -> ExitCode {
     init_logging(&config);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(workers) = config.workers {
@@ -219,7 +224,11 @@ fn serve(config: Config) -> ExitCode {
                 return Ok(false);
             }
         };
-        mcp_session_proxy::run(config, signal).await.map(|()| true)
+        // SIGHUP reads every layer again, as at start-up.
+        let reload = move || config::load(&overrides);
+        mcp_session_proxy::run(config, signal, reload)
+            .await
+            .map(|()| true)
     });
     match served {
         Ok(true) => ExitCode::SUCCESS,

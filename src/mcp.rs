@@ -1,13 +1,16 @@
 //! MCP vocabulary shared by every era the proxy joins: the `_meta` keys, the HTTP header
-//! names, the protocol versions, and what an `initialize` result tells about an upstream.
+//! names, the protocol versions, what an `initialize` result tells about an upstream, and
+//! what its tools say of themselves.
 //!
 //! Nothing here does I/O or knows about sessions' storage; it reads and writes the
 //! places in a message where MCP keeps its metadata.
 
+pub mod caller;
 pub mod headers;
 pub mod initialize;
 pub mod meta;
 pub mod method;
+pub mod tools;
 pub mod version;
 
 pub use method::Method;

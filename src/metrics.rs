@@ -133,6 +133,13 @@ pub struct UpstreamLabels {
     pub upstream: String,
 }
 
+/// One replica of one upstream (only configured names and URLs: bounded).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    pub upstream: String,
+    pub replica: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub pool: &'static str,
@@ -147,6 +154,9 @@ pub struct Metrics {
     pub sessions_deleted: Counter,
     pub sessions_expired: Counter,
     pub sessions_lost: Counter,
+    pub sessions_reinitialized: Counter,
+    pub replica_healthy: Family<ReplicaLabels, Gauge>,
+    pub replica_sessions: Family<ReplicaLabels, Gauge>,
     pub sessions_rejected: Family<RejectionLabels, Counter>,
     pub requests: Family<RequestLabels, Counter>,
     pub upstream_latency: Family<UpstreamLabels, Histogram>,
@@ -175,6 +185,9 @@ impl Metrics {
             sessions_deleted: Counter::default(),
             sessions_expired: Counter::default(),
             sessions_lost: Counter::default(),
+            sessions_reinitialized: Counter::default(),
+            replica_healthy: Family::default(),
+            replica_sessions: Family::default(),
             sessions_rejected: Family::default(),
             requests: Family::default(),
             upstream_latency: Family::new_with_constructor(|| {
@@ -213,6 +226,21 @@ impl Metrics {
             "sessions_lost",
             "Data-layer sessions dropped because the upstream lost them",
             m.sessions_lost.clone(),
+        );
+        registry.register(
+            "sessions_reinitialized",
+            "Data-layer sessions whose lost upstream session was replaced (on_session_lost = reinitialize)",
+            m.sessions_reinitialized.clone(),
+        );
+        registry.register(
+            "upstream_replica_healthy",
+            "1 while an upstream replica is in rotation for new sessions, else 0",
+            m.replica_healthy.clone(),
+        );
+        registry.register(
+            "upstream_replica_sessions",
+            "Upstream sessions this proxy holds on each replica",
+            m.replica_sessions.clone(),
         );
         registry.register(
             "sessions_rejected",

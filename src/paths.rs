@@ -5,18 +5,23 @@
 //!   stdio server, whose transport the proxy is) — create, use, end; every message of a
 //!   session goes to that session's own upstream session, and its answer is relayed
 //!   back with the session stamped in;
-//! - [`StatelessPath`]: 2026-07-28 clients, served on pooled upstream sessions;
+//! - [`StatelessPath`]: 2026-07-28 clients, served on upstream sessions chosen by the
+//!   [`Affinity`] (pooled, one per call, pinned, or behind a session handle);
 //! - [`PassThrough`]: old clients of an HTTP upstream, untouched.
 //!
 //! Each path speaks to the upstream through `upstream::Upstream` and answers with a
 //! `response`; the one relay ([`relay`]) turns any upstream answer into the client's.
+//! What lives in one proxy process only is reached through [`Cluster`], which forwards
+//! a message to the replica holding it.
 
+pub mod cluster;
 pub mod headers;
 mod passthrough;
 mod relay;
 mod session;
 mod stateless;
 
+pub use cluster::Cluster;
 pub use passthrough::PassThrough;
-pub use session::SessionPath;
-pub use stateless::{POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};
+pub use session::{SessionPath, SessionSettings, binding};
+pub use stateless::{Affinity, Fallback, POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};

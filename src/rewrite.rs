@@ -1,9 +1,11 @@
 //! The rewrites, as pure functions of bytes. On the session path: to the upstream, the
 //! session `_meta` comes off; to the client, the response gets it back, with a fresh
 //! `state` and `expiresAt`. On the stateless path: the 2026-07-28 `_meta` comes off, and
-//! results, errors and the upstream's own requests take 2026-07-28's shapes. Nothing here
-//! knows HTTP.
+//! results, errors and the upstream's own requests take 2026-07-28's shapes, and (with
+//! session handles) `tools/list` and `tools/call` gain and lose the handle tools and
+//! argument. Nothing here knows HTTP.
 
+pub mod handles;
 pub mod stateless;
 pub mod to_client;
 pub mod to_upstream;

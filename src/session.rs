@@ -1,20 +1,27 @@
 //! Data-layer sessions: records, where they are kept, and the signed `state` token.
 //!
 //! This module knows what a session is and how long it lives; it knows nothing of HTTP or
-//! of how the upstream connection behind a session is reached (`front` joins the two).
+//! of how the upstream connection behind a session is reached (`paths` joins the two).
+//! Records live in one of three stores (`session.store`): this process's memory, a
+//! Redis server shared by proxy replicas, or nowhere — sealed into the sessionId.
 
+mod bound;
 mod id;
 mod manager;
 mod memory;
 mod record;
+mod redis;
+mod sealed;
 mod state;
 mod store;
 
 pub use id::{generate as generate_id, is_issued_shape, is_visible_ascii, log_tag};
 pub use manager::{
-    Issued, Lease, ReaperHandle, SessionError, Sessions, Settings, Slot, spawn_reaper,
+    Issued, Lease, NewSession, ReaperHandle, SessionError, Sessions, Settings, Slot, spawn_reaper,
 };
 pub use memory::MemoryStore;
-pub use record::{Millis, SessionRecord, now_millis, rfc3339};
+pub use record::{ClientIdentity, Millis, Route, SessionRecord, now_millis, rfc3339};
+pub use redis::RedisStore;
+pub use sealed::SealedStore;
 pub use state::{StateSigner, keyed_hmac};
-pub use store::{SessionStore, Store, StoreError};
+pub use store::{Renewal, SessionStore, Store, StoreError};

@@ -19,8 +19,10 @@ mod error;
 mod handshake;
 mod http;
 mod lost;
+mod pins;
 mod pool;
 mod read;
+mod replicas;
 mod stdio;
 
 use std::sync::Arc;
@@ -36,14 +38,17 @@ pub use endings::{Ending, Endings};
 pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use handshake::Opened;
 pub use http::{Binding, HttpUpstream, Settings};
-pub use pool::{Checkout, Pool, PoolSettings, capabilities_key};
+pub use pins::{PinSettings, Pinned, Pins};
+pub use pool::{Checkout, Pool, PoolSettings, capabilities_key, hear_every_log};
 pub use read::{Media, media_type};
+pub use replicas::{LOCAL_REPLICA, Replica, ReplicaId, Replicas, replica_id};
 pub use stdio::{CommandSpec, StdioSettings, StdioUpstream};
 
 /// The legacy server behind the proxy.
 #[derive(Debug, Clone)]
 pub enum Upstream {
-    Http(Arc<HttpUpstream>),
+    /// A Streamable HTTP server, one or more replicas of it.
+    Http(Arc<Replicas>),
     Stdio(Arc<StdioUpstream>),
 }
 
@@ -60,7 +65,7 @@ impl Upstream {
     /// How errors, logs and metrics name the upstream.
     pub fn label(&self) -> &Arc<str> {
         match self {
-            Upstream::Http(http) => http.label(),
+            Upstream::Http(replicas) => replicas.label(),
             Upstream::Stdio(stdio) => stdio.label(),
         }
     }
@@ -68,7 +73,7 @@ impl Upstream {
     /// Time allowed for an answer to begin.
     pub fn timeout(&self) -> Duration {
         match self {
-            Upstream::Http(http) => http.settings().timeout,
+            Upstream::Http(replicas) => replicas.all()[0].http.settings().timeout,
             Upstream::Stdio(stdio) => stdio.settings().timeout,
         }
     }
@@ -76,7 +81,7 @@ impl Upstream {
     /// Largest single message accepted from the upstream.
     pub fn max_message_bytes(&self) -> usize {
         match self {
-            Upstream::Http(http) => http.settings().max_message_bytes,
+            Upstream::Http(replicas) => replicas.all()[0].http.settings().max_message_bytes,
             Upstream::Stdio(stdio) => stdio.settings().max_message_bytes,
         }
     }
@@ -87,7 +92,9 @@ impl Upstream {
         matches!(self, Upstream::Http(_))
     }
 
-    /// Opens an upstream session with the client's identity (or the proxy's own).
+    /// Opens an upstream session with the client's identity (or the proxy's own), on the
+    /// healthy replica with the fewest live sessions (a replica refusing the connection is
+    /// taken out of rotation and the next one tried).
     pub async fn open(
         &self,
         client_info: Option<&RawValue>,
@@ -95,7 +102,19 @@ impl Upstream {
         forwarded: &HeaderMap,
     ) -> Result<Opened, UpstreamError> {
         match self {
-            Upstream::Http(http) => http.open(client_info, capabilities, forwarded).await,
+            Upstream::Http(replicas) => {
+                let (_, opened) = replicas
+                    .first_reachable(|replica| async move {
+                        let opened = replica
+                            .http
+                            .open(client_info, capabilities, forwarded)
+                            .await?;
+                        replica.session_opened();
+                        Ok(opened)
+                    })
+                    .await?;
+                Ok(opened)
+            }
             Upstream::Stdio(stdio) => stdio.open(client_info, capabilities).await,
         }
     }
@@ -108,7 +127,14 @@ impl Upstream {
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
         match self {
-            Upstream::Http(http) => http.exchange(Some(binding), message, forwarded).await,
+            Upstream::Http(replicas) => {
+                let replica = replicas.holding(binding.replica)?;
+                let answer = replica
+                    .http
+                    .exchange(Some(binding), message, forwarded)
+                    .await;
+                health(replica, answer)
+            }
             Upstream::Stdio(stdio) => {
                 let key = binding.session_id.ok_or(UpstreamError::SessionGone)?;
                 stdio.exchange(key, message).await
@@ -124,7 +150,10 @@ impl Upstream {
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
         match self {
-            Upstream::Http(http) => http.listen(binding, forwarded).await,
+            Upstream::Http(replicas) => {
+                let replica = replicas.holding(binding.replica)?;
+                health(replica, replica.http.listen(binding, forwarded).await)
+            }
             Upstream::Stdio(stdio) => {
                 let key = binding.session_id.ok_or(UpstreamError::SessionGone)?;
                 stdio.listen(key)
@@ -132,25 +161,55 @@ impl Upstream {
         }
     }
 
-    /// Passes an old client's request on as it is and returns the raw response.
+    /// Passes an old client's request on as it is to `replica` and returns the raw
+    /// response.
     pub async fn forward(
         &self,
+        replica: ReplicaId,
         method: Method,
         forwarded: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<Incoming>, UpstreamError> {
         match self {
-            Upstream::Http(http) => http.forward(method, forwarded, body).await,
+            Upstream::Http(replicas) => {
+                let replica = replicas.holding(replica)?;
+                health(replica, replica.http.forward(method, forwarded, body).await)
+            }
             Upstream::Stdio(_) => Err(UpstreamError::Protocol(
                 "a stdio server has no session-less way in".into(),
             )),
         }
     }
 
+    /// The one replica, when there is exactly one (HTTP).
+    pub fn single_replica(&self) -> Option<ReplicaId> {
+        match self {
+            Upstream::Http(replicas) => match replicas.all() {
+                [only] => Some(only.id),
+                _ => None,
+            },
+            Upstream::Stdio(_) => None,
+        }
+    }
+
+    /// The replicas in the order a new session would try them (HTTP only).
+    pub fn preference(&self) -> Vec<Arc<Replica>> {
+        match self {
+            Upstream::Http(replicas) => replicas.preference(),
+            Upstream::Stdio(_) => Vec::new(),
+        }
+    }
+
     /// Ends an upstream session.
     pub async fn terminate(&self, binding: Binding<'_>) -> Result<(), UpstreamError> {
         match self {
-            Upstream::Http(http) => http.terminate(binding).await,
+            Upstream::Http(replicas) => {
+                let Some(replica) = replicas.get(binding.replica) else {
+                    return Ok(());
+                };
+                replica.session_ended();
+                replica.http.terminate(binding).await
+            }
             Upstream::Stdio(stdio) => {
                 if let Some(key) = binding.session_id {
                     stdio.terminate(key).await;
@@ -160,10 +219,20 @@ impl Upstream {
         }
     }
 
-    /// Forgets an upstream session that ended on its own (a stdio child that died).
-    pub fn forget(&self, session_id: &str) {
-        if let Upstream::Stdio(stdio) = self {
-            stdio.forget(session_id);
+    /// Forgets an upstream session that ended on its own (a stdio child that died, an
+    /// HTTP upstream that lost it).
+    pub fn forget(&self, binding: Binding<'_>) {
+        match self {
+            Upstream::Http(replicas) => {
+                if let Some(replica) = replicas.get(binding.replica) {
+                    replica.session_ended();
+                }
+            }
+            Upstream::Stdio(stdio) => {
+                if let Some(key) = binding.session_id {
+                    stdio.forget(key);
+                }
+            }
         }
     }
 
@@ -186,12 +255,50 @@ impl Upstream {
         }
     }
 
-    /// Whether the upstream looks able to serve (for readiness).
-    pub async fn reachable(&self) -> bool {
+    /// Whether the upstream can take new sessions (for readiness): some replica is in
+    /// rotation, or stdio children can be started.
+    pub fn reachable(&self) -> bool {
         match self {
-            Upstream::Http(http) => http.reachable(Duration::from_secs(10)).await,
+            Upstream::Http(replicas) => replicas.any_healthy(),
             Upstream::Stdio(stdio) => stdio.healthy(),
         }
+    }
+
+    /// Each replica's URL and whether it is in rotation (HTTP), for readiness and metrics.
+    pub fn replica_health(&self) -> Vec<(Arc<str>, bool, usize)> {
+        match self {
+            Upstream::Http(replicas) => replicas
+                .all()
+                .iter()
+                .map(|r| (r.label().clone(), r.healthy(), r.live()))
+                .collect(),
+            Upstream::Stdio(stdio) => vec![(
+                stdio.label().clone(),
+                stdio.healthy(),
+                stdio.live_children(),
+            )],
+        }
+    }
+
+    /// The replicas' ids, in the order of [`Self::replica_health`].
+    pub fn replica_ids(&self) -> Vec<ReplicaId> {
+        match self {
+            Upstream::Http(replicas) => replicas.all().iter().map(|r| r.id).collect(),
+            Upstream::Stdio(_) => vec![LOCAL_REPLICA],
+        }
+    }
+
+    /// Probes every replica (HTTP); a stdio upstream is judged by its last start.
+    pub async fn probe(&self) {
+        if let Upstream::Http(replicas) = self {
+            replicas.probe().await;
+        }
+    }
+
+    /// Whether the upstream's sessions live in this process (stdio children): messages of
+    /// such a session must reach the proxy replica that holds them.
+    pub fn is_process_local(&self) -> bool {
+        matches!(self, Upstream::Stdio(_))
     }
 
     /// Stops what the upstream runs for the proxy (stdio children).
@@ -200,4 +307,12 @@ impl Upstream {
             stdio.shutdown().await;
         }
     }
+}
+
+/// A refused connection takes the replica out of rotation.
+fn health<T>(replica: &Replica, result: Result<T, UpstreamError>) -> Result<T, UpstreamError> {
+    if let Err(UpstreamError::Unreachable(why)) = &result {
+        replica.set_healthy(false, why);
+    }
+    result
 }

@@ -427,7 +427,7 @@ async fn a_file_with_several_bad_entries_reports_every_one() {
             problem_lines(&stderr),
             [
                 "max_body_bytes (in proxy.toml): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
-                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval and state_key.",
+                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval, state_key, store, redis_url and sealed_keys.",
                 "session.reap_interval (in proxy.toml): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
                 "shutdown_grace (in proxy.toml): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
             ]
@@ -454,7 +454,7 @@ async fn environment_problems_name_the_variable_and_suggest_the_right_one() {
         assert_eq!(
             problem_lines(&stderr),
             [
-                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless and limits.",
+                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, cluster and limits.",
                 "upstream.pool_size (from the environment variable MCP_PROXY_UPSTREAM__POOL_SIZE): \"many\" is not a whole number of 0 or more; write e.g. MCP_PROXY_UPSTREAM__POOL_SIZE=2",
             ]
         );
@@ -784,7 +784,9 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
         assert_eq!(
             serde_json::from_str::<Value>(&body).unwrap(),
             json!({"status": "ready", "checks": {"config": "ok", "upstream": "ok", "store": "ok"},
-                   "upstream": proxy.upstream})
+                   "store": "memory", "upstream": proxy.upstream,
+                   "upstreams": {"default": {"status": "ok", "default": true,
+                                             "replicas": {(proxy.upstream.clone()): "ok"}}}})
         );
 
         // sessions/create

@@ -140,7 +140,9 @@ async fn unknown_methods_do_not_grow_the_metrics() {
 
 #[tokio::test]
 async fn readiness_follows_the_upstream() {
-    let Harness { proxy, demo, http } = Harness::start().await;
+    // Replicas are judged by their probes (an `initialize` every health_interval).
+    let Harness { proxy, demo, http } =
+        Harness::with_config(|c| c.upstream.health_interval = Duration::from_millis(100)).await;
     let url = format!("http://{}/readyz", proxy.local_addr());
     let ready = http.get(&url).send().await.unwrap();
     assert_eq!(ready.status(), 200);
@@ -149,9 +151,17 @@ async fn readiness_follows_the_upstream() {
         body["checks"],
         json!({"config": "ok", "upstream": "ok", "store": "ok"})
     );
+    assert_eq!(body["upstreams"]["default"]["replicas"][demo.url()], "ok");
     demo.stop().await;
+    let failing = eventually_async(Duration::from_secs(10), || async {
+        http.get(&url).send().await.unwrap().status() == 503
+    })
+    .await;
+    assert!(
+        failing,
+        "/readyz still ready 10 s after the upstream stopped"
+    );
     let not_ready = http.get(&url).send().await.unwrap();
-    assert_eq!(not_ready.status(), 503);
     let body: Value = not_ready.json().await.unwrap();
     assert_eq!(body["checks"]["upstream"], "failing");
     // Alive all the same.

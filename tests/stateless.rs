@@ -1,6 +1,7 @@
 //! Stateless clients (MCP 2026-07-28, which released SEP-2575 "Make MCP Stateless") in
 //! front of the strict legacy (2025-11-25) demo server: validation, `server/discover`,
-//! pooled upstream sessions, multi-round-trip requests (SEP-2322), `subscriptions/listen`.
+//! pooled upstream sessions (`stateless.affinity = "shared"`), multi-round-trip requests
+//! (SEP-2322), `subscriptions/listen`. The other affinities: `affinity.rs`.
 
 #![allow(
     clippy::unwrap_used,
@@ -14,12 +15,22 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use mcp_session_proxy::config::Affinity;
 use mcp_session_proxy::demo::DemoOptions;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
 fn client(h: &Harness) -> StatelessClient {
     StatelessClient::new(h.url())
+}
+
+/// The proxy with `stateless.affinity = "shared"`: the pool these tests are about.
+async fn shared(configure: impl FnOnce(&mut mcp_session_proxy::config::Config)) -> Harness {
+    Harness::with_config(|c| {
+        c.stateless.affinity = Affinity::Shared;
+        configure(c);
+    })
+    .await
 }
 
 #[tokio::test]
@@ -80,7 +91,7 @@ async fn results_carry_result_type_caching_hints_and_server_info() {
 
 #[tokio::test]
 async fn calls_share_pooled_upstream_sessions_by_capabilities() {
-    let h = Harness::start().await;
+    let h = shared(|_| {}).await;
     let mut plain = client(&h);
     for _ in 0..3 {
         plain.request("tools/list", json!({})).await;
@@ -478,7 +489,7 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
 
 #[tokio::test]
 async fn a_restarted_upstream_is_invisible_to_stateless_clients() {
-    let h = Harness::start().await;
+    let h = shared(|_| {}).await;
     let mut c = client(&h);
     assert_eq!(c.request("tools/list", json!({})).await.status, 200);
     h.demo.forget_sessions();
@@ -568,7 +579,7 @@ async fn list_as(h: &Harness, c: &StatelessClient, authorization: &str) -> Reply
 
 #[tokio::test]
 async fn pooled_upstream_sessions_are_never_shared_between_callers() {
-    let h = Harness::start().await;
+    let h = shared(|_| {}).await;
     let c = client(&h);
     for who in ["Bearer alice", "Bearer bob", "Bearer alice"] {
         let reply = list_as(&h, &c, who).await;
@@ -592,7 +603,7 @@ async fn pooled_upstream_sessions_are_never_shared_between_callers() {
 
 #[tokio::test]
 async fn a_full_pool_makes_room_by_ending_its_longest_idle_session() {
-    let h = Harness::with_config(|c| c.stateless.max_pooled = 1).await;
+    let h = shared(|c| c.stateless.max_pooled = 1).await;
     let mut plain = client(&h);
     let mut sampler = client(&h).with_capabilities(json!({"sampling": {}}));
     for round in 0..2 {
@@ -616,7 +627,7 @@ async fn a_full_pool_makes_room_by_ending_its_longest_idle_session() {
 
 #[tokio::test]
 async fn idle_pooled_sessions_are_ended_upstream() {
-    let h = Harness::with_config(|c| c.stateless.pool_idle_ttl = Duration::from_secs(1)).await;
+    let h = shared(|c| c.stateless.pool_idle_ttl = Duration::from_secs(1)).await;
     let reply = client(&h).request("tools/list", json!({})).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(h.demo.live_sessions(), 1);

@@ -35,7 +35,7 @@ use common::stdio::{
     LIVE_CHILDREN, POOLED, StdioProxy, child_of, everything, fastmcp, misbehaving, stdio_config,
 };
 use common::*;
-use mcp_session_proxy::config::Config;
+use mcp_session_proxy::config::{Affinity, Config};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
@@ -1349,7 +1349,9 @@ async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_thei
 #[tokio::test]
 async fn stateless_clients_are_served_from_pooled_children() {
     let marker = Marker::new("stateless");
-    let proxy = StdioProxy::start(stdio_config(everything(&marker)), &marker).await;
+    let mut config = stdio_config(everything(&marker));
+    config.stateless.affinity = Affinity::Shared;
+    let proxy = StdioProxy::start(config, &marker).await;
     let mut c = StatelessClient::new(proxy.url());
     let discovered = c.request("server/discover", json!({})).await;
     assert_eq!(discovered.status, 200, "{}", discovered.text);
@@ -1384,6 +1386,31 @@ async fn stateless_clients_are_served_from_pooled_children() {
     assert_eq!(events.last().unwrap()["result"]["resultType"], "complete");
     // Calls one after another share one pooled child.
     assert_eq!(proxy.children().len(), 1, "{:?}", proxy.children());
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
+}
+
+#[tokio::test]
+async fn isolated_stateless_calls_each_get_a_child_of_their_own() {
+    // The default affinity: a child per call, stopped once the call is over.
+    let marker = Marker::new("isolated");
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut c = StatelessClient::new(proxy.url());
+    let mut pids = Vec::new();
+    for _ in 0..3 {
+        let answer = c
+            .request("tools/call", json!({"name": "pid", "arguments": {}}))
+            .await
+            .json();
+        let pid: i32 = text_of(&answer).parse().unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || stat(pid).is_none()).await,
+            "the call's child {pid} was not stopped after the call"
+        );
+        pids.push(pid);
+    }
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "a child per call: {pids:?}");
     proxy.shutdown().await;
     assert_nothing_left(&marker);
 }

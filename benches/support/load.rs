@@ -21,7 +21,33 @@ pub enum Protocol {
     Legacy,
     /// A data-layer session client: `sessions/create`, then the session in `_meta`.
     DataLayer,
+    /// A 2026-07-28 client: no session, the protocol version and capabilities in every
+    /// request's `_meta`, the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers.
+    Stateless(Conversation),
 }
+
+/// What a stateless client adds to say which conversation a call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(
+    dead_code,
+    reason = "built by the stateless bench only; the proxy bench shares this module"
+)]
+pub enum Conversation {
+    /// Nothing.
+    None,
+    /// An `X-Conversation-Id` header of its own per client (`stateless.affinity =
+    /// "pinned"` with `pin_header = "X-Conversation-Id"`).
+    Header,
+    /// A session handle of its own per client: `session_open` once (not measured), then
+    /// `arguments.session` on every call (`stateless.affinity = "handles"`).
+    Handle,
+}
+
+/// The stateless protocol version the benchmark's clients speak.
+const STATELESS_VERSION: &str = "2026-07-28";
+
+/// Distinct conversation ids across every client of the run.
+static CONVERSATIONS: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tool {
@@ -53,6 +79,8 @@ enum Step {
     Initialize,
     Initialized,
     Create,
+    /// A stateless client's `session_open` (handles).
+    OpenHandle,
     Call(Tool),
 }
 
@@ -76,6 +104,8 @@ struct Client {
     next_id: u64,
     request: Vec<u8>,
     body: Vec<u8>,
+    /// A stateless client's `X-Conversation-Id`.
+    conversation: Option<String>,
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -99,6 +129,12 @@ impl Client {
             next_id: 1,
             request: Vec::with_capacity(1024),
             body: Vec::with_capacity(512),
+            conversation: (protocol == Protocol::Stateless(Conversation::Header)).then(|| {
+                format!(
+                    "conversation-{}",
+                    CONVERSATIONS.fetch_add(1, Ordering::Relaxed)
+                )
+            }),
         }
     }
 
@@ -106,6 +142,8 @@ impl Client {
         match self.protocol {
             Protocol::Legacy => &[Step::Initialize, Step::Initialized],
             Protocol::DataLayer => &[Step::Create],
+            Protocol::Stateless(Conversation::Handle) => &[Step::OpenHandle],
+            Protocol::Stateless(_) => &[],
         }
     }
 
@@ -119,6 +157,9 @@ impl Client {
 
     /// The request bytes for `step`.
     fn request(&mut self, step: Step) -> &[u8] {
+        if let Protocol::Stateless(_) = self.protocol {
+            return self.stateless_request(step);
+        }
         let id = self.next_id;
         self.next_id += 1;
         let body = &mut self.body;
@@ -136,6 +177,7 @@ impl Client {
                     format!(r#""id":{id},"method":"sessions/create"}}"#).as_bytes(),
                 );
             }
+            Step::OpenHandle => unreachable!("stateless only"),
             Step::Call(tool) => {
                 body.extend_from_slice(
                     format!(
@@ -177,11 +219,58 @@ impl Client {
         &self.request
     }
 
+    /// A stateless client's request: `tools/call` (or `session_open`) with the per-request
+    /// `_meta` and headers of 2026-07-28, its conversation header or handle if it has one.
+    fn stateless_request(&mut self, step: Step) -> &[u8] {
+        let id = self.next_id;
+        self.next_id += 1;
+        let name = match step {
+            Step::OpenHandle => "session_open",
+            Step::Call(tool) => tool.name(),
+            other => unreachable!("{other:?} is not a stateless step"),
+        };
+        let body = &mut self.body;
+        body.clear();
+        body.extend_from_slice(
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{{"#)
+                .as_bytes(),
+        );
+        if let (Step::Call(_), Some(handle)) = (step, &self.session) {
+            body.extend_from_slice(br#""session":""#);
+            body.extend_from_slice(handle.as_bytes());
+            body.push(b'"');
+        }
+        body.extend_from_slice(
+            format!(r#"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{STATELESS_VERSION}","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#)
+                .as_bytes(),
+        );
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("MCP-Protocol-Version", STATELESS_VERSION),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", name),
+        ];
+        if let Some(conversation) = &self.conversation {
+            headers.push(("X-Conversation-Id", conversation));
+        }
+        self.request.clear();
+        http::post(&mut self.request, &self.host, "/mcp", &headers, &self.body);
+        &self.request
+    }
+
     /// Checks the answer to `step` and takes what the client keeps from it.
     fn accept(&mut self, step: Step, response: &Response) -> Result<(), String> {
         let id = self.next_id - 1;
         let fail = |why: &str| Err(format!("{step:?}: {why}: {}", response.describe()));
         match step {
+            Step::OpenHandle => {
+                if response.status != 200 || find(&response.body, br#""isError":false"#).is_none() {
+                    return fail("session_open failed");
+                }
+                let Some(handle) = string_after(&response.body, br#""session":""#) else {
+                    return fail("no handle in structuredContent");
+                };
+                self.session = Some(handle.to_owned());
+            }
             Step::Initialize => {
                 if response.status != 200
                     || find(&response.body, br#""protocolVersion":"2025-11-25""#).is_none()
@@ -232,6 +321,11 @@ impl Client {
                     .is_none()
                 {
                     return fail("not the tool's result for this id");
+                }
+                if let Protocol::Stateless(_) = self.protocol
+                    && find(&response.body, br#""resultType":"complete""#).is_none()
+                {
+                    return fail("not a complete 2026-07-28 result");
                 }
                 if self.protocol == Protocol::DataLayer {
                     let Some(at) = find(&response.body, SESSION_META) else {

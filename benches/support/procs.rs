@@ -52,7 +52,7 @@ pub fn kill_all() {
         }
         signal(pid, Signal::SIGKILL);
     }
-    for name in ["proxy", "nginx"] {
+    for name in ["proxy", "nginx", "redis", "proxy-redis", "proxy-sealed"] {
         let dir = std::env::temp_dir().join(format!("mcp-bench-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -202,20 +202,30 @@ pub fn proxy_workers() -> String {
 /// The proxy's release binary in front of `upstream`, with a fresh working directory (no
 /// `proxy.toml` picked up) and no inherited `MCP_PROXY_*` variables.
 pub fn spawn_proxy(upstream: SocketAddr) -> (Guard, SocketAddr) {
-    spawn_proxy_with(upstream, &[], None)
+    spawn_proxy_with(upstream, "proxy", &[])
 }
 
-/// [`spawn_proxy`] with more `MCP_PROXY_*` settings, under an open-file limit of
-/// `nofile` when given (`prlimit`, which execs the proxy: the pid is the proxy's).
+/// The same, with more `MCP_PROXY_*` variables (`name` tells its scratch directory).
 pub fn spawn_proxy_with(
     upstream: SocketAddr,
-    env: &[(&str, &str)],
+    name: &'static str,
+    env: &[(&str, String)],
+) -> (Guard, SocketAddr) {
+    spawn_proxy_under(upstream, name, env, None)
+}
+
+/// [`spawn_proxy_with`] under an open-file limit of `nofile` when given (`prlimit`,
+/// which execs the proxy: the pid is the proxy's). `MCP_BENCH_PROXY_BIN=path` runs
+/// another build (e.g. an older commit's release binary, to compare).
+pub fn spawn_proxy_under(
+    upstream: SocketAddr,
+    name: &'static str,
+    env: &[(&str, String)],
     nofile: Option<u64>,
 ) -> (Guard, SocketAddr) {
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let dir = scratch("proxy");
-    // Another build to compare with (e.g. an older commit's release binary).
+    let dir = scratch(name);
     let binary = std::env::var("MCP_BENCH_PROXY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-session-proxy").to_owned());
     let mut command = match nofile {
@@ -240,7 +250,7 @@ pub fn spawn_proxy_with(
         .env("MCP_PROXY_LOG__LEVEL", "warn")
         .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
         .env("MCP_PROXY_WORKERS", proxy_workers())
-        .envs(env.iter().copied())
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env_remove("RUST_LOG")
         .current_dir(&dir)
         .stdin(Stdio::null())
@@ -248,10 +258,64 @@ pub fn spawn_proxy_with(
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the proxy");
-    let mut guard = Guard::new("proxy", child, Duration::from_secs(2));
+    let mut guard = Guard::new(name, child, Duration::from_secs(2));
     guard.dir = Some(dir);
     wait_http(&mut guard, addr, "/healthz", Some(200));
     (guard, addr)
+}
+
+/// A `redis-server` of the benchmark's own: loopback, a free port, no persistence.
+/// `None` when it is not installed.
+pub fn spawn_redis() -> Option<(Guard, SocketAddr)> {
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = scratch("redis");
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()?;
+    let mut guard = Guard::new("redis", child, Duration::from_secs(1));
+    guard.dir = Some(dir);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(guard.alive(), "redis-server exited during start-up");
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not listen within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some((guard, addr))
+}
+
+/// `n` `PING` round trips to Redis on one connection, each timed, paced at `rate` per
+/// second (as the proxy's own round trips are: each one wakes Redis and its caller).
+pub fn redis_round_trips(addr: SocketAddr, n: usize, rate: u64) -> Vec<Duration> {
+    let every = Duration::from_secs(1) / u32::try_from(rate.max(1)).unwrap_or(u32::MAX);
+    let start = Instant::now();
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return Vec::new();
+    };
+    let _ = stream.set_nodelay(true);
+    let mut reply = [0u8; 7];
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let due = start + every * u32::try_from(i).unwrap_or(u32::MAX);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let sent = Instant::now();
+        if stream.write_all(b"PING\r\n").is_err() || stream.read_exact(&mut reply).is_err() {
+            break;
+        }
+        times.push(sent.elapsed());
+    }
+    times
 }
 
 /// nginx as a plain reverse proxy (keep-alive upstream) in front of `upstream`.

@@ -450,6 +450,7 @@ fn stamped_stream(chunks: &[&[u8]], limit: usize) -> Vec<u8> {
                 complete: false,
             }),
             upstream: Arc::from("http://upstream/mcp"),
+            learn: None,
         };
         let mut body = std::pin::pin!(EventBody::new(source, rewrite, Duration::from_secs(3600)));
         let mut cx = Context::from_waker(Waker::noop());

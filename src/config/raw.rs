@@ -18,6 +18,9 @@ pub struct RawConfig {
     pub log: RawLog,
     pub admin: RawAdmin,
     pub stateless: RawStateless,
+    /// Named upstreams, each at `{path}/{name}`.
+    pub upstreams: std::collections::BTreeMap<String, RawNamedUpstream>,
+    pub cluster: RawCluster,
     pub limits: RawLimits,
 }
 
@@ -47,9 +50,139 @@ impl Default for RawLimits {
     }
 }
 
+/// How proxy replicas reach each other (forwarding to the replica that holds a stdio
+/// server or a waiting call).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCluster {
+    /// The base URL other replicas reach this one at; "": `http://<listen>`.
+    pub advertise: String,
+}
+
+/// One `[upstreams.NAME]` table: where it is, and overrides of the `[upstream]` settings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNamedUpstream {
+    /// Also served at the bare endpoint path.
+    pub default: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_grace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_session: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sse_idle_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_message_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_session_lost: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_interval: Option<String>,
+    /// Overrides of the `[stateless]` settings for this upstream's stateless clients.
+    #[serde(skip_serializing_if = "RawStatelessOverrides::is_empty")]
+    pub stateless: RawStatelessOverrides,
+}
+
+/// One `[upstreams.NAME.stateless]` table: values of the `[stateless]` keys for that
+/// upstream; a key left out takes the `[stateless]` value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStatelessOverrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_header: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pinned: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pin_idle_ttl: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle_open_tool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle_close_tool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle_argument: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_handles_per_caller: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pooled: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_listens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_idle_ttl: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_state_ttl: Option<String>,
+}
+
+impl RawStatelessOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == RawStatelessOverrides::default()
+    }
+
+    /// `global` with these values over it, and the names of the keys they set.
+    pub fn over(&self, global: &RawStateless) -> (RawStateless, Vec<&'static str>) {
+        let mut set = Vec::new();
+        let mut merged = global.clone();
+        macro_rules! take {
+            ($($key:ident),*) => {$(
+                if let Some(value) = &self.$key {
+                    merged.$key = value.clone();
+                    set.push(stringify!($key));
+                }
+            )*};
+        }
+        take!(
+            affinity,
+            fallback,
+            pin_header,
+            max_pinned,
+            pin_idle_ttl,
+            handle_open_tool,
+            handle_close_tool,
+            handle_argument,
+            max_handles_per_caller,
+            max_pooled,
+            max_listens,
+            pool_idle_ttl,
+            request_state_ttl
+        );
+        (merged, set)
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawStateless {
+    pub affinity: String,
+    pub fallback: String,
+    pub pin_header: String,
+    pub max_pinned: u64,
+    pub pin_idle_ttl: String,
+    pub handle_open_tool: String,
+    pub handle_close_tool: String,
+    pub handle_argument: String,
+    pub max_handles_per_caller: u64,
     pub max_pooled: u64,
     pub max_listens: u64,
     pub pool_idle_ttl: String,
@@ -59,6 +192,15 @@ pub struct RawStateless {
 impl Default for RawStateless {
     fn default() -> Self {
         RawStateless {
+            affinity: "isolated".into(),
+            fallback: "isolated".into(),
+            pin_header: String::new(),
+            max_pinned: 1000,
+            pin_idle_ttl: "30m".into(),
+            handle_open_tool: "session_open".into(),
+            handle_close_tool: "session_close".into(),
+            handle_argument: "session".into(),
+            max_handles_per_caller: 16,
             max_pooled: 100,
             max_listens: 100,
             pool_idle_ttl: "5m".into(),
@@ -75,6 +217,11 @@ pub struct RawSession {
     pub reap_interval: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_key: Option<String>,
+    /// `memory`, `redis` or `sealed`.
+    pub store: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    pub sealed_keys: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +229,7 @@ pub struct RawSession {
 pub struct RawUpstream {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    pub urls: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     pub args: Vec<String>,
@@ -96,6 +244,10 @@ pub struct RawUpstream {
     pub timeout: String,
     pub sse_idle_timeout: String,
     pub max_message_bytes: u64,
+    /// `fail` or `reinitialize`.
+    pub on_session_lost: String,
+    /// How often each replica is probed with an `initialize`.
+    pub health_interval: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -128,6 +280,8 @@ impl Default for RawConfig {
             log: RawLog::default(),
             admin: RawAdmin::default(),
             stateless: RawStateless::default(),
+            upstreams: std::collections::BTreeMap::new(),
+            cluster: RawCluster::default(),
             limits: RawLimits::default(),
         }
     }
@@ -140,6 +294,9 @@ impl Default for RawSession {
             max_sessions: 10_000,
             reap_interval: "30s".into(),
             state_key: None,
+            store: "memory".into(),
+            redis_url: None,
+            sealed_keys: Vec::new(),
         }
     }
 }
@@ -148,6 +305,7 @@ impl Default for RawUpstream {
     fn default() -> Self {
         RawUpstream {
             url: None,
+            urls: Vec::new(),
             command: None,
             args: Vec::new(),
             env: std::collections::BTreeMap::new(),
@@ -160,6 +318,8 @@ impl Default for RawUpstream {
             timeout: "60s".into(),
             sse_idle_timeout: "5m".into(),
             max_message_bytes: 16 * 1024 * 1024,
+            on_session_lost: "fail".into(),
+            health_interval: "10s".into(),
         }
     }
 }

@@ -207,6 +207,29 @@ fn remove(tree: &mut Value, path: &[String]) -> bool {
     }
 }
 
+/// Where the default of the key at `path` is: an `[upstreams.NAME]` key overrides the
+/// `[upstream]` one of the same name, an `[upstreams.NAME.stateless]` key the
+/// `[stateless]` one (their tables have no defaults of their own).
+fn default_path(path: &[String]) -> Vec<String> {
+    match path {
+        [upstreams, _, stateless, rest @ ..]
+            if upstreams == "upstreams" && stateless == "stateless" =>
+        {
+            ["stateless".to_owned()]
+                .into_iter()
+                .chain(rest.iter().cloned())
+                .collect()
+        }
+        [upstreams, _, rest @ ..] if upstreams == "upstreams" && !rest.is_empty() => {
+            ["upstream".to_owned()]
+                .into_iter()
+                .chain(rest.iter().cloned())
+                .collect()
+        }
+        _ => path.to_vec(),
+    }
+}
+
 /// One problem in the proxy's words.
 fn describe(
     kind: &Kind,
@@ -216,15 +239,14 @@ fn describe(
     keys: &KnownKeys,
 ) -> Problem {
     let key = key_of(path);
+    let default = defaults.and_then(|d| find(d, &default_path(path)));
     let why = match kind {
         Kind::UnknownField(name, valid) => unknown_key(name, valid, path, origin.as_ref(), keys),
-        Kind::InvalidType(Actual::Str(one), _)
-            if matches!(defaults.and_then(|d| find(d, path)), Some(Value::Array(..))) =>
-        {
+        Kind::InvalidType(Actual::Str(one), _) if matches!(default, Some(Value::Array(..))) => {
             format!("{one:?} is not a list; write it in brackets: [{one:?}]")
         }
         Kind::InvalidType(actual, expected) | Kind::InvalidValue(actual, expected) => {
-            let example = defaults.and_then(|d| find(d, path));
+            let example = default;
             format!(
                 "{} is not {}",
                 found(actual),

@@ -207,6 +207,177 @@ fn durations_past_a_year_are_refused() {
     assert!(text.contains("too long"), "{text}");
 }
 
+const KEY_A: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const KEY_B: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+
+#[test]
+fn named_upstreams_are_served_with_their_overrides() {
+    let config = load_file(
+        "[upstream]\ntimeout = \"20s\"\nhealth_interval = \"3s\"\n\
+         [upstreams.alpha]\ndefault = true\nurls = [\"http://127.0.0.1:3001/mcp\", \"http://127.0.0.1:3002/mcp\"]\ntimeout = \"5s\"\non_session_lost = \"reinitialize\"\n\
+         [upstreams.beta]\ncommand = \"node\"\nargs = [\"server.js\"]\nmax_children = 7\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    assert_eq!(set.len(), 2);
+    let alpha = set.iter().find(|u| u.name == "alpha").unwrap();
+    assert!(alpha.default);
+    let Target::Http(urls) = &alpha.config.target else {
+        panic!("alpha is HTTP: {:?}", alpha.config.target)
+    };
+    assert_eq!(urls.len(), 2);
+    assert_eq!(alpha.config.timeout, Duration::from_secs(5));
+    assert_eq!(alpha.config.health_interval, Duration::from_secs(3));
+    assert_eq!(alpha.config.on_session_lost, OnSessionLost::Reinitialize);
+    let beta = set.iter().find(|u| u.name == "beta").unwrap();
+    assert!(!beta.default);
+    assert_eq!(beta.config.target.command().unwrap().program, "node");
+    assert_eq!(beta.config.max_children, 7);
+    assert_eq!(beta.config.timeout, Duration::from_secs(20), "inherited");
+    assert_eq!(beta.config.on_session_lost, OnSessionLost::Fail);
+}
+
+#[test]
+fn the_one_upstream_keys_define_the_default_upstream_beside_named_ones() {
+    let config = load_file(
+        "[upstreams.alpha]\nurl = \"http://127.0.0.1:3001/mcp\"\n",
+        Overrides {
+            upstream: Some("http://127.0.0.1:4000/mcp".into()),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    let names: Vec<(&str, bool)> = set.iter().map(|u| (u.name.as_str(), u.default)).collect();
+    assert_eq!(names, [(DEFAULT_UPSTREAM, true), ("alpha", false)]);
+    // Alone, a named upstream is the default.
+    let alone = load_file(
+        "[upstreams.alpha]\nurl = \"http://127.0.0.1:3001/mcp\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = alone.upstream_set();
+    assert_eq!(set.len(), 1);
+    assert!(set[0].default);
+}
+
+#[test]
+fn upstream_tables_are_checked_key_by_key() {
+    let err = load_file(
+        "[upstreams.\"bad name\"]\nurl = \"http://127.0.0.1:1/mcp\"\n\
+         [upstreams.a]\nurl = \"http://127.0.0.1:1/mcp\"\nurls = [\"http://127.0.0.1:2/mcp\"]\n\
+         [upstreams.b]\nurls = [\"http://127.0.0.1:2/mcp\", \"http://127.0.0.1:2/mcp\"]\non_session_lost = \"retry\"\n\
+         [upstreams.c]\nargs = [\"x\"]\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "upstreams.bad name (in ",
+        "upstreams.a (in ",
+        "upstreams.b.urls[1] (in ",
+        "upstreams.b.on_session_lost (in ",
+        "upstreams.c (in ",
+        "upstreams.c.args (in ",
+        "upstreams (in ",
+    ] {
+        assert!(text.contains(key), "{key} missing from: {text}");
+    }
+}
+
+#[test]
+fn two_defaults_or_none_among_several_are_refused() {
+    let two = "[upstreams.a]\ndefault = true\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\ndefault = true\nurl = \"http://127.0.0.1:2/mcp\"\n";
+    assert!(
+        load_file(two, Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("only one upstream")
+    );
+    let none = "[upstreams.a]\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\nurl = \"http://127.0.0.1:2/mcp\"\n";
+    assert!(
+        load_file(none, Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("default = true")
+    );
+    let taken = "[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\ndefault = true\nurl = \"http://127.0.0.1:2/mcp\"\n";
+    assert!(
+        load_file(taken, Overrides::default())
+            .unwrap_err()
+            .to_string()
+            .contains("upstreams.b.default")
+    );
+}
+
+#[test]
+fn the_stores_and_what_they_need() {
+    let memory = Config::defaults();
+    assert_eq!(memory.session.store, StoreConfig::Memory);
+
+    let redis = load_file(
+        &format!("[session]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/0\"\nstate_key = \"{KEY_A}\"\n"),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        redis.session.store,
+        StoreConfig::Redis {
+            url: "redis://127.0.0.1:6379/0".into()
+        }
+    );
+    let err = load_file("[session]\nstore = \"redis\"\n", Overrides::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("session.redis_url") && text.contains("session.state_key"),
+        "{text}"
+    );
+
+    let sealed = load_file(
+        &format!("[session]\nstore = \"sealed\"\nsealed_keys = [\"{KEY_A}\", \"{KEY_B}\"]\n"),
+        Overrides::default(),
+    )
+    .unwrap();
+    let StoreConfig::Sealed { keys } = &sealed.session.store else {
+        panic!("{:?}", sealed.session.store)
+    };
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0].0[0], 0x00);
+    assert_eq!(keys[1].0[0], 0xff);
+    let err = load_file(
+        "[session]\nstore = \"sealed\"\nsealed_keys = [\"abc\"]\n[upstream]\non_session_lost = \"reinitialize\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("session.sealed_keys[0]") && text.contains("reinitialize"),
+        "{text}"
+    );
+    let err = load_file("[session]\nstore = \"disk\"\n", Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("session.store"), "{err}");
+}
+
+#[test]
+fn cluster_advertise_must_be_an_http_base_url() {
+    let config = load_file(
+        "[cluster]\nadvertise = \"http://10.0.0.5:8080/\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        config.cluster.advertise.as_deref(),
+        Some("http://10.0.0.5:8080")
+    );
+    let err = load_file(
+        "[cluster]\nadvertise = \"10.0.0.5\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cluster.advertise"), "{err}");
+}
+
 /// The problems of a file, with its path replaced by `FILE`.
 fn problems_of(contents: &str) -> Vec<String> {
     let f = file(contents);
@@ -237,7 +408,7 @@ fn every_problem_of_a_file_is_reported_in_key_order() {
         [
             "listen (in FILE): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
             "max_body_bytes (in FILE): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
-            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval and state_key.",
+            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval, state_key, store, redis_url and sealed_keys.",
             "session.reap_interval (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
             "upstream.require_session (in FILE): \"yes\" is not true or false; write e.g. false",
             "upstream.timeout (in FILE): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
@@ -249,7 +420,8 @@ fn every_problem_of_a_file_is_reported_in_key_order() {
 fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
     let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
     let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
-               shutdown_grace, workers, session, upstream, log, admin, stateless and limits.";
+               shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, \
+               cluster and limits.";
     assert_eq!(
         problems,
         [
@@ -353,6 +525,221 @@ fn a_file_that_is_not_toml_is_reported_with_its_excerpt() {
         problems[0].starts_with("FILE: TOML parse error at line 1"),
         "{problems:?}"
     );
+}
+
+#[test]
+fn the_affinity_is_isolated_unless_chosen() {
+    assert_eq!(Config::defaults().stateless.affinity, Affinity::Isolated);
+    let shared = load_file("[stateless]\naffinity = \"shared\"\n", Overrides::default()).unwrap();
+    assert_eq!(shared.stateless.affinity, Affinity::Shared);
+}
+
+#[test]
+fn each_affinity_reads_its_own_keys() {
+    let pinned = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"X-Conversation-Id\"\nfallback = \"shared\"\nmax_pinned = 7\npin_idle_ttl = \"90s\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let Affinity::Pinned {
+        header,
+        fallback,
+        limits,
+    } = pinned.stateless.affinity
+    else {
+        panic!("pinned")
+    };
+    assert_eq!(header.unwrap().as_str(), "x-conversation-id");
+    assert_eq!(fallback, Fallback::Shared);
+    assert_eq!(
+        (limits.max_pinned, limits.idle_ttl),
+        (7, Duration::from_secs(90))
+    );
+
+    let handles = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"begin\"\nhandle_close_tool = \"end\"\nhandle_argument = \"ctx\"\nmax_handles_per_caller = 3\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let Affinity::Handles {
+        tools,
+        fallback,
+        max_per_caller,
+    } = handles.stateless.affinity
+    else {
+        panic!("handles")
+    };
+    assert_eq!(
+        (
+            tools.open.as_str(),
+            tools.close.as_str(),
+            tools.argument.as_str()
+        ),
+        ("begin", "end", "ctx")
+    );
+    assert_eq!((fallback, max_per_caller), (Fallback::Isolated, 3));
+
+    let env = load_from(
+        &Overrides::default(),
+        Env::prefixed("MCP_PROXY_UNIT_TEST_NOTHING_"),
+    )
+    .unwrap();
+    assert_eq!(env.stateless.affinity, Affinity::Isolated);
+}
+
+#[test]
+fn bad_affinity_keys_name_themselves() {
+    let err = load_file(
+        "[stateless]\naffinity = \"sticky\"\nfallback = \"pinned\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("stateless.affinity (in ") && text.contains("\"sticky\" must be"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stateless.fallback (in ") && text.contains("\"pinned\" must be"),
+        "{text}"
+    );
+
+    let err = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"Mcp-Session-Id\"\nmax_pinned = 0\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("stateless.pin_header"), "{text}");
+    assert!(text.contains("stateless.max_pinned"), "{text}");
+    let err = load_file(
+        "[stateless]\naffinity = \"pinned\"\npin_header = \"not a header\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not an HTTP header name"), "{err}");
+
+    let err = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"open session\"\nhandle_close_tool = \"x\"\nhandle_argument = \"\"\nmax_handles_per_caller = 0\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "stateless.handle_open_tool",
+        "stateless.handle_argument",
+        "stateless.max_handles_per_caller",
+    ] {
+        assert!(text.contains(key), "{key} missing from: {text}");
+    }
+    let err = load_file(
+        "[stateless]\naffinity = \"handles\"\nhandle_open_tool = \"s\"\nhandle_close_tool = \"s\"\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("must differ"), "{err}");
+}
+
+#[test]
+fn fleet_keys_report_their_problems_like_every_other_key() {
+    let problems = problems_of(
+        "[session]\nstore = \"disk\"\nsealed_keys = \"abc\"\n\
+         [cluster]\nadvertise = \"10.0.0.5\"\n\
+         [upstream]\nurls = \"http://127.0.0.1:1/mcp\"\non_session_lost = \"retry\"\nhealth_interval = \"often\"\n\
+         [upstreams.a]\nurls = \"http://127.0.0.1:2/mcp\"\nhealth_interval = 5\nmax_children = \"many\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "cluster.advertise (in FILE): \"10.0.0.5\" must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\"",
+            "session.sealed_keys (in FILE): \"abc\" is not a list; write it in brackets: [\"abc\"]",
+            "session.store (in FILE): \"disk\" must be \"memory\", \"redis\" or \"sealed\"",
+            "upstream.health_interval (in FILE): \"often\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+            "upstream.on_session_lost (in FILE): \"retry\" must be \"fail\" or \"reinitialize\"",
+            "upstream.urls (in FILE): \"http://127.0.0.1:1/mcp\" is not a list; write it in brackets: [\"http://127.0.0.1:1/mcp\"]",
+            "upstreams.a (in FILE): needs url, urls or command",
+            "upstreams.a.health_interval (in FILE): 5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
+            "upstreams.a.max_children (in FILE): \"many\" is not a whole number of 0 or more; write e.g. 1000",
+            "upstreams.a.urls (in FILE): \"http://127.0.0.1:2/mcp\" is not a list; write it in brackets: [\"http://127.0.0.1:2/mcp\"]",
+        ]
+    );
+}
+
+#[test]
+fn an_upstream_overrides_the_stateless_settings_it_names() {
+    let config = load_file(
+        "[stateless]\naffinity = \"shared\"\nmax_pooled = 9\n\
+         [upstreams.alpha]\ndefault = true\nurl = \"http://127.0.0.1:1/mcp\"\n\
+         [upstreams.alpha.stateless]\naffinity = \"handles\"\nmax_handles_per_caller = 2\nhandle_open_tool = \"begin\"\n\
+         [upstreams.beta]\nurl = \"http://127.0.0.1:2/mcp\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    let alpha = set.iter().find(|u| u.name == "alpha").unwrap();
+    let Affinity::Handles {
+        tools,
+        fallback,
+        max_per_caller,
+    } = &alpha.stateless.affinity
+    else {
+        panic!("alpha is in handles mode: {:?}", alpha.stateless.affinity)
+    };
+    assert_eq!(
+        (tools.open.as_str(), tools.close.as_str(), *max_per_caller),
+        ("begin", "session_close", 2)
+    );
+    assert_eq!(*fallback, Fallback::Isolated);
+    assert_eq!(alpha.stateless.max_pooled, 9, "inherited from [stateless]");
+    let beta = set.iter().find(|u| u.name == "beta").unwrap();
+    assert_eq!(beta.stateless, config.stateless);
+    assert_eq!(beta.stateless.affinity, Affinity::Shared);
+}
+
+#[test]
+fn a_bad_stateless_override_is_named_where_it_was_written() {
+    let problems = problems_of(
+        "[stateless]\npin_idle_ttl = \"later\"\n\
+         [upstreams.alpha]\nurl = \"http://127.0.0.1:1/mcp\"\n\
+         [upstreams.alpha.stateless]\naffinity = \"pinned\"\nmax_pinned = 0\nafinity = \"x\"\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            // Inherited, wrong at its source: said once, there.
+            "stateless.pin_idle_ttl (in FILE): \"later\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
+            "upstreams.alpha.stateless.afinity (in FILE): unknown key; did you mean affinity? The keys of [upstreams.alpha.stateless] are affinity, fallback, pin_header, max_pinned, pin_idle_ttl, handle_open_tool, handle_close_tool, handle_argument, max_handles_per_caller, max_pooled, max_listens, pool_idle_ttl and request_state_ttl.",
+            "upstreams.alpha.stateless.max_pinned (in FILE): 0 is too small; the minimum is 1",
+        ]
+    );
+}
+
+#[test]
+fn an_upstream_may_override_every_stateless_key() {
+    let keys = |value: figment::value::Value| -> Vec<String> {
+        match value {
+            figment::value::Value::Dict(_, dict) => dict.keys().cloned().collect(),
+            other => panic!("{other:?}"),
+        }
+    };
+    let global = figment::value::Value::serialize(raw::RawStateless::default()).unwrap();
+    let (merged, set) = raw::RawStatelessOverrides::default().over(&raw::RawStateless::default());
+    assert!(set.is_empty());
+    assert_eq!(
+        format!("{merged:?}"),
+        format!("{:?}", raw::RawStateless::default())
+    );
+    let every: raw::RawStatelessOverrides = figment::Figment::from(
+        figment::providers::Serialized::defaults(raw::RawStateless::default()),
+    )
+    .extract()
+    .unwrap();
+    let (_, set) = every.over(&raw::RawStateless::default());
+    let mut set: Vec<String> = set.into_iter().map(str::to_owned).collect();
+    let mut all = keys(global);
+    set.sort();
+    all.sort();
+    assert_eq!(set, all);
 }
 
 #[test]

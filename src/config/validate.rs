@@ -5,23 +5,35 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::Uri;
+use http::header::HeaderName;
 
 use super::HEALTH_PATH;
-use super::raw::RawConfig;
+use super::raw::{RawConfig, RawNamedUpstream, RawStateless};
 use super::{
-    AdminConfig, CommandSpec, Config, LimitsConfig, LogConfig, LogFormat, Problem, Secret,
-    SessionConfig, StatelessConfig, Target, UpstreamConfig,
+    AdminConfig, Affinity, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM, Fallback,
+    LimitsConfig, LogConfig, LogFormat, OnSessionLost, Problem, Secret, SessionConfig,
+    StatelessConfig, StoreConfig, Target, UpstreamConfig, UpstreamDef, UpstreamOverrides,
 };
+use crate::rewrite::handles::HandleTools;
+use crate::upstream::PinSettings;
 
 /// The longest duration any setting takes: a year. Longer ones are typos, and an expiry
 /// past the year 9999 could not be written as RFC 3339.
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-struct Problems(Vec<Problem>);
+pub(super) struct Problems(Vec<Problem>);
 
 impl Problems {
     fn add(&mut self, key: &str, why: impl std::fmt::Display) {
-        self.0.push(Problem::new(key, why));
+        let problem = Problem::new(key, why);
+        // A `[stateless]` value an upstream inherits is checked with it: said once.
+        if !self
+            .0
+            .iter()
+            .any(|p| p.key == problem.key && p.why == problem.why)
+        {
+            self.0.push(problem);
+        }
     }
 
     fn duration(&mut self, key: &str, value: &str, min: Duration) -> Duration {
@@ -133,51 +145,17 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     });
 
     let u = &raw.upstream;
-    let url = u
-        .url
-        .as_deref()
-        .filter(|url| !url.trim().is_empty())
-        .and_then(|url| match parse_upstream_url(url.trim()) {
-            Ok(uri) => Some(uri),
-            Err(why) => {
-                p.add("upstream.url", why);
-                None
-            }
-        });
-    let command = u
-        .command
-        .as_deref()
-        .map(str::trim)
-        .filter(|c| !c.is_empty())
-        .map(|program| CommandSpec {
-            program: program.to_owned(),
-            args: u.args.clone(),
-            env: u.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            cwd: u.cwd.as_deref().filter(|c| !c.is_empty()).map(Into::into),
-        });
-    let target = match (url, command) {
-        (Some(_), Some(_)) => {
-            p.add(
-                "upstream",
-                "set either url (a Streamable HTTP server) or command (a stdio server), not both",
-            );
-            Target::Embedded
-        }
-        (Some(url), None) => Target::Http(url),
-        (None, Some(command)) => Target::Stdio(command),
-        (None, None) => Target::Embedded,
-    };
-    if !matches!(target, Target::Stdio(_)) && !u.args.is_empty() {
-        p.add("upstream.args", "arguments without upstream.command");
-    }
-    if let Target::Stdio(CommandSpec { cwd: Some(cwd), .. }) = &target
-        && !cwd.is_dir()
-    {
-        p.add(
-            "upstream.cwd",
-            format!("{} is not a directory", cwd.display()),
-        );
-    }
+    let target = p.target(
+        "upstream",
+        TargetKeys {
+            url: u.url.as_deref(),
+            urls: &u.urls,
+            command: u.command.as_deref(),
+            args: &u.args,
+            env: &u.env,
+            cwd: u.cwd.as_deref(),
+        },
+    );
     let pool_size = p.size("upstream.pool_size", u.pool_size, 0);
     let max_children = p.size("upstream.max_children", u.max_children, 1);
     let stop_grace = p.duration(
@@ -197,6 +175,26 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         Duration::from_millis(1),
     );
     let max_message_bytes = p.size("upstream.max_message_bytes", u.max_message_bytes, 1024);
+    let on_session_lost = p.on_session_lost("upstream.on_session_lost", &u.on_session_lost);
+    let health_interval = p.duration(
+        "upstream.health_interval",
+        &u.health_interval,
+        Duration::from_millis(100),
+    );
+    let upstreams = named_upstreams(&mut p, &raw, &target);
+    let store = store(&mut p, &raw, &target, on_session_lost, &upstreams);
+    let advertise = match raw.cluster.advertise.trim() {
+        "" => None,
+        url => match url.parse::<Uri>() {
+            Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => {
+                Some(url.trim_end_matches('/').to_owned())
+            }
+            _ => {
+                p.add("cluster.advertise", format!("{url:?} must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\""));
+                None
+            }
+        },
+    };
 
     let format = match raw.log.format.as_str() {
         "text" => LogFormat::Text,
@@ -238,21 +236,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         }
     });
 
-    let st = &raw.stateless;
-    let stateless = StatelessConfig {
-        max_pooled: p.size("stateless.max_pooled", st.max_pooled, 1),
-        max_listens: p.size("stateless.max_listens", st.max_listens, 1),
-        pool_idle_ttl: p.duration(
-            "stateless.pool_idle_ttl",
-            &st.pool_idle_ttl,
-            Duration::from_secs(1),
-        ),
-        request_state_ttl: p.duration(
-            "stateless.request_state_ttl",
-            &st.request_state_ttl,
-            Duration::from_secs(1),
-        ),
-    };
+    let stateless = stateless(&mut p, &|name| format!("stateless.{name}"), &raw.stateless);
 
     let l = &raw.limits;
     let client_timeout = Duration::from_millis(100);
@@ -300,6 +284,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             max_sessions,
             reap_interval,
             state_key,
+            store,
         },
         upstream: UpstreamConfig {
             target,
@@ -311,6 +296,8 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             timeout,
             sse_idle_timeout,
             max_message_bytes,
+            on_session_lost,
+            health_interval,
         },
         log: LogConfig {
             level: raw.log.level,
@@ -322,8 +309,437 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             token,
         },
         stateless,
+        upstreams,
+        cluster: ClusterConfig { advertise },
         limits,
     })
+}
+
+/// The keys that say where an upstream is.
+struct TargetKeys<'a> {
+    url: Option<&'a str>,
+    urls: &'a [String],
+    command: Option<&'a str>,
+    args: &'a [String],
+    env: &'a std::collections::BTreeMap<String, String>,
+    cwd: Option<&'a str>,
+}
+
+impl Problems {
+    /// Where an upstream is: `url` or `urls` (replicas), or `command`; neither is
+    /// `Target::Embedded`. `table` is the key path of the table (`upstream`,
+    /// `upstreams.NAME`).
+    fn target(&mut self, table: &str, k: TargetKeys<'_>) -> Target {
+        let mut urls = Vec::new();
+        let single = k.url.map(str::trim).filter(|url| !url.is_empty());
+        if single.is_some() && !k.urls.is_empty() {
+            self.add(
+                table,
+                "set url (one server) or urls (its replicas), not both",
+            );
+        }
+        for (key, url) in single
+            .map(|url| (format!("{table}.url"), url))
+            .into_iter()
+            .chain(
+                k.urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, url)| (format!("{table}.urls[{i}]"), url.trim())),
+            )
+        {
+            match parse_upstream_url(url) {
+                Ok(uri) if urls.contains(&uri) => {
+                    self.add(&key, format!("{url:?} is listed twice"))
+                }
+                Ok(uri) => urls.push(uri),
+                Err(why) => self.add(&key, why),
+            }
+        }
+        let command = k
+            .command
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(|program| CommandSpec {
+                program: program.to_owned(),
+                args: k.args.to_vec(),
+                env: k.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                cwd: k.cwd.filter(|c| !c.is_empty()).map(Into::into),
+            });
+        let target = match (urls.is_empty(), command) {
+            (false, Some(_)) => {
+                self.add(
+                    table,
+                    "set either url (a Streamable HTTP server) or command (a stdio server), not both",
+                );
+                Target::Embedded
+            }
+            (false, None) => Target::Http(urls),
+            (true, Some(command)) => Target::Stdio(command),
+            (true, None) => Target::Embedded,
+        };
+        if !matches!(target, Target::Stdio(_)) && !k.args.is_empty() {
+            self.add(
+                &format!("{table}.args"),
+                format!("arguments without {table}.command"),
+            );
+        }
+        if let Target::Stdio(CommandSpec { cwd: Some(cwd), .. }) = &target
+            && !cwd.is_dir()
+        {
+            self.add(
+                &format!("{table}.cwd"),
+                format!("{} is not a directory", cwd.display()),
+            );
+        }
+        target
+    }
+
+    fn on_session_lost(&mut self, key: &str, value: &str) -> OnSessionLost {
+        match value.trim() {
+            "fail" => OnSessionLost::Fail,
+            "reinitialize" => OnSessionLost::Reinitialize,
+            other => {
+                self.add(
+                    key,
+                    format!("{other:?} must be \"fail\" or \"reinitialize\""),
+                );
+                OnSessionLost::Fail
+            }
+        }
+    }
+
+    fn optional_duration(
+        &mut self,
+        key: &str,
+        value: Option<&str>,
+        min: Duration,
+    ) -> Option<Duration> {
+        value.map(|v| self.duration(key, v, min))
+    }
+}
+
+/// The `[upstreams.NAME]` tables, checked; `own` is what `[upstream]` itself names.
+fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<UpstreamDef> {
+    let mut defs = Vec::new();
+    for (name, def) in &raw.upstreams {
+        let table = format!("upstreams.{name}");
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            p.add(
+                &table,
+                "an upstream's name is its URL path segment: 1 to 64 letters, digits, '-' or '_'",
+            );
+        }
+        if name == DEFAULT_UPSTREAM && !matches!(own, Target::Embedded) {
+            p.add(&table, format!("the name {DEFAULT_UPSTREAM:?} is taken by the upstream [upstream] url / command (or --upstream) defines"));
+        }
+        let target = p.target(
+            &table,
+            TargetKeys {
+                url: def.url.as_deref(),
+                urls: &def.urls,
+                command: def.command.as_deref(),
+                args: &def.args,
+                env: &def.env,
+                cwd: def.cwd.as_deref(),
+            },
+        );
+        if matches!(target, Target::Embedded) {
+            p.add(&table, "needs url, urls or command");
+        }
+        let overrides = overrides(p, &table, def);
+        let stateless = (!def.stateless.is_empty()).then(|| {
+            let (merged, set) = def.stateless.over(&raw.stateless);
+            let key = |name: &str| match set.contains(&name) {
+                true => format!("{table}.stateless.{name}"),
+                false => format!("stateless.{name}"),
+            };
+            stateless(p, &key, &merged)
+        });
+        defs.push(UpstreamDef {
+            name: name.clone(),
+            default: def.default,
+            target,
+            overrides,
+            stateless,
+        });
+    }
+    let defaults: Vec<&str> = defs
+        .iter()
+        .filter(|d| d.default)
+        .map(|d| d.name.as_str())
+        .collect();
+    let own = !matches!(own, Target::Embedded);
+    match (own, defaults.as_slice(), defs.len()) {
+        (true, [], _) | (false, [_], _) | (false, [], 0 | 1) => {}
+        (true, named, _) => p.add(
+            &format!("upstreams.{}.default", named.join(", upstreams.")),
+            "[upstream] url / command (or --upstream) already defines the default upstream",
+        ),
+        (false, [], _) => p.add(
+            "upstreams",
+            "with several upstreams, mark the one served at the bare endpoint path with default = true",
+        ),
+        (false, named, _) => p.add(
+            "upstreams",
+            format!("only one upstream can be the default; {} all say default = true", named.join(", ")),
+        ),
+    }
+    defs
+}
+
+fn overrides(p: &mut Problems, table: &str, def: &RawNamedUpstream) -> UpstreamOverrides {
+    let key = |name: &str| format!("{table}.{name}");
+    let ms = Duration::from_millis;
+    UpstreamOverrides {
+        pool_size: def.pool_size.map(|v| p.size(&key("pool_size"), v, 0)),
+        max_children: def.max_children.map(|v| p.size(&key("max_children"), v, 1)),
+        stop_grace: p.optional_duration(&key("stop_grace"), def.stop_grace.as_deref(), ms(10)),
+        require_session: def.require_session,
+        connect_timeout: p.optional_duration(
+            &key("connect_timeout"),
+            def.connect_timeout.as_deref(),
+            ms(1),
+        ),
+        timeout: p.optional_duration(&key("timeout"), def.timeout.as_deref(), ms(1)),
+        sse_idle_timeout: p.optional_duration(
+            &key("sse_idle_timeout"),
+            def.sse_idle_timeout.as_deref(),
+            ms(1),
+        ),
+        max_message_bytes: def
+            .max_message_bytes
+            .map(|v| p.size(&key("max_message_bytes"), v, 1024)),
+        on_session_lost: def
+            .on_session_lost
+            .as_deref()
+            .map(|v| p.on_session_lost(&key("on_session_lost"), v)),
+        health_interval: p.optional_duration(
+            &key("health_interval"),
+            def.health_interval.as_deref(),
+            ms(100),
+        ),
+    }
+}
+
+/// `session.store` and what it needs.
+fn store(
+    p: &mut Problems,
+    raw: &RawConfig,
+    own: &Target,
+    on_session_lost: OnSessionLost,
+    upstreams: &[UpstreamDef],
+) -> StoreConfig {
+    let s = &raw.session;
+    let redis_url = s
+        .redis_url
+        .as_deref()
+        .map(str::trim)
+        .filter(|u| !u.is_empty());
+    let store = match s.store.trim() {
+        "memory" => StoreConfig::Memory,
+        "redis" => match redis_url {
+            Some(url)
+                if ["redis://", "rediss://", "unix://", "redis+unix://"]
+                    .iter()
+                    .any(|s| url.starts_with(s)) =>
+            {
+                StoreConfig::Redis {
+                    url: url.to_owned(),
+                }
+            }
+            Some(url) => {
+                p.add(
+                    "session.redis_url",
+                    format!("{url:?} must be a Redis URL such as \"redis://127.0.0.1:6379/0\""),
+                );
+                StoreConfig::Memory
+            }
+            None => {
+                p.add("session.redis_url", "session.store = \"redis\" needs the server's URL, e.g. \"redis://127.0.0.1:6379/0\"");
+                StoreConfig::Memory
+            }
+        },
+        "sealed" => {
+            let mut keys = Vec::new();
+            for (i, key) in s.sealed_keys.iter().enumerate() {
+                match decode_hex(key.trim()) {
+                    Some(bytes) if bytes.len() == 32 => keys.push(Secret(bytes)),
+                    _ => p.add(&format!("session.sealed_keys[{i}]"), "must be exactly 64 hexadecimal digits (32 bytes), e.g. the output of `openssl rand -hex 32`"),
+                }
+            }
+            if s.sealed_keys.is_empty() {
+                p.add("session.sealed_keys", "session.store = \"sealed\" needs at least one key (64 hex digits; the first seals, every one opens)");
+            }
+            let own_used = !matches!(own, Target::Embedded) || upstreams.is_empty();
+            let reinitializing = own_used && on_session_lost == OnSessionLost::Reinitialize
+                || upstreams.iter().any(|u| {
+                    u.overrides.on_session_lost.unwrap_or(on_session_lost)
+                        == OnSessionLost::Reinitialize
+                });
+            if reinitializing {
+                p.add("session.store", "on_session_lost = \"reinitialize\" needs a store (memory or redis): a sealed sessionId cannot be pointed at a new upstream session");
+            }
+            StoreConfig::Sealed { keys }
+        }
+        other => {
+            p.add(
+                "session.store",
+                format!("{other:?} must be \"memory\", \"redis\" or \"sealed\""),
+            );
+            StoreConfig::Memory
+        }
+    };
+    if s.store.trim() == "redis" && s.state_key.is_none() {
+        p.add("session.state_key", "session.store = \"redis\" needs a state_key shared by every proxy replica (64 hex digits), so that each accepts the others' session state");
+    }
+    store
+}
+
+/// The `[stateless]` settings, each problem named by `key` (an upstream's own
+/// `[upstreams.NAME.stateless]` values are named there, the ones it inherits in
+/// `[stateless]`).
+fn stateless(p: &mut Problems, key: &dyn Fn(&str) -> String, st: &RawStateless) -> StatelessConfig {
+    StatelessConfig {
+        affinity: affinity(p, key, st),
+        max_pooled: p.size(&key("max_pooled"), st.max_pooled, 1),
+        max_listens: p.size(&key("max_listens"), st.max_listens, 1),
+        pool_idle_ttl: p.duration(
+            &key("pool_idle_ttl"),
+            &st.pool_idle_ttl,
+            Duration::from_secs(1),
+        ),
+        request_state_ttl: p.duration(
+            &key("request_state_ttl"),
+            &st.request_state_ttl,
+            Duration::from_secs(1),
+        ),
+    }
+}
+
+/// `stateless.affinity` and the keys of its mode.
+fn affinity(p: &mut Problems, key: &dyn Fn(&str) -> String, st: &RawStateless) -> Affinity {
+    let fallback = match st.fallback.trim() {
+        "isolated" => Fallback::Isolated,
+        "shared" => Fallback::Shared,
+        other => {
+            p.add(
+                &key("fallback"),
+                format!("{other:?} must be \"isolated\" or \"shared\""),
+            );
+            Fallback::Isolated
+        }
+    };
+    match st.affinity.trim() {
+        "isolated" => Affinity::Isolated,
+        "shared" => Affinity::Shared,
+        "handles" => {
+            let mut tools = HandleTools {
+                open: st.handle_open_tool.trim().to_owned(),
+                close: st.handle_close_tool.trim().to_owned(),
+                argument: st.handle_argument.trim().to_owned(),
+            };
+            for (name, value) in [
+                ("handle_open_tool", &tools.open),
+                ("handle_close_tool", &tools.close),
+                ("handle_argument", &tools.argument),
+            ] {
+                if !is_tool_name(value) {
+                    p.add(
+                        &key(name),
+                        format!(
+                            "{value:?} must be 1 to 128 letters, digits, '_', '-' or '.' (an MCP \
+                             tool or argument name)"
+                        ),
+                    );
+                }
+            }
+            if tools.open == tools.close {
+                p.add(
+                    &key("handle_close_tool"),
+                    "must differ from handle_open_tool",
+                );
+                tools.close.push_str("_close");
+            }
+            Affinity::Handles {
+                tools,
+                fallback,
+                max_per_caller: p.size(
+                    &key("max_handles_per_caller"),
+                    st.max_handles_per_caller,
+                    1,
+                ),
+            }
+        }
+        "pinned" => {
+            let header = match st.pin_header.trim() {
+                "" => None,
+                name => match HeaderName::from_bytes(name.as_bytes()) {
+                    Ok(header) if PROXY_OWNED.contains(&header.as_str()) => {
+                        p.add(
+                            &key("pin_header"),
+                            format!("{name:?} is a header the proxy or the transport owns; name the client's own, e.g. \"X-Conversation-Id\""),
+                        );
+                        None
+                    }
+                    Ok(header) => Some(header),
+                    Err(_) => {
+                        p.add(
+                            &key("pin_header"),
+                            format!("{name:?} is not an HTTP header name; write e.g. \"X-Conversation-Id\", or \"\" to pin by credentials"),
+                        );
+                        None
+                    }
+                },
+            };
+            Affinity::Pinned {
+                header,
+                fallback,
+                limits: PinSettings {
+                    max_pinned: p.size(&key("max_pinned"), st.max_pinned, 1),
+                    idle_ttl: p.duration(
+                        &key("pin_idle_ttl"),
+                        &st.pin_idle_ttl,
+                        Duration::from_secs(1),
+                    ),
+                },
+            }
+        }
+        other => {
+            p.add(
+                &key("affinity"),
+                format!("{other:?} must be \"isolated\", \"shared\", \"handles\" or \"pinned\""),
+            );
+            Affinity::Isolated
+        }
+    }
+}
+
+/// Headers a pin cannot be: the MCP transport's, the body's, hop-by-hop ones.
+const PROXY_OWNED: [&str; 10] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "content-type",
+    "content-length",
+    "accept",
+    "host",
+    "connection",
+    "transfer-encoding",
+];
+
+/// An MCP tool name: 1 to 128 of `A-Z a-z 0-9 _ - .`.
+fn is_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 fn parse_upstream_url(url: &str) -> Result<Uri, String> {

@@ -11,16 +11,16 @@ use serde_json::json;
 
 use super::not_allowed;
 use crate::config::{HEALTH_PATH, Secret};
-use crate::metrics::Metrics;
-use crate::paths::SessionPath;
+use crate::fleet::Fleet;
+use crate::metrics::{Metrics, ReplicaLabels};
 use crate::response::{self as respond, ProxyBody};
 use crate::session::{log_tag as short, now_millis, rfc3339};
 
 /// What the operations endpoints use.
 #[derive(Debug)]
 pub struct Ops {
-    /// The sessions to list and revoke, and the upstream to check.
-    pub session: Arc<SessionPath>,
+    /// The upstreams to check, and their sessions to list and revoke.
+    pub fleet: Arc<Fleet>,
     pub metrics: Arc<Metrics>,
     /// Serve `/metrics`.
     pub serve_metrics: bool,
@@ -48,7 +48,7 @@ async fn route<B>(app: &Ops, request: &Request<B>) -> Option<Response<ProxyBody>
     let response = match path {
         HEALTH_PATH if is_read => json(StatusCode::OK, json!({"status": "ok"})),
         READY_PATH if is_read => ready(app).await,
-        METRICS_PATH if is_read && app.serve_metrics => metrics(app),
+        METRICS_PATH if is_read && app.serve_metrics => metrics(app).await,
         HEALTH_PATH | READY_PATH => not_allowed("GET, HEAD"),
         METRICS_PATH if app.serve_metrics => not_allowed("GET, HEAD"),
         _ if path == ADMIN_SESSIONS || path.starts_with("/admin/sessions/") => {
@@ -63,46 +63,94 @@ fn json(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
     respond::json(status, Bytes::from(value.to_string()))
 }
 
-/// Ready when the configuration loaded (it did, or the proxy would not run), the
-/// upstream is reachable and the session store answers.
+/// Ready when the configuration loaded (it did, or the proxy would not run), every
+/// upstream has a replica in rotation (or can start stdio children), and the session
+/// store answers. Each upstream and replica is named, with its state.
 async fn ready(app: &Ops) -> Response<ProxyBody> {
-    let upstream = app.session.upstream().reachable().await;
-    let store = app.session.sessions().store_reachable().await;
+    let upstreams = app.fleet.upstreams();
     let word = |ok: bool| if ok { "ok" } else { "failing" };
-    let status = if upstream && store {
+    let mut every_upstream = true;
+    let mut detail = serde_json::Map::new();
+    for served in upstreams.all() {
+        let upstream = served.session.upstream();
+        let ok = upstream.reachable();
+        every_upstream &= ok;
+        let replicas: serde_json::Map<String, serde_json::Value> = upstream
+            .replica_health()
+            .into_iter()
+            .map(|(label, healthy, _)| (label.to_string(), json!(word(healthy))))
+            .collect();
+        detail.insert(
+            served.name.to_string(),
+            json!({"status": word(ok), "default": served.default, "replicas": replicas}),
+        );
+    }
+    let store = app.fleet.sessions().store_reachable().await;
+    let status = if every_upstream && store {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let label = upstreams
+        .default_upstream()
+        .map(|s| s.label.to_string())
+        .unwrap_or_default();
     json(
         status,
         json!({
             "status": if status == StatusCode::OK { "ready" } else { "not ready" },
             "checks": {
                 "config": "ok",
-                "upstream": word(upstream),
+                "upstream": word(every_upstream),
                 "store": word(store),
             },
-            "upstream": app.session.upstream().label().as_ref(),
+            "store": app.fleet.sessions().store_kind(),
+            "upstream": label,
+            "upstreams": detail,
         }),
     )
 }
 
-fn metrics(app: &Ops) -> Response<ProxyBody> {
-    app.metrics
-        .sessions_active
-        .set(app.session.sessions().live() as i64);
-    let endings = app.session.endings();
+async fn metrics(app: &Ops) -> Response<ProxyBody> {
+    let sessions = app.fleet.sessions();
+    let active = sessions.count().await.unwrap_or_else(|_| sessions.live());
+    app.metrics.sessions_active.set(active as i64);
+    let (mut pooled, mut children, mut stdio) = (0, 0, false);
+    // Only configured upstreams and replicas are labels: a reload drops the others.
+    app.metrics.replica_healthy.clear();
+    app.metrics.replica_sessions.clear();
+    for served in app.fleet.upstreams().all() {
+        let upstream = served.session.upstream();
+        if let Some(c) = upstream.children() {
+            stdio = true;
+            pooled += c.pooled;
+            children += c.live;
+            continue;
+        }
+        for (replica, healthy, live) in upstream.replica_health() {
+            let labels = ReplicaLabels {
+                upstream: served.name.to_string(),
+                replica: replica.to_string(),
+            };
+            app.metrics
+                .replica_healthy
+                .get_or_create(&labels)
+                .set(i64::from(healthy));
+            app.metrics
+                .replica_sessions
+                .get_or_create(&labels)
+                .set(live as i64);
+        }
+    }
+    let endings = app.fleet.endings();
     app.metrics
         .upstream_endings_pending
         .set(endings.pending() as i64);
     let dropped = &app.metrics.upstream_endings_dropped;
     dropped.inc_by(endings.dropped().saturating_sub(dropped.get()));
-    if let Some(children) = app.session.upstream().children() {
-        app.metrics
-            .pool_size(POOL_STDIO)
-            .set(children.pooled as i64);
-        app.metrics.stdio_children.set(children.live as i64);
+    if stdio {
+        app.metrics.pool_size(POOL_STDIO).set(pooled as i64);
+        app.metrics.stdio_children.set(children as i64);
     }
     let mut response = Response::new(ProxyBody::full(app.metrics.encode()));
     response.headers_mut().insert(
@@ -165,7 +213,7 @@ async fn list(app: &Ops, query: Option<&str>) -> Response<ProxyBody> {
         .find_map(|pair| pair.strip_prefix("limit="))
         .and_then(|n| n.parse::<usize>().ok())
         .unwrap_or(1000);
-    let sessions = match app.session.sessions().list(limit).await {
+    let sessions = match app.fleet.sessions().list(limit).await {
         Ok(sessions) => sessions,
         Err(e) => {
             return json(
@@ -175,14 +223,28 @@ async fn list(app: &Ops, query: Option<&str>) -> Response<ProxyBody> {
         }
     };
     let now = now_millis();
-    let ttl = app.session.sessions().settings().idle_ttl.as_millis() as u64;
+    let ttl = app.fleet.sessions().settings().idle_ttl.as_millis() as u64;
+    let upstreams = app.fleet.upstreams();
     let rows: Vec<_> = sessions
         .iter()
         .map(|(id, record)| {
             let last_use = record.expires_at.saturating_sub(ttl);
+            let replica = upstreams
+                .named(&record.upstream)
+                .and_then(|s| {
+                    s.session
+                        .upstream()
+                        .replica_health()
+                        .into_iter()
+                        .zip(s.session.upstream().replica_ids())
+                        .find(|(_, id)| *id == record.route.replica)
+                        .map(|((label, _, _), _)| label.to_string())
+                })
+                .unwrap_or_default();
             json!({
                 "id": short(id),
-                "upstream": app.session.upstream().label().as_ref(),
+                "upstreamName": record.upstream.as_ref(),
+                "upstream": replica,
                 "ageSeconds": now.saturating_sub(record.created_at) / 1000,
                 "idleSeconds": now.saturating_sub(last_use) / 1000,
                 "expiresAt": rfc3339(record.expires_at),
@@ -190,16 +252,14 @@ async fn list(app: &Ops, query: Option<&str>) -> Response<ProxyBody> {
             })
         })
         .collect();
-    json(
-        StatusCode::OK,
-        json!({"total": app.session.sessions().live(), "sessions": rows}),
-    )
+    let total = app.fleet.sessions().count().await.unwrap_or(rows.len());
+    json(StatusCode::OK, json!({"total": total, "sessions": rows}))
 }
 
 /// `DELETE /admin/sessions/<hash>`: ends that session here and upstream; its client
 /// gets -32043 from then on.
 async fn revoke(app: &Ops, tag: &str) -> Response<ProxyBody> {
-    let sessions = match app.session.sessions().list(usize::MAX).await {
+    let sessions = match app.fleet.sessions().list(usize::MAX).await {
         Ok(sessions) => sessions,
         Err(e) => {
             return json(
@@ -208,13 +268,19 @@ async fn revoke(app: &Ops, tag: &str) -> Response<ProxyBody> {
             );
         }
     };
-    let Some((id, _)) = sessions.into_iter().find(|(id, _)| short(id) == tag) else {
+    let Some((id, record)) = sessions.into_iter().find(|(id, _)| short(id) == tag) else {
         return json(
             StatusCode::NOT_FOUND,
             json!({"error": "no session with this id hash"}),
         );
     };
-    match app.session.end(&id).await {
+    let Some(served) = app.fleet.upstreams().named(&record.upstream).cloned() else {
+        return json(
+            StatusCode::NOT_FOUND,
+            json!({"error": "the session's upstream is no longer configured"}),
+        );
+    };
+    match served.session.end(&id).await {
         Ok(Some(_)) => {
             tracing::info!(session = %tag, "session revoked by the admin API");
             respond::status(StatusCode::NO_CONTENT)

@@ -90,6 +90,21 @@ impl Method {
         )
     }
 
+    /// Whether sending the request twice changes nothing: the list, read and get methods
+    /// (and `ping`). A `tools/call` is safe only for a tool that says so (`mcp::tools`).
+    pub fn is_safe_to_repeat(self) -> bool {
+        matches!(
+            self,
+            Method::Ping
+                | Method::ToolsList
+                | Method::ResourcesList
+                | Method::ResourcesTemplatesList
+                | Method::ResourcesRead
+                | Method::PromptsList
+                | Method::PromptsGet
+        )
+    }
+
     /// The client capability a server request needs (2025-11-25 "Client Features").
     pub fn client_capability(self) -> Option<&'static str> {
         match self {

@@ -22,6 +22,7 @@ use super::headers;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, same_id};
 use crate::mcp::headers::{Accepts, JSON, SSE};
+use crate::mcp::tools::ToolHints;
 use crate::metrics::Metrics;
 use crate::response::{EventRewrite, ProxyBody, SseBody};
 use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
@@ -44,6 +45,8 @@ pub struct Request {
     pub accepts: Accepts,
     /// What to stamp on its response (`None`: the answer passes unstamped).
     pub stamp: Option<Stamp>,
+    /// Where to learn tool annotations from the response (a `tools/list`).
+    pub learn: Option<Arc<ToolHints>>,
 }
 
 impl Relay<'_> {
@@ -65,11 +68,14 @@ impl Relay<'_> {
         let timeout = self.upstream.timeout();
         let body = match &mut messages {
             Messages::One(message) => match message.take() {
-                Some(message) => ProxyBody::full(stamped(message, request.stamp.as_ref())),
+                Some(message) => {
+                    learn(&request, &message);
+                    ProxyBody::full(stamped(message, request.stamp.as_ref()))
+                }
                 None => ProxyBody::empty(),
             },
             Messages::Events(_) if request.accepts.sse || request.stamp.is_none() => {
-                self.stream(messages, request.stamp)
+                self.stream_learning(messages, request.stamp, request.learn)
             }
             Messages::Events(_) => {
                 let id = request.id.as_deref().unwrap_or(b"null");
@@ -78,6 +84,7 @@ impl Relay<'_> {
                     .await
                     .map_err(|e| self.error(e))?;
                 json_content(&mut response);
+                learn(&request, &message);
                 ProxyBody::full(stamped(message, request.stamp.as_ref()))
             }
             Messages::Channel { .. } => {
@@ -97,12 +104,13 @@ impl Relay<'_> {
                         None => return Err(self.error(stopped())),
                     };
                     json_content(&mut response);
+                    learn(&request, &message);
                     ProxyBody::full(stamped(message, request.stamp.as_ref()))
                 } else {
                     response
                         .headers_mut()
                         .insert(CONTENT_TYPE, HeaderValue::from_static(SSE));
-                    self.stream(messages, request.stamp)
+                    self.stream_learning(messages, request.stamp, request.learn)
                 }
             }
             Messages::Nothing => ProxyBody::empty(),
@@ -119,10 +127,20 @@ impl Relay<'_> {
 
     /// An answer streamed as events, stamped or as it is.
     pub fn stream(&self, messages: Messages, stamp: Option<Stamp>) -> ProxyBody {
+        self.stream_learning(messages, stamp, None)
+    }
+
+    fn stream_learning(
+        &self,
+        messages: Messages,
+        stamp: Option<Stamp>,
+        learn: Option<Arc<ToolHints>>,
+    ) -> ProxyBody {
         let rewrite = match stamp {
             Some(stamp) => EventRewrite::Stamp {
                 stamp: StampEvents::new(stamp),
                 upstream: self.upstream.label().clone(),
+                learn,
             },
             None => EventRewrite::Unchanged,
         };
@@ -137,6 +155,13 @@ impl Relay<'_> {
             upstream: self.upstream.label().to_string(),
             source,
         }
+    }
+}
+
+/// Learns tool annotations from the response to a `tools/list`.
+fn learn(request: &Request, message: &[u8]) {
+    if let Some(hints) = &request.learn {
+        hints.learn(message);
     }
 }
 

@@ -6,10 +6,18 @@
 //!
 //! A session enters the store only once its upstream handshake succeeded; an upstream
 //! session opened for a create that then fails (the store, the client leaving) is ended.
-//! An upstream that lost a session makes the proxy forget it: the client hears -32043
-//! and starts over, never attached to another upstream session behind its back.
+//! An upstream that lost a session makes the proxy forget it — the client hears -32043
+//! and starts over — unless the upstream's policy is `on_session_lost = "reinitialize"`:
+//! then the client's recorded `initialize` is replayed on a healthy replica, the session
+//! keeps its id, and a request that is safe to repeat is sent once more.
+//!
+//! One `SessionPath` serves one upstream; the store is shared by all of them (a record
+//! names its upstream, and is unknown at any other). A session whose upstream session
+//! lives in one process (a stdio child) names that proxy replica as its owner; its
+//! messages landing elsewhere are forwarded there (`cluster`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,20 +25,29 @@ use http::header::HeaderValue;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::value::RawValue;
 
+use dashmap::DashMap;
+
+use super::cluster::{Cluster, Whereabouts};
 use super::headers;
 use super::relay::{Relay, Request};
+use crate::config::OnSessionLost;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, range_in, write, write_json_str};
+use crate::mcp::caller::Caller;
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::initialize::Negotiated;
-use crate::mcp::meta;
+use crate::mcp::tools::ToolHints;
+use crate::mcp::{Method, meta};
 use crate::metrics::{Metrics, Rejection};
 use crate::response::{self, ProxyBody};
 use crate::rewrite::to_client::Stamp;
 use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::route::{Dialect, Message, SessionRef};
-use crate::session::{Issued, Lease, SessionError, SessionRecord, Sessions, log_tag, rfc3339};
-use crate::upstream::{Binding, Ending, Endings, Messages, Upstream, UpstreamError};
+use crate::session::{
+    ClientIdentity, Issued, Lease, NewSession, Route, SessionError, SessionRecord, Sessions, Slot,
+    log_tag, now_millis, rfc3339,
+};
+use crate::upstream::{Binding, Ending, Endings, LOCAL_REPLICA, Messages, Upstream, UpstreamError};
 
 /// Idle limit of a session's listen stream (its client ends it by disconnecting).
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -38,38 +55,74 @@ const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
 /// See the module documentation.
 #[derive(Debug)]
 pub struct SessionPath {
+    /// The upstream's name, as records name it.
+    name: Arc<str>,
+    /// The endpoint path serving it (where a forwarded message goes on its owner).
+    path: String,
     upstream: Upstream,
-    /// Where upstream sessions are ended in the background (expiry, failed creates,
-    /// shutdown): a bounded executor.
+    /// Where upstream sessions are ended in the background (expiry, failed creates, a
+    /// lost race to reinitialize, stopped stdio children, a reload, shutdown): the
+    /// process's bounded executor.
     endings: Arc<Endings>,
     sessions: Arc<Sessions>,
     metrics: Arc<Metrics>,
     /// An upstream event stream silent this long is ended.
     sse_idle_timeout: Duration,
+    on_session_lost: OnSessionLost,
+    /// Which tools the upstream called idempotent (learned from `tools/list`).
+    tools: Arc<ToolHints>,
+    cluster: Arc<Cluster>,
+    /// Sessions whose upstream session lives in this process (stdio children), by the
+    /// child's key: their sessionId and last use (ms). Bounded by `max_children`.
+    local: DashMap<String, Local>,
 }
 
-/// The upstream session a session record names.
-pub fn binding(record: &SessionRecord) -> Binding<'_> {
+#[derive(Debug, Clone)]
+struct Local {
+    session_id: String,
+    last_use: Arc<AtomicU64>,
+}
+
+/// How a session path is set up.
+#[derive(Debug)]
+pub struct SessionSettings {
+    pub name: Arc<str>,
+    /// The endpoint path serving the upstream.
+    pub path: String,
+    pub sse_idle_timeout: Duration,
+    pub on_session_lost: OnSessionLost,
+}
+
+/// The upstream session a session's route names.
+pub fn binding(route: &Route) -> Binding<'_> {
     Binding {
-        session_id: record.upstream_session.as_deref(),
-        protocol_version: record.negotiated.protocol_version,
+        replica: route.replica,
+        session_id: route.upstream_session.as_deref(),
+        protocol_version: route.negotiated.protocol_version,
     }
 }
 
 impl SessionPath {
     pub fn new(
+        settings: SessionSettings,
         upstream: Upstream,
         endings: Arc<Endings>,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
-        sse_idle_timeout: Duration,
+        cluster: Arc<Cluster>,
     ) -> Self {
         SessionPath {
+            name: settings.name,
+            path: settings.path,
             upstream,
             endings,
             sessions,
             metrics,
-            sse_idle_timeout,
+            sse_idle_timeout: settings.sse_idle_timeout,
+            on_session_lost: settings.on_session_lost,
+            tools: Arc::new(ToolHints::default()),
+            cluster,
+            local: DashMap::new(),
         }
     }
 
@@ -81,9 +134,14 @@ impl SessionPath {
         &self.upstream
     }
 
-    /// The executor ending upstream sessions in the background.
-    pub fn endings(&self) -> &Arc<Endings> {
-        &self.endings
+    /// The upstream's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The endpoint path serving this upstream, e.g. `/mcp/files`.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     // === the routes ===
@@ -156,8 +214,8 @@ impl SessionPath {
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
-                let lease = self.lease(session).await?;
-                (session.id.to_string(), lease.record.negotiated)
+                let lease = self.lease(session, message.headers).await?;
+                (session.id.to_string(), lease.record.route.negotiated)
             }
         };
         let result = initialize_result(&negotiated, Some(br#"{"required":false}"#));
@@ -195,10 +253,22 @@ impl SessionPath {
     /// session is gone here and upstream.
     pub async fn delete(
         &self,
+        message: &Message<'_, '_>,
         id: &RawValue,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        self.end_named(session).await?;
+        if let Some(forwarded) = self
+            .to_owner(
+                &session.id,
+                http::Method::POST,
+                message.headers,
+                message.body,
+            )
+            .await
+        {
+            return forwarded;
+        }
+        self.end_named(session, message.headers).await?;
         Ok(response::json(
             StatusCode::OK,
             write::result(id.get().as_bytes(), b"{}"),
@@ -209,9 +279,21 @@ impl SessionPath {
     /// the same session (2025-11-25 "Session Management"), answered 204.
     pub async fn end_by_header(
         &self,
+        client_headers: &HeaderMap,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        self.end_named(session).await?;
+        if let Some(forwarded) = self
+            .to_owner(
+                &session.id,
+                http::Method::DELETE,
+                client_headers,
+                &Bytes::new(),
+            )
+            .await
+        {
+            return forwarded;
+        }
+        self.end_named(session, client_headers).await?;
         Ok(response::status(StatusCode::NO_CONTENT))
     }
 
@@ -224,8 +306,16 @@ impl SessionPath {
         dialect: Dialect,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
-        let lease = self.lease(session).await?;
+        let mut lease = self.lease(session, message.headers).await?;
         let body = message.body;
+        let post = http::Method::POST;
+        if let Some(there) = self
+            .elsewhere(&mut lease, session, post, message.headers, body)
+            .await?
+        {
+            return Ok(there);
+        }
+        self.used_locally(&lease.record.route);
         let mut upstream_body = match message.payload {
             Some((raw, payload)) => strip_session(body, raw, payload),
             None => body.clone(),
@@ -234,12 +324,33 @@ impl SessionPath {
             upstream_body = strip_top_level_session(upstream_body);
         }
         let forwarded = headers::to_upstream_in_session(message.headers);
+        let route = &lease.record.route;
         let exchanged = self
             .upstream
-            .exchange(binding(&lease.record), upstream_body, &forwarded)
+            .exchange(binding(route), upstream_body.clone(), &forwarded)
             .await;
         let answer = match exchanged {
             Ok(answer) => answer,
+            Err(UpstreamError::SessionGone) => {
+                let route = self
+                    .lost(&session.id, &lease.record, message.headers)
+                    .await?;
+                if !self.safe_to_repeat(message) {
+                    return Err(ProxyError::NotRetried {
+                        upstream: self.upstream.label().to_string(),
+                        session_id: session.id.to_string(),
+                    });
+                }
+                tracing::info!(session = %log_tag(&session.id), "request retried on the new upstream session");
+                let retried = self
+                    .upstream
+                    .exchange(binding(&route), upstream_body, &forwarded)
+                    .await;
+                match retried {
+                    Ok(answer) => answer,
+                    Err(e) => return Err(self.failed(e, &session.id).await),
+                }
+            }
             Err(e) => return Err(self.failed(e, &session.id).await),
         };
         let envelope = message.envelope;
@@ -264,6 +375,7 @@ impl SessionPath {
             }),
             _ => None,
         };
+        let learn = (message.method() == Some(Method::ToolsList)).then(|| self.tools.clone());
         let relayed = self
             .relay(self.sse_idle_timeout)
             .relay(
@@ -272,6 +384,7 @@ impl SessionPath {
                     id: request_id,
                     accepts: message.accepts,
                     stamp,
+                    learn,
                 },
             )
             .await?;
@@ -286,7 +399,15 @@ impl SessionPath {
         client_headers: &HeaderMap,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let lease = self.lease(session).await?;
+        let mut lease = self.lease(session, client_headers).await?;
+        let get = http::Method::GET;
+        if let Some(there) = self
+            .elsewhere(&mut lease, session, get, client_headers, &Bytes::new())
+            .await?
+        {
+            return Ok(there);
+        }
+        self.used_locally(&lease.record.route);
         let mut forwarded = headers::to_upstream_in_session(client_headers);
         if let Some(last) = client_headers.get(&LAST_EVENT_ID) {
             forwarded.insert(LAST_EVENT_ID.clone(), last.clone());
@@ -294,7 +415,7 @@ impl SessionPath {
         forwarded.insert(http::header::ACCEPT, HeaderValue::from_static(SSE));
         let listened = self
             .upstream
-            .listen(binding(&lease.record), &forwarded)
+            .listen(binding(&lease.record.route), &forwarded)
             .await;
         let answer = match listened {
             Ok(answer) => answer,
@@ -331,13 +452,14 @@ impl SessionPath {
             .sessions
             .end(id)
             .await
-            .map_err(|e| session_error(e, id))?
+            .map_err(|e| self.session_error(e, id))?
         else {
             return Ok(None);
         };
         // Waited for, so that when the client hears `{}` the upstream session is gone; a
         // failure is logged, not returned: the mapping is gone either way.
-        if let Err(e) = self.upstream.terminate(binding(&record)).await {
+        self.forget_local(&record.route);
+        if let Err(e) = self.upstream.terminate(binding(&record.route)).await {
             tracing::warn!(session = %log_tag(id), error = %e, "upstream did not end the session");
         }
         self.metrics.sessions_deleted.inc();
@@ -349,52 +471,136 @@ impl SessionPath {
     pub async fn expired(&self, id: &str, record: SessionRecord) {
         self.metrics.sessions_expired.inc();
         tracing::info!(session = %log_tag(id), "session expired");
-        if let Some(ending) =
-            Ending::of(record.upstream_session, record.negotiated.protocol_version)
-        {
+        self.forget_local(&record.route);
+        self.endings.end(self.ending(&record.route)).await;
+    }
+
+    /// A stdio child died on its own: the session it served is forgotten at once (its
+    /// client gets -32043), not at its next use or expiry — unless the policy is to
+    /// reinitialize, which its next use then does.
+    pub async fn upstream_session_died(&self, upstream_session: &str) {
+        self.upstream.forget(Binding {
+            replica: LOCAL_REPLICA,
+            session_id: Some(upstream_session),
+            protocol_version: "",
+        });
+        if self.on_session_lost == OnSessionLost::Reinitialize {
+            return;
+        }
+        let Some((_, local)) = self.local.remove(upstream_session) else {
+            return;
+        };
+        if let Ok(Some(_)) = self.sessions.end(&local.session_id).await {
+            self.metrics.sessions_lost.inc();
+            tracing::info!(session = %log_tag(&local.session_id), "session ended: its stdio server died");
+        }
+    }
+
+    /// Queues the upstream sessions of `records` (already out of the store) to be ended,
+    /// waiting for room (a reload, shutdown); the owner of the endings waits for them.
+    pub async fn end_records(&self, records: Vec<SessionRecord>) {
+        for record in records {
+            self.forget_local(&record.route);
+            self.endings.end(self.ending(&record.route)).await;
+        }
+    }
+
+    /// Stops the stdio children of sessions that ended elsewhere (another replica deleted
+    /// or reaped the record) or that nobody used for `session.idle_ttl` (a sealed
+    /// session's child, which nothing else reaps). Bounded by the children held here.
+    pub async fn sweep_local(&self) {
+        let idle = self.sessions.settings().idle_ttl.as_millis() as u64;
+        let now = now_millis();
+        let held: Vec<(String, Local)> = self
+            .local
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        for (key, local) in held {
+            let stale = now.saturating_sub(local.last_use.load(Ordering::Acquire)) > idle;
+            let gone = !stale
+                && self.sessions.store().keeps_records()
+                && matches!(self.sessions.peek(&local.session_id).await, Ok(None));
+            if !(stale || gone) {
+                continue;
+            }
+            self.local.remove(&key);
+            tracing::info!(session = %log_tag(&local.session_id), "stdio server stopped: its session ended or went idle");
+            let ending = Ending::new(&self.upstream, LOCAL_REPLICA, Some(&key), "");
             self.endings.end(ending).await;
         }
     }
 
-    /// A stdio child died on its own: the session it served is forgotten at once (its
-    /// client gets -32043), not at its next use or expiry.
-    pub async fn upstream_session_died(&self, upstream_session: &str) {
-        self.upstream.forget(upstream_session);
-        let sessions = match self.sessions.list(usize::MAX).await {
-            Ok(sessions) => sessions,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not look up the session of a dead stdio server");
-                return;
-            }
-        };
-        let owner = sessions
-            .into_iter()
-            .find(|(_, record)| record.upstream_session.as_deref() == Some(upstream_session));
-        if let Some((id, _)) = owner
-            && let Ok(Some(_)) = self.sessions.end(&id).await
-        {
-            self.metrics.sessions_lost.inc();
-            tracing::info!(session = %log_tag(&id), "session ended: its stdio server died");
+    /// The sessionIds of the sessions whose upstream session lives in this process.
+    pub fn local_sessions(&self) -> Vec<String> {
+        self.local
+            .iter()
+            .map(|e| e.value().session_id.clone())
+            .collect()
+    }
+
+    // === session handles (the stateless path's `session_open` tool) ===
+
+    /// Opens a session bound to a caller, in the place `slot` holds for it
+    /// (`Sessions::reserve_for`): the same machinery as `sessions/create` — the upstream
+    /// handshake first, then the record, idle expiry, the reaper, the admin API.
+    pub async fn open_bound(
+        &self,
+        slot: Slot<'_>,
+        client_headers: &HeaderMap,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+    ) -> Result<Issued, ProxyError> {
+        self.open_in(Some(slot), client_headers, client_info, capabilities, false)
+            .await
+    }
+
+    /// One use of session `id` by `caller` (a handle): renewed, or -32043 when it is
+    /// unknown, expired, of another upstream, or bound to another caller (then it is not
+    /// renewed).
+    pub async fn lease_as(&self, id: &str, caller: Caller) -> Result<Lease, ProxyError> {
+        self.check_caller(id, caller).await?;
+        let lease = self
+            .sessions
+            .lease(id, None)
+            .await
+            .map_err(|e| self.session_error(e, id))?;
+        self.used_locally(&lease.record.route);
+        Ok(lease)
+    }
+
+    /// Ends session `id` for `caller`: -32043 when it is unknown, of another upstream, or
+    /// bound to another caller.
+    pub async fn end_as(&self, id: &str, caller: Caller) -> Result<(), ProxyError> {
+        self.check_caller(id, caller).await?;
+        match self.end(id).await? {
+            Some(_) => Ok(()),
+            None => Err(ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            }),
         }
     }
 
-    /// Queues every session's upstream session to be ended (shutdown: sessions live in
-    /// this process's memory and would be lost anyway); the owner of the endings waits
-    /// for them, within its deadline.
-    pub async fn end_all(&self) {
-        let all = match self.sessions.take_all().await {
-            Ok(all) => all,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read sessions at shutdown");
-                return;
-            }
-        };
-        for (_, record) in all {
-            if let Some(ending) =
-                Ending::of(record.upstream_session, record.negotiated.protocol_version)
-            {
-                self.endings.end(ending).await;
-            }
+    /// The upstream lost the upstream session of handle `id`: the session is forgotten,
+    /// whatever `on_session_lost` says (a handle exists to keep state, which a replayed
+    /// `initialize` would not bring back; the model opens another).
+    pub async fn forget_lost(&self, id: &str) {
+        let _ = self.failed(UpstreamError::SessionGone, id).await;
+    }
+
+    /// -32043 when session `id` is live but of another upstream or bound to a caller
+    /// other than `caller`.
+    async fn check_caller(&self, id: &str, caller: Caller) -> Result<(), ProxyError> {
+        let record = self
+            .sessions
+            .peek(id)
+            .await
+            .map_err(|e| self.session_error(e, id))?;
+        match record {
+            Some(record) if !self.serves(&record, caller) => Err(ProxyError::SessionNotFound {
+                session_id: id.to_owned(),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -419,11 +625,214 @@ impl SessionPath {
         }
     }
 
-    async fn lease(&self, session: &SessionRef<'_>) -> Result<Lease, ProxyError> {
-        self.sessions
+    /// One use of a session of this upstream. A session of another upstream is not found
+    /// here; nor is a session bound to a caller (a handle) by anyone else: -32043, as if it
+    /// did not exist (its expiry is renewed all the same — checking first would cost every
+    /// session a second store read — which gives a caller that knows another's id nothing
+    /// but that).
+    async fn lease(
+        &self,
+        session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
+    ) -> Result<Lease, ProxyError> {
+        let lease = self
+            .sessions
             .lease(&session.id, session.state.as_deref())
             .await
-            .map_err(|e| session_error(e, &session.id))
+            .map_err(|e| self.session_error(e, &session.id))?;
+        if !self.serves(&lease.record, Caller::of(client_headers)) {
+            return Err(ProxyError::SessionNotFound {
+                session_id: session.id.to_string(),
+            });
+        }
+        Ok(lease)
+    }
+
+    /// Whether `record` is a session of this upstream that `caller` may use.
+    fn serves(&self, record: &SessionRecord, caller: Caller) -> bool {
+        record.upstream == self.name && record.caller.is_none_or(|bound| bound == caller)
+    }
+
+    pub(super) fn session_error(&self, error: SessionError, id: &str) -> ProxyError {
+        session_error(error, id, self.sessions.store_kind())
+    }
+
+    /// A request naming a session whose process-local part another replica holds goes
+    /// there, as it came. `None`: it is served here.
+    pub(super) async fn to_owner(
+        &self,
+        id: &str,
+        method: http::Method,
+        client_headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+        // Only sessions whose upstream lives in one process have an owner.
+        if !self.upstream.is_process_local() {
+            return None;
+        }
+        let record = match self.sessions.peek(id).await {
+            Ok(Some(record)) if record.upstream == self.name => record,
+            Ok(_) => return None,
+            Err(e) => return Some(Err(self.session_error(e, id))),
+        };
+        match self.cluster.whereabouts(record.route.owner.as_deref()) {
+            Whereabouts::There(owner) => {
+                let body = body.clone();
+                let forwarded = self
+                    .cluster
+                    .forward(owner, &self.path, method, client_headers, body, id)
+                    .await;
+                Some(forwarded)
+            }
+            Whereabouts::Here | Whereabouts::Gone => None,
+        }
+    }
+
+    /// A leased session whose process-local part another replica holds: the request goes
+    /// there, as it came, and its answer is returned. `None`: it is served here — after
+    /// reinitializing (or losing) a session whose owner was an earlier run of this replica.
+    async fn elsewhere(
+        &self,
+        lease: &mut Lease,
+        session: &SessionRef<'_>,
+        method: http::Method,
+        client_headers: &HeaderMap,
+        body: &Bytes,
+    ) -> Result<Option<Response<ProxyBody>>, ProxyError> {
+        match self
+            .cluster
+            .whereabouts(lease.record.route.owner.as_deref())
+        {
+            Whereabouts::Here => Ok(None),
+            Whereabouts::There(owner) => {
+                let owner = owner.to_owned();
+                let (path, body) = (&self.path, body.clone());
+                self.cluster
+                    .forward(&owner, path, method, client_headers, body, &session.id)
+                    .await
+                    .map(Some)
+            }
+            Whereabouts::Gone => {
+                lease.record.route = self
+                    .lost(&session.id, &lease.record, client_headers)
+                    .await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether a request may be sent again on a new upstream session: a list, read or
+    /// get, or a call of a tool the upstream marked `idempotentHint`.
+    fn safe_to_repeat(&self, message: &Message<'_, '_>) -> bool {
+        match message.method() {
+            Some(Method::ToolsCall) => self
+                .tools
+                .idempotent_call(message.payload.map(|(raw, _)| raw)),
+            Some(method) => method.is_safe_to_repeat(),
+            None => false,
+        }
+    }
+
+    /// The upstream lost session `id` (`record` is what it was). With the `fail` policy
+    /// the session is forgotten and the client hears -32043. With `reinitialize`, the
+    /// client's recorded `initialize` is replayed on a healthy replica and the session
+    /// pointed at the new upstream session — unless another request did it first, whose
+    /// upstream session is then used. Returns the route to use now.
+    async fn lost(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+        client_headers: &HeaderMap,
+    ) -> Result<Route, ProxyError> {
+        if self.on_session_lost == OnSessionLost::Fail {
+            return Err(self.failed(UpstreamError::SessionGone, id).await);
+        }
+        self.upstream.forget(binding(&record.route));
+        let client = record.client.as_deref();
+        let forwarded = headers::to_upstream_in_session(client_headers);
+        let opened = self
+            .upstream
+            .open(
+                client.and_then(|c| c.client_info.as_deref()),
+                client.and_then(|c| c.capabilities.as_deref()),
+                &forwarded,
+            )
+            .await
+            .map_err(|e| upstream_error(&self.upstream, e))?;
+        let route = Route {
+            replica: opened.replica,
+            upstream_session: opened.session_id.map(Arc::from),
+            negotiated: Arc::new(opened.negotiated),
+            owner: self.owner(),
+        };
+        let from = record.route.upstream_session.as_deref();
+        match self.sessions.reroute(id, from, &route).await {
+            Ok(true) => {
+                self.metrics.sessions_reinitialized.inc();
+                self.forget_local(&record.route);
+                if let (Some(_), Some(key)) = (&route.owner, route.upstream_session.as_deref()) {
+                    self.hold_locally(id, key.to_owned());
+                }
+                self.upstream.label_session(binding(&route), log_tag(id));
+                tracing::info!(session = %log_tag(id), replica = route.replica, "upstream lost the session; reinitialized it with the client's recorded initialize");
+                Ok(route)
+            }
+            moved => {
+                // Another request moved it first (or the store failed): this upstream
+                // session is not needed.
+                self.end_upstream(route);
+                moved.map_err(|e| self.session_error(e, id))?;
+                let current = self
+                    .sessions
+                    .peek(id)
+                    .await
+                    .map_err(|e| self.session_error(e, id))?;
+                current
+                    .map(|record| record.route)
+                    .ok_or_else(|| ProxyError::SessionNotFound {
+                        session_id: id.to_owned(),
+                    })
+            }
+        }
+    }
+
+    /// This replica, when the upstream's sessions live in one process.
+    fn owner(&self) -> Option<Arc<str>> {
+        self.upstream
+            .is_process_local()
+            .then(|| self.cluster.me().clone())
+    }
+
+    /// Notes a use of a session whose stdio child lives here.
+    fn used_locally(&self, route: &Route) {
+        if route.owner.is_none() {
+            return;
+        }
+        if let Some(key) = route.upstream_session.as_deref()
+            && let Some(local) = self.local.get(key)
+        {
+            local.last_use.store(now_millis(), Ordering::Release);
+        }
+    }
+
+    /// Remembers a session whose stdio child (`key`) lives here.
+    fn hold_locally(&self, id: &str, key: String) {
+        self.local.insert(
+            key,
+            Local {
+                session_id: id.to_owned(),
+                last_use: Arc::new(AtomicU64::new(now_millis())),
+            },
+        );
+    }
+
+    fn forget_local(&self, route: &Route) {
+        if route.owner.is_none() {
+            return;
+        }
+        if let Some(key) = route.upstream_session.as_deref() {
+            self.local.remove(key);
+        }
     }
 
     /// An upstream failure in session `id`: a lost upstream session makes the proxy
@@ -432,7 +841,9 @@ impl SessionPath {
         match error {
             UpstreamError::SessionGone => {
                 match self.sessions.end(id).await {
-                    Ok(Some(_)) => {
+                    Ok(Some(record)) => {
+                        self.forget_local(&record.route);
+                        self.upstream.forget(binding(&record.route));
                         self.metrics.sessions_lost.inc();
                     }
                     Ok(None) => {}
@@ -451,13 +862,19 @@ impl SessionPath {
 
     /// Ends the session a client named, checking the `state` it sent; -32043 when there
     /// is no such session.
-    async fn end_named(&self, session: &SessionRef<'_>) -> Result<(), ProxyError> {
+    async fn end_named(
+        &self,
+        session: &SessionRef<'_>,
+        client_headers: &HeaderMap,
+    ) -> Result<(), ProxyError> {
         let id = &session.id;
+        // A session of another upstream, or bound to another caller, is not found here.
+        self.check_caller(id, Caller::of(client_headers)).await?;
         if let Some(state) = &session.state {
             self.sessions
                 .check_state(id, state)
                 .await
-                .map_err(|e| session_error(e, id))?;
+                .map_err(|e| self.session_error(e, id))?;
         }
         if self.end(id).await?.is_none() {
             return Err(ProxyError::SessionNotFound {
@@ -476,6 +893,20 @@ impl SessionPath {
         capabilities: Option<&RawValue>,
         legacy: bool,
     ) -> Result<Issued, ProxyError> {
+        self.open_in(None, client_headers, client_info, capabilities, legacy)
+            .await
+    }
+
+    /// `open`, in a place already taken (`Sessions::reserve_for` when the session is bound
+    /// to a caller), or one taken now.
+    async fn open_in(
+        &self,
+        slot: Option<Slot<'_>>,
+        client_headers: &HeaderMap,
+        client_info: Option<&RawValue>,
+        capabilities: Option<&RawValue>,
+        legacy: bool,
+    ) -> Result<Issued, ProxyError> {
         let opened = async {
             for (key, value) in [
                 (meta::CLIENT_INFO, client_info),
@@ -485,7 +916,13 @@ impl SessionPath {
                     return Err(ProxyError::NotAnObject { key });
                 }
             }
-            let slot = self.sessions.reserve().map_err(|e| session_error(e, ""))?;
+            let slot = match slot {
+                Some(slot) => slot,
+                None => self
+                    .sessions
+                    .reserve()
+                    .map_err(|e| self.session_error(e, ""))?,
+            };
             let forwarded = headers::to_upstream_in_session(client_headers);
             let opened = self
                 .upstream
@@ -496,22 +933,45 @@ impl SessionPath {
             // wrong — including the client leaving, which drops this future.
             let mut unadmitted = EndUnlessAdmitted {
                 path: self,
+                armed: true,
+                replica: opened.replica,
                 session_id: opened.session_id.clone(),
                 protocol_version: opened.negotiated.protocol_version,
             };
+            // The client's identity is kept only where it may be replayed.
+            let client = (self.on_session_lost == OnSessionLost::Reinitialize).then(|| {
+                Arc::new(ClientIdentity {
+                    client_info: client_info.map(ToOwned::to_owned),
+                    capabilities: capabilities.map(ToOwned::to_owned),
+                })
+            });
             let issued = self
                 .sessions
-                .admit(slot, opened.session_id, opened.negotiated, legacy)
+                .admit(
+                    slot,
+                    NewSession {
+                        upstream: self.name.clone(),
+                        replica: opened.replica,
+                        upstream_session: opened.session_id,
+                        negotiated: opened.negotiated,
+                        owner: self.owner(),
+                        legacy,
+                        client,
+                    },
+                )
                 .await
-                .map_err(|e| session_error(e, ""))?;
+                .map_err(|e| self.session_error(e, ""))?;
+            unadmitted.armed = false;
             let session_id = unadmitted.session_id.take();
-            self.upstream.label_session(
-                Binding {
-                    session_id: session_id.as_deref(),
-                    protocol_version: unadmitted.protocol_version,
-                },
-                log_tag(&issued.id),
-            );
+            let admitted = Binding {
+                replica: unadmitted.replica,
+                session_id: session_id.as_deref(),
+                protocol_version: unadmitted.protocol_version,
+            };
+            self.upstream.label_session(admitted, log_tag(&issued.id));
+            if let (true, Some(key)) = (self.upstream.is_process_local(), session_id) {
+                self.hold_locally(&issued.id, key);
+            }
             Ok(issued)
         }
         .await;
@@ -526,27 +986,46 @@ impl SessionPath {
         opened
     }
 
-    /// Ends an upstream session in the background (from a drop guard: without waiting).
-    fn end_upstream(&self, session_id: Option<Arc<str>>, protocol_version: &'static str) {
-        if let Some(ending) = Ending::of(session_id, protocol_version) {
-            self.endings.end_soon(ending);
-        }
+    /// Ends an upstream session in the background, without waiting.
+    fn end_upstream(&self, route: Route) {
+        self.endings.end_soon(self.ending(&route));
+    }
+
+    /// What ends the upstream session `route` names.
+    fn ending(&self, route: &Route) -> Ending {
+        Ending::new(
+            &self.upstream,
+            route.replica,
+            route.upstream_session.as_deref(),
+            route.negotiated.protocol_version,
+        )
     }
 }
 
-/// Ends an upstream session on drop unless a session took it.
+/// Ends an upstream session on drop (without waiting, through the endings) unless a
+/// session took it.
 struct EndUnlessAdmitted<'a> {
     path: &'a SessionPath,
+    /// Until the session is recorded.
+    armed: bool,
+    replica: crate::upstream::ReplicaId,
     session_id: Option<String>,
     protocol_version: &'static str,
 }
 
 impl Drop for EndUnlessAdmitted<'_> {
     fn drop(&mut self) {
-        if let Some(id) = self.session_id.take() {
-            self.path
-                .end_upstream(Some(id.into()), self.protocol_version);
+        if !self.armed {
+            return;
         }
+        let path = self.path;
+        let ending = Ending::new(
+            &path.upstream,
+            self.replica,
+            self.session_id.as_deref(),
+            self.protocol_version,
+        );
+        path.endings.end_soon(ending);
     }
 }
 
@@ -555,12 +1034,12 @@ pub fn rejection(error: &ProxyError) -> Rejection {
     match error {
         ProxyError::SessionLimit { .. } => Rejection::Limit,
         ProxyError::Upstream { .. } => Rejection::Upstream,
-        ProxyError::Store(_) => Rejection::Store,
+        ProxyError::Store { .. } => Rejection::Store,
         _ => Rejection::Invalid,
     }
 }
 
-fn session_error(error: SessionError, id: &str) -> ProxyError {
+fn session_error(error: SessionError, id: &str, store: &'static str) -> ProxyError {
     match error {
         SessionError::NotFound => ProxyError::SessionNotFound {
             session_id: id.to_owned(),
@@ -568,8 +1047,10 @@ fn session_error(error: SessionError, id: &str) -> ProxyError {
         SessionError::BadState => ProxyError::BadSessionState {
             session_id: id.to_owned(),
         },
-        SessionError::Full { max } => ProxyError::SessionLimit { max },
-        SessionError::Store(e) => ProxyError::Store(e),
+        SessionError::Full { max } | SessionError::CallerFull { max } => {
+            ProxyError::SessionLimit { max }
+        }
+        SessionError::Store(source) => ProxyError::Store { store, source },
     }
 }
 

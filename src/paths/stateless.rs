@@ -1,18 +1,25 @@
 //! The stateless path (MCP 2026-07-28): clients with no `initialize` and no session,
-//! served by a legacy server through pooled upstream sessions.
+//! served by a legacy server.
 //!
-//! - `server/discover` is answered from what the upstream said at `initialize`.
+//! - `server/discover` is answered from what the upstream said at `initialize` (a pooled
+//!   upstream session's, whatever the affinity: no call runs on it).
 //! - Every other request is checked (`stateless::validate`), its 2026 `_meta` is taken
-//!   off, and it runs on an upstream session opened with the client's capabilities,
-//!   checked out of the pool for the call. A task per call (`driver`) reads the upstream's
+//!   off, and it runs on an upstream session opened with the client's capabilities —
+//!   which one is the affinity's choice (`affinity`: shared pool, one of its own, pinned
+//!   to a conversation, or the session behind a handle, `handles`). A task per call
+//!   (`driver`) holds that session until the call's last round and reads the upstream's
 //!   answer message by message: progress and (level-filtered) log notifications go to the
 //!   client, the result gets `resultType` and `serverInfo`, and the upstream's own
 //!   requests (sampling, elicitation, roots) end the client's call with an
 //!   `input_required` result while the task keeps the upstream call waiting for the retry.
 //! - `subscriptions/listen` opens a dedicated upstream session and its GET stream.
 
+mod affinity;
 mod driver;
+mod handles;
 mod listen;
+
+pub use affinity::{Affinity, Fallback};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,23 +27,30 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, Response, StatusCode};
+use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use self::driver::{First, Resume};
+use self::affinity::{CallSession, Target};
+use self::driver::{First, ListWithHandles, Resume};
+use self::handles::Intercept;
+use super::cluster::{Cluster, Whereabouts};
 use super::headers;
 use super::relay::Relay;
-use super::session::{raw_bytes, upstream_error};
+use super::session::{SessionPath, raw_bytes, upstream_error};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, raw_str, write};
 use crate::mcp::Method;
+use crate::mcp::caller::Caller;
+use crate::mcp::initialize::Negotiated;
 use crate::metrics::Metrics;
 use crate::response::{self, ProxyBody};
+use crate::rewrite::handles::HandleTools;
 use crate::rewrite::stateless::{bound_params, discover_result, to_upstream};
 use crate::route::Message;
 use crate::stateless::request_state::Binding as StateBinding;
 use crate::stateless::{Context, Parked, RequestStateError, Sealer, validate};
-use crate::upstream::{Checkout, Endings, Messages, Pool, PoolSettings, Upstream, UpstreamError};
+use crate::upstream::{Endings, Messages, Pins, Pool, PoolSettings, Upstream, UpstreamError};
 
 /// The pool re-initializes its upstream sessions at least this often, so a discovery
 /// result is never older than this plus its `ttlMs` (an upstream redeployed with new
@@ -46,10 +60,14 @@ pub const POOLED_SESSION_MAX_AGE: Duration = Duration::from_secs(300);
 /// After an upstream request, how long to wait for more before asking the client.
 const GATHER: Duration = Duration::from_millis(50);
 
-/// What the stateless path is configured with.
+/// What the stateless path is configured with: every `stateless.*` setting, for one
+/// upstream.
 #[derive(Debug, Clone)]
 pub struct StatelessSettings {
-    /// Upstream sessions pooled at once.
+    /// How calls map onto upstream sessions (`stateless.affinity`, with its own settings).
+    pub affinity: Affinity,
+    /// Upstream sessions open at once for shared and isolated calls (pooled, or held by
+    /// a call of its own).
     pub max_pooled: usize,
     /// `subscriptions/listen` streams open at once.
     pub max_listens: usize,
@@ -65,25 +83,48 @@ pub struct StatelessSettings {
 #[derive(Debug)]
 pub struct StatelessPath {
     upstream: Upstream,
+    affinity: Affinity,
     pool: Arc<Pool>,
+    /// Pinned sessions (`affinity = "pinned"`; empty otherwise).
+    pins: Arc<Pins>,
+    /// Data-layer sessions, which session handles are.
+    session_path: Arc<SessionPath>,
+    /// The server's identity as last seen, for results the proxy answers itself.
+    server_info: Mutex<Option<Box<RawValue>>>,
+    pool_idle_ttl: Duration,
     sealer: Sealer,
     parked: Parked<oneshot::Sender<Resume>>,
     /// One permit per open `subscriptions/listen` stream.
     listens: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     sse_idle_timeout: Duration,
+    cluster: Arc<Cluster>,
+    /// The endpoint path serving the upstream (where a retry goes on its owner).
+    path: String,
 }
 
 impl StatelessPath {
-    /// `key` seals `requestState` (domain-separated from the session `state` it also
-    /// seals); upstream sessions leaving the pool are ended through `endings`.
+    /// `keys` seal `requestState` (the first seals, all open; domain-separated from the
+    /// session `state` they also seal); `session_path` (the same upstream's) opens, finds
+    /// and ends the sessions behind handles; upstream sessions let go of (pooled, pinned,
+    /// isolated, subscriptions) are ended through `endings`.
     pub fn new(
         upstream: Upstream,
         metrics: Arc<Metrics>,
-        key: &[u8],
+        keys: &[Vec<u8>],
+        session_path: Arc<SessionPath>,
         settings: &StatelessSettings,
+        cluster: Arc<Cluster>,
         endings: Arc<Endings>,
     ) -> Self {
+        let path = session_path.path().to_owned();
+        let pin_limits = match &settings.affinity {
+            Affinity::Pinned { limits, .. } => limits.clone(),
+            _ => crate::upstream::PinSettings {
+                max_pinned: 0,
+                idle_ttl: settings.pool_idle_ttl,
+            },
+        };
         let pool = Pool::new(
             upstream.clone(),
             PoolSettings {
@@ -92,22 +133,60 @@ impl StatelessPath {
                 idle_ttl: settings.pool_idle_ttl,
                 max_age: POOLED_SESSION_MAX_AGE,
             },
-            endings,
+            endings.clone(),
         );
         StatelessPath {
+            pins: Pins::new(upstream.clone(), pin_limits, endings),
             upstream,
+            affinity: settings.affinity.clone(),
             pool,
-            sealer: Sealer::new(key, settings.request_state_ttl),
+            session_path,
+            server_info: Mutex::new(None),
+            pool_idle_ttl: settings.pool_idle_ttl,
+            sealer: Sealer::with_keys(keys, settings.request_state_ttl),
             parked: Parked::default(),
             listens: Arc::new(Semaphore::new(settings.max_listens)),
             metrics,
             sse_idle_timeout: settings.sse_idle_timeout,
+            cluster,
+            path,
         }
     }
 
-    /// The pool of upstream sessions (reaped and closed by its owner).
+    /// The pool of upstream sessions.
     pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
+    }
+
+    /// The affinity calls are served with.
+    pub fn affinity(&self) -> &Affinity {
+        &self.affinity
+    }
+
+    /// Pinned sessions kept now.
+    pub fn pinned(&self) -> usize {
+        self.pins.len()
+    }
+
+    /// The shortest idle lifetime of what `reap` ends: the reaper looks this often (or
+    /// a few times as often).
+    pub fn shortest_idle_ttl(&self) -> Duration {
+        match &self.affinity {
+            Affinity::Pinned { limits, .. } => self.pool_idle_ttl.min(limits.idle_ttl),
+            _ => self.pool_idle_ttl,
+        }
+    }
+
+    /// Ends pooled and pinned upstream sessions idle too long (called periodically).
+    pub fn reap(&self) {
+        self.pool.reap();
+        self.pins.reap();
+    }
+
+    /// Ends every idle pooled session and every pinned one (shutdown).
+    pub async fn close(&self) {
+        self.pool.close().await;
+        self.pins.close().await;
     }
 
     /// Serves one stateless message.
@@ -139,7 +218,8 @@ impl StatelessPath {
         }
     }
 
-    /// `server/discover`, from the upstream's `InitializeResult`.
+    /// `server/discover`, from the upstream's `InitializeResult` as a pooled session
+    /// holds it, whatever the affinity: no call runs on it.
     async fn discover(
         &self,
         context: &Context<'_>,
@@ -154,14 +234,16 @@ impl StatelessPath {
                 .map_err(|e| self.error(e))?;
             checkout.negotiated().clone()
         };
+        self.saw(&negotiated);
         Ok(response::json(
             StatusCode::OK,
             write::result(id, &discover_result(&negotiated)),
         ))
     }
 
-    /// A tool call, prompt, read, list or completion: a new call on a pooled upstream
-    /// session, or (with a `requestState`) the next round of a parked one.
+    /// A tool call, prompt, read, list or completion: a new call on the upstream session
+    /// the affinity chooses (in handles mode, the open and close tools are answered
+    /// here), or (with a `requestState`) the next round of a parked one.
     async fn call(
         self: &Arc<Self>,
         message: &Message<'_, '_>,
@@ -188,7 +270,26 @@ impl StatelessPath {
             .and_then(|p| p.member("requestState"))
             .map(|raw| raw_str(raw).map(|s| s.into_owned()).unwrap_or_default());
         if let Some(token) = request_state {
-            let park = self.sealer.open(&token, binding)?;
+            let (park, owner) = self.sealer.open(&token, binding)?;
+            match self.cluster.whereabouts(Some(&owner)) {
+                Whereabouts::Here => {}
+                // The call waits on another replica: the retry goes there, as it came.
+                Whereabouts::There(owner) => {
+                    return self
+                        .cluster
+                        .forward(
+                            owner,
+                            &self.path,
+                            http::Method::POST,
+                            message.headers,
+                            message.body.clone(),
+                            "",
+                        )
+                        .await;
+                }
+                // This replica restarted since the call was parked: it is gone.
+                Whereabouts::Gone => return Err(RequestStateError::Unknown.into()),
+            }
             let resume = self.parked.take(&park).ok_or(RequestStateError::Unknown)?;
             let next = Resume {
                 client_id: id,
@@ -200,16 +301,71 @@ impl StatelessPath {
                 return Err(RequestStateError::Unknown.into());
             }
         } else {
-            let upstream_body = match message.payload {
-                Some((raw, payload)) => to_upstream(message.body, raw, payload)
+            let who = Caller::of(message.headers);
+            let mut target = self.affinity.target(message.headers, who);
+            let mut stripped = None;
+            let mut list = None;
+            if let Affinity::Handles {
+                tools,
+                max_per_caller,
+                ..
+            } = &self.affinity
+            {
+                let seen = handles::intercept(
+                    self,
+                    message,
+                    context,
+                    &id,
+                    forwarded,
+                    tools,
+                    *max_per_caller,
+                )
+                .await?;
+                match seen {
+                    Intercept::Answered(response) => return Ok(*response),
+                    Intercept::Handle(handle, body) => {
+                        // A handle whose stdio server another replica runs is served
+                        // there: the call goes on as it came.
+                        if let Some(forwarded) = self
+                            .session_path
+                            .to_owner(&handle, http::Method::POST, message.headers, message.body)
+                            .await
+                        {
+                            return forwarded;
+                        }
+                        target = Target::Handle(handle);
+                        stripped = body;
+                    }
+                    Intercept::ListTools { first_page } => {
+                        list = Some(ListWithHandles {
+                            tools: tools.clone(),
+                            first_page,
+                            idle: self.idle_text(),
+                        })
+                    }
+                    Intercept::Nothing(body) => stripped = body,
+                }
+            }
+            let upstream_body = match (stripped, message.payload) {
+                (Some(body), _) => Bytes::from(body),
+                (None, Some((raw, payload))) => to_upstream(message.body, raw, payload)
                     .map(Bytes::from)
                     .unwrap_or_else(|| message.body.clone()),
-                None => message.body.clone(),
+                (None, None) => message.body.clone(),
             };
-            let (checkout, messages) = self.start(context, upstream_body, forwarded).await?;
+            let started = self
+                .start(context, upstream_body, forwarded, &target, who)
+                .await;
+            let (session, messages) = match (started, &target) {
+                (Ok(started), _) => started,
+                (Err(ProxyError::SessionNotFound { .. }), Target::Handle(handle)) => {
+                    return Ok(handles::unknown(self, &id, handle));
+                }
+                (Err(e), _) => return Err(e),
+            };
             let call = driver::Call {
                 path: self.clone(),
-                checkout,
+                session,
                 messages,
                 upstream_id: id.clone(),
                 client_id: id,
@@ -224,6 +380,7 @@ impl StatelessPath {
                     .flatten()
                     .map(|uri| uri.into_owned()),
                 forwarded: forwarded.clone(),
+                list,
             };
             tokio::spawn(driver::run(call, first_tx));
         }
@@ -249,36 +406,117 @@ impl StatelessPath {
         })
     }
 
-    /// Sends the request on a pooled upstream session. A pooled session the upstream has
-    /// lost (it restarted) is ended and the request tried once more on a new one:
-    /// stateless clients have no session to lose.
+    /// Sends the request on the upstream session `target` names. A session the upstream
+    /// has lost (it restarted) is replaced and the request tried once more — a pooled,
+    /// isolated or pinned one: the client named no session, so it has none to lose. A
+    /// handle's is forgotten, and the call hears that the handle does not exist
+    /// (-32043 here; the caller makes it a tool result).
     async fn start(
         &self,
         context: &Context<'_>,
         body: Bytes,
         forwarded: &HeaderMap,
-    ) -> Result<(Checkout, Messages), ProxyError> {
+        target: &Target,
+        caller: Caller,
+    ) -> Result<(CallSession, Messages), ProxyError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut checkout = self
-                .pool
-                .checkout(Some(context.capabilities), forwarded)
-                .await
-                .map_err(|e| self.error(e))?;
-            match self
+            let mut session = self.session_for(target, context, forwarded, caller).await?;
+            self.saw(session.negotiated());
+            let exchanged = self
                 .upstream
-                .exchange(checkout.binding(), body.clone(), forwarded)
-                .await
-            {
-                Ok(answer) => return Ok((checkout, answer.messages)),
-                Err(UpstreamError::SessionGone) if attempt < 2 => checkout.discard(),
-                Err(e) => {
-                    checkout.discard();
+                .exchange(session.binding(), body.clone(), forwarded)
+                .await;
+            match (exchanged, &mut session) {
+                (Ok(answer), _) => return Ok((session, answer.messages)),
+                (Err(UpstreamError::SessionGone), CallSession::Handle(_)) => {
+                    if let Target::Handle(handle) = target {
+                        self.session_path.forget_lost(handle).await;
+                        return Err(ProxyError::SessionNotFound {
+                            session_id: handle.clone(),
+                        });
+                    }
+                    return Err(self.error(UpstreamError::SessionGone));
+                }
+                (Err(UpstreamError::SessionGone), CallSession::Pinned(pinned)) if attempt < 2 => {
+                    pinned.lost()
+                }
+                (Err(UpstreamError::SessionGone), CallSession::Pooled(checkout)) if attempt < 2 => {
+                    checkout.discard()
+                }
+                (Err(e), session) => {
+                    session.discard();
+                    if let (UpstreamError::SessionGone, CallSession::Pinned(pinned)) =
+                        (&e, &*session)
+                    {
+                        pinned.lost();
+                    }
                     return Err(self.error(e));
                 }
             }
         }
+    }
+
+    /// The upstream session a new call runs in.
+    async fn session_for(
+        &self,
+        target: &Target,
+        context: &Context<'_>,
+        forwarded: &HeaderMap,
+        caller: Caller,
+    ) -> Result<CallSession, ProxyError> {
+        let capabilities = Some(context.capabilities);
+        let session = match target {
+            Target::Pooled => self
+                .pool
+                .checkout(capabilities, forwarded)
+                .await
+                .map(CallSession::Pooled),
+            Target::Alone => self
+                .pool
+                .checkout_alone(capabilities, forwarded, context.log_level.is_some())
+                .await
+                .map(CallSession::Pooled),
+            Target::Pin(key) => self
+                .pins
+                .checkout(key, capabilities, forwarded)
+                .await
+                .map(CallSession::Pinned),
+            Target::Handle(handle) => {
+                return self
+                    .session_path
+                    .lease_as(handle, caller)
+                    .await
+                    .map(CallSession::Handle);
+            }
+        };
+        session.map_err(|e| self.error(e))
+    }
+
+    /// Remembers the server's identity, for the results the proxy answers itself.
+    fn saw(&self, negotiated: &Negotiated) {
+        let mut last = self.server_info.lock();
+        if last.as_deref().map(RawValue::get) != Some(negotiated.server_info.get()) {
+            *last = Some(negotiated.server_info.clone());
+        }
+    }
+
+    fn last_server_info(&self) -> Option<Box<RawValue>> {
+        self.server_info.lock().clone()
+    }
+
+    /// The handle tools' names, in handles mode.
+    fn handle_tools(&self) -> Option<&HandleTools> {
+        match &self.affinity {
+            Affinity::Handles { tools, .. } => Some(tools),
+            _ => None,
+        }
+    }
+
+    /// How long an unused session (a handle) lives, in words.
+    fn idle_text(&self) -> String {
+        humantime::format_duration(self.session_path.sessions().settings().idle_ttl).to_string()
     }
 
     fn error(&self, source: UpstreamError) -> ProxyError {

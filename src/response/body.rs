@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 
 use crate::error::ProxyError;
 use crate::jsonrpc::write;
+use crate::mcp::tools::ToolHints;
 use crate::metrics::StreamGuard;
 use crate::rewrite::to_client::StampEvents;
 use crate::sse::{End, Event, EventBody, Rewrite, Unchanged};
@@ -29,6 +30,8 @@ pub enum EventRewrite {
         stamp: StampEvents,
         /// How errors name the upstream.
         upstream: Arc<str>,
+        /// Learns tool annotations from the response (a `tools/list`).
+        learn: Option<Arc<ToolHints>>,
     },
     /// Passed as they are.
     Unchanged,
@@ -37,7 +40,15 @@ pub enum EventRewrite {
 impl Rewrite for EventRewrite {
     fn event(&mut self, event: &mut Event) {
         match self {
-            EventRewrite::Stamp { stamp, .. } => stamp.event(event),
+            EventRewrite::Stamp { stamp, learn, .. } => {
+                let before = stamp.responded();
+                stamp.event(event);
+                if let (Some(hints), false, true, Some(data)) =
+                    (learn, before, stamp.responded(), &event.data)
+                {
+                    hints.learn(data.as_bytes());
+                }
+            }
             EventRewrite::Unchanged => Unchanged.event(event),
         }
     }
@@ -45,7 +56,9 @@ impl Rewrite for EventRewrite {
     fn end(&mut self, how: End) -> Option<Event> {
         match self {
             EventRewrite::Stamp { stamp, .. } if stamp.responded() => None,
-            EventRewrite::Stamp { stamp, upstream } => {
+            EventRewrite::Stamp {
+                stamp, upstream, ..
+            } => {
                 let error = ProxyError::Upstream {
                     upstream: upstream.to_string(),
                     source: UpstreamError::from(how),
@@ -143,6 +156,7 @@ mod tests {
                 complete: false,
             }),
             upstream: Arc::from("http://up/mcp"),
+            learn: None,
         }
     }
 

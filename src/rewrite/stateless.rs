@@ -19,7 +19,7 @@ use crate::mcp::meta::{self, Payload};
 use crate::stateless::SUPPORTED_VERSIONS;
 
 /// `_meta` keys of the stateless protocol, which a legacy server does not know.
-const STATELESS_META: [&str; 4] = [
+pub(crate) const STATELESS_META: [&str; 4] = [
     meta::PROTOCOL_VERSION,
     meta::CLIENT_INFO,
     meta::CLIENT_CAPABILITIES,
@@ -28,7 +28,7 @@ const STATELESS_META: [&str; 4] = [
 
 /// Members of a retried request that belong to the multi-round-trip exchange (SEP-2322),
 /// not to the request itself.
-const ROUND_TRIP_MEMBERS: [&str; 2] = ["inputResponses", "requestState"];
+pub(crate) const ROUND_TRIP_MEMBERS: [&str; 2] = ["inputResponses", "requestState"];
 
 /// The request as a legacy server takes it: `params` without the stateless `_meta` keys,
 /// `inputResponses` and `requestState`. `None` when there is nothing to take off.
@@ -65,20 +65,20 @@ pub fn is_cacheable(method: &str) -> bool {
 
 /// A legacy result as a 2026-07-28 complete result: `resultType: "complete"`, caching
 /// hints for cacheable methods (a legacy server gives none, so: not cacheable, private),
-/// and the server's identity in `_meta`.
-pub fn complete(result: &RawValue, method: &str, server_info: &RawValue) -> Option<Vec<u8>> {
+/// and the server's identity in `_meta` (when known).
+pub fn complete(
+    result: &RawValue,
+    method: &str,
+    server_info: Option<&RawValue>,
+) -> Option<Vec<u8>> {
     let payload = Payload::open(result).ok()??;
     let mut members: Vec<(&str, &[u8])> = vec![("resultType", br#""complete""#)];
     if is_cacheable(method) {
         members.push(("ttlMs", b"0"));
         members.push(("cacheScope", br#""private""#));
     }
-    Some(payload.edited(
-        &[],
-        &[],
-        &members,
-        &[(meta::SERVER_INFO, server_info.get().as_bytes())],
-    ))
+    let info = server_info.map(|info| (meta::SERVER_INFO, info.get().as_bytes()));
+    Some(payload.edited(&[], &[], &members, info.as_slice()))
 }
 
 /// The key of an input request, as the client sees it.
@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn results_gain_result_type_hints_and_server_info() {
         let info = raw(r#"{"name":"s","version":"1"}"#);
-        let out = complete(&raw(r#"{"tools":[]}"#), "tools/list", &info).unwrap();
+        let out = complete(&raw(r#"{"tools":[]}"#), "tools/list", Some(&info)).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["resultType"], "complete");
         assert_eq!(v["ttlMs"], 0);
@@ -292,7 +292,7 @@ mod tests {
         let out = complete(
             &raw(r#"{"content":[],"_meta":{"x":1}}"#),
             "tools/call",
-            &info,
+            Some(&info),
         )
         .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();

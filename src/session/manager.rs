@@ -8,19 +8,37 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::bound::Bound;
 use super::id;
-use super::record::{Millis, SessionRecord, now_millis};
+use super::record::{ClientIdentity, Millis, Route, SessionRecord, now_millis};
 use super::state::StateSigner;
-use super::store::{SessionStore, Store, StoreError};
+use super::store::{Renewal, SessionStore, Store, StoreError};
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
+
+/// Expired sessions claimed from the store at once by the reaper.
+const REAP_BATCH: usize = 1000;
 
 /// Limits and lifetimes.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// A session unused for this long expires.
     pub idle_ttl: Duration,
-    /// At most this many sessions are live (or being opened) at once in this process.
+    /// At most this many sessions are live (or being opened) at once: in this process
+    /// with the memory store, in the shared store with Redis; a sealed store holds none.
     pub max_sessions: usize,
+}
+
+/// A session about to be recorded: its upstream session is open.
+#[derive(Debug)]
+pub struct NewSession {
+    pub upstream: Arc<str>,
+    pub replica: u64,
+    pub upstream_session: Option<String>,
+    pub negotiated: Negotiated,
+    pub owner: Option<Arc<str>>,
+    pub legacy: bool,
+    pub client: Option<Arc<ClientIdentity>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +49,8 @@ pub enum SessionError {
     BadState,
     #[error("the proxy already holds its maximum of {max} sessions")]
     Full { max: usize },
+    #[error("this caller already holds its maximum of {max} sessions")]
+    CallerFull { max: usize },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -59,12 +79,18 @@ pub struct Lease {
 pub struct Slot<'a> {
     sessions: &'a Sessions,
     admitted: bool,
+    /// The upstream and the caller the session will be bound to (counted against the
+    /// caller's own cap there).
+    bound: Option<(Arc<str>, Caller)>,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.admitted {
-            self.sessions.live.fetch_sub(1, Ordering::AcqRel);
+            self.sessions.forget_one();
+            if let Some((upstream, caller)) = &self.bound {
+                self.sessions.bound.unreserve(upstream, *caller);
+            }
         }
     }
 }
@@ -74,20 +100,26 @@ pub struct Sessions {
     store: Store,
     signer: StateSigner,
     settings: Settings,
-    /// Live sessions plus slots being opened; bounded by `max_sessions`.
+    /// Live sessions plus slots being opened, as this process counts them (the ones it
+    /// created and has not seen end); bounded by `max_sessions` with the memory store.
     live: AtomicUsize,
     /// Sessions of one upstream nearly always negotiate the same thing; they share it.
     last_negotiated: Mutex<Option<Arc<Negotiated>>>,
+    /// Sessions bound to each caller with credentials, per upstream, as this process
+    /// counts them.
+    bound: Bound,
 }
 
 impl Sessions {
     pub fn new(store: Store, signer: StateSigner, settings: Settings) -> Self {
+        let bound = Bound::new(store.is_shared());
         Sessions {
             store,
             signer,
             settings,
             live: AtomicUsize::new(0),
             last_negotiated: Mutex::new(None),
+            bound,
         }
     }
 
@@ -95,49 +127,101 @@ impl Sessions {
         &self.settings
     }
 
-    /// Sessions live or being opened in this process.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Sessions live or being opened, as this process counts them (see `live`).
     pub fn live(&self) -> usize {
         self.live.load(Ordering::Acquire)
     }
 
-    /// Takes a place under the cap, or says the proxy is full.
+    /// Sessions live: in the store when it can count them, else as this process counts.
+    pub async fn count(&self) -> Result<usize, SessionError> {
+        Ok(self.store.count().await?.unwrap_or_else(|| self.live()))
+    }
+
+    fn forget_one(&self) {
+        let _ = self
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Takes a place under the cap, or says the proxy is full. Only the memory store is
+    /// capped here: Redis counts every replica's sessions when one is created, and sealed
+    /// sessions cost this process nothing.
     pub fn reserve(&self) -> Result<Slot<'_>, SessionError> {
         let max = self.settings.max_sessions;
+        let capped = matches!(self.store, Store::Memory(_));
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max).then_some(n + 1)
+                (!capped || n < max).then_some(n + 1)
             })
             .map_err(|_| SessionError::Full { max })?;
         Ok(Slot {
             sessions: self,
             admitted: false,
+            bound: None,
         })
+    }
+
+    /// Takes a place for a session of `upstream` bound to `caller`: under the cap of
+    /// every session, and under `per_caller`, the most one caller with credentials may
+    /// hold there at once (a caller without credentials is bounded by the first cap only:
+    /// it is nobody in particular). The count is this process's (see `bound`).
+    pub fn reserve_for(
+        &self,
+        upstream: &Arc<str>,
+        caller: Caller,
+        per_caller: usize,
+    ) -> Result<Slot<'_>, SessionError> {
+        let mut slot = self.reserve()?;
+        if !self
+            .bound
+            .reserve(upstream, caller, per_caller, now_millis())
+        {
+            return Err(SessionError::CallerFull { max: per_caller });
+        }
+        slot.bound = Some((upstream.clone(), caller));
+        Ok(slot)
+    }
+
+    /// Sessions of `upstream` bound to `caller` now, as this process counts them (for a
+    /// caller with credentials).
+    pub fn bound_to(&self, upstream: &Arc<str>, caller: Caller) -> usize {
+        self.bound.count(upstream, caller, now_millis())
     }
 
     /// Records a session whose upstream connection is open (sessions enter the store only
     /// after the upstream handshake succeeded).
-    pub async fn admit(
-        &self,
-        mut slot: Slot<'_>,
-        upstream_session: Option<String>,
-        negotiated: Negotiated,
-        legacy: bool,
-    ) -> Result<Issued, SessionError> {
+    pub async fn admit(&self, mut slot: Slot<'_>, new: NewSession) -> Result<Issued, SessionError> {
         let now = now_millis();
         let expires_at = self.expiry_from(now);
-        let negotiated = self.share(negotiated);
+        let negotiated = self.share(new.negotiated);
         let record = SessionRecord {
-            upstream_session: upstream_session.map(Arc::from),
-            negotiated: negotiated.clone(),
+            upstream: new.upstream,
+            route: Route {
+                replica: new.replica,
+                upstream_session: new.upstream_session.map(Arc::from),
+                negotiated: negotiated.clone(),
+                owner: new.owner,
+            },
             created_at: now,
             expires_at,
             seq: 0,
-            legacy,
+            legacy: new.legacy,
+            client: new.client,
+            caller: slot.bound.as_ref().map(|(_, caller)| *caller),
         };
-        let id = id::generate();
-        self.store.insert(&id, record).await?;
+        let id = self.store.create(record).await.map_err(|e| match e {
+            StoreError::Full { max } => SessionError::Full { max },
+            e => SessionError::Store(e),
+        })?;
         slot.admitted = true;
-        let state = self.signer.issue(&id, 0);
+        if let Some((upstream, caller)) = &slot.bound {
+            self.bound.admitted(upstream, *caller, &id, expires_at);
+        }
+        let state = self.signer.issue(&id, 0, expires_at);
         Ok(Issued {
             id,
             state,
@@ -152,17 +236,26 @@ impl Sessions {
         if !id::is_visible_ascii(id) {
             return Err(SessionError::NotFound);
         }
-        if let Some(state) = state {
-            self.check_state(id, state).await?;
-        }
+        let presented = match state {
+            Some(state) => Some(self.check_state(id, state).await?),
+            None => None,
+        };
         let now = now_millis();
         let expires_at = self.expiry_from(now);
+        let renewal = Renewal {
+            now,
+            expires_at,
+            presented,
+        };
         let record = self
             .store
-            .renew(id, now, expires_at)
+            .renew(id, renewal)
             .await?
             .ok_or(SessionError::NotFound)?;
-        let state = self.signer.issue(id, record.seq);
+        if let Some(caller) = record.caller {
+            self.bound.renewed(&record.upstream, caller, id, expires_at);
+        }
+        let state = self.signer.issue(id, record.seq, expires_at);
         Ok(Lease {
             record,
             state,
@@ -174,9 +267,9 @@ impl Sessions {
     /// verify for a session this proxy does not know is `NotFound`, not `BadState`: after
     /// a restart with a fresh key, or once the session is gone, the client must hear
     /// -32043 and start over, not be told its state is malformed.
-    pub async fn check_state(&self, id: &str, state: &str) -> Result<(), SessionError> {
-        if self.signer.verify(id, state).is_some() {
-            return Ok(());
+    pub async fn check_state(&self, id: &str, state: &str) -> Result<(u64, Millis), SessionError> {
+        if let Some(presented) = self.signer.verify(id, state) {
+            return Ok(presented);
         }
         match self.store.get(id, now_millis()).await? {
             Some(_) => Err(SessionError::BadState),
@@ -190,10 +283,32 @@ impl Sessions {
             return Ok(None);
         }
         let removed = self.store.remove(id).await?;
-        if removed.is_some() {
-            self.live.fetch_sub(1, Ordering::AcqRel);
+        if let Some(record) = &removed {
+            self.forget_one();
+            if let Some(caller) = record.caller {
+                self.bound.ended(&record.upstream, caller, id);
+            }
         }
         Ok(removed)
+    }
+
+    /// Points session `id` at a new upstream session if it still names `from`; whether
+    /// it did (another request may have replaced it first).
+    pub async fn reroute(
+        &self,
+        id: &str,
+        from: Option<&str>,
+        to: &Route,
+    ) -> Result<bool, SessionError> {
+        Ok(self.store.reroute(id, from, to).await?)
+    }
+
+    /// The record of a live session without using it.
+    pub async fn peek(&self, id: &str) -> Result<Option<SessionRecord>, SessionError> {
+        if !id::is_visible_ascii(id) {
+            return Ok(None);
+        }
+        Ok(self.store.get(id, now_millis()).await?)
     }
 
     /// Up to `limit` sessions, for the admin API.
@@ -206,24 +321,35 @@ impl Sessions {
         self.store.count().await.is_ok()
     }
 
-    /// Removes every session expired by now.
-    pub async fn take_expired(&self) -> Result<Vec<(String, SessionRecord)>, SessionError> {
-        self.take_expired_at(now_millis()).await
+    /// The store's kind, as errors and readiness name it.
+    pub fn store_kind(&self) -> &'static str {
+        self.store.kind()
     }
 
-    /// Removes every session, for a shutdown that ends them all upstream.
+    /// Removes (claims) sessions expired by now.
+    pub async fn take_expired(&self) -> Result<Vec<(String, SessionRecord)>, SessionError> {
+        self.take_expired_at(now_millis(), REAP_BATCH).await
+    }
+
+    /// Removes every session, for a shutdown that ends them all upstream (memory store).
     pub async fn take_all(&self) -> Result<Vec<(String, SessionRecord)>, SessionError> {
-        self.take_expired_at(Millis::MAX).await
+        self.take_expired_at(Millis::MAX, usize::MAX).await
     }
 
     async fn take_expired_at(
         &self,
         at: Millis,
+        limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, SessionError> {
-        let expired = self.store.take_expired(at).await?;
-        if !expired.is_empty() {
-            self.live.fetch_sub(expired.len(), Ordering::AcqRel);
+        let expired = self.store.take_expired(at, limit).await?;
+        for (id, record) in &expired {
+            self.forget_one();
+            if let Some(caller) = record.caller {
+                self.bound.ended(&record.upstream, caller, id);
+            }
         }
+        // Bound sessions that ended at another replica are let go of by their expiry.
+        self.bound.prune(at.min(now_millis()));
         Ok(expired)
     }
 

@@ -2,8 +2,9 @@
 
 use dashmap::DashMap;
 
-use super::record::{Millis, SessionRecord};
-use super::store::{SessionStore, StoreError};
+use super::id;
+use super::record::{Millis, Route, SessionRecord};
+use super::store::{Renewal, SessionStore, StoreError};
 
 /// Sessions in memory; they live as long as the process.
 #[derive(Debug, Default)]
@@ -18,26 +19,22 @@ impl MemoryStore {
 }
 
 impl SessionStore for MemoryStore {
-    async fn insert(&self, id: &str, record: SessionRecord) -> Result<(), StoreError> {
-        self.map.insert(id.into(), record);
-        Ok(())
+    async fn create(&self, record: SessionRecord) -> Result<String, StoreError> {
+        let id = id::generate();
+        self.map.insert(id.as_str().into(), record);
+        Ok(id)
     }
 
-    async fn renew(
-        &self,
-        id: &str,
-        now: Millis,
-        expires_at: Millis,
-    ) -> Result<Option<SessionRecord>, StoreError> {
+    async fn renew(&self, id: &str, renewal: Renewal) -> Result<Option<SessionRecord>, StoreError> {
         // The shard guard lives only inside this block: nothing is held across an await.
         let Some(mut record) = self.map.get_mut(id) else {
             return Ok(None);
         };
-        if record.expires_at <= now {
+        if record.expires_at <= renewal.now {
             // Expired: left for the reaper, which also ends it upstream.
             return Ok(None);
         }
-        record.expires_at = expires_at;
+        record.expires_at = renewal.expires_at;
         record.seq += 1;
         Ok(Some(record.clone()))
     }
@@ -54,10 +51,25 @@ impl SessionStore for MemoryStore {
         Ok(self.map.remove(id).map(|(_, record)| record))
     }
 
-    async fn take_expired(&self, now: Millis) -> Result<Vec<(String, SessionRecord)>, StoreError> {
+    async fn reroute(&self, id: &str, from: Option<&str>, to: &Route) -> Result<bool, StoreError> {
+        let Some(mut record) = self.map.get_mut(id) else {
+            return Ok(false);
+        };
+        if record.route.upstream_session.as_deref() != from {
+            return Ok(false);
+        }
+        record.route = to.clone();
+        Ok(true)
+    }
+
+    async fn take_expired(
+        &self,
+        now: Millis,
+        limit: usize,
+    ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
         let mut expired = Vec::new();
         self.map.retain(|id, record| {
-            if record.expires_at <= now {
+            if record.expires_at <= now && expired.len() < limit {
                 expired.push((id.to_string(), record.clone()));
                 false
             } else {
@@ -76,7 +88,7 @@ impl SessionStore for MemoryStore {
             .collect())
     }
 
-    async fn count(&self) -> Result<usize, StoreError> {
-        Ok(self.map.len())
+    async fn count(&self) -> Result<Option<usize>, StoreError> {
+        Ok(Some(self.map.len()))
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
 /// Milliseconds since the Unix epoch (wall clock: `expiresAt` is shown to clients).
@@ -24,10 +25,10 @@ pub fn rfc3339(at: Millis) -> String {
 /// One data-layer session and the upstream connection behind it.
 #[derive(Debug, Clone)]
 pub struct SessionRecord {
-    /// The upstream's `Mcp-Session-Id`; `None` when the upstream issued none.
-    pub upstream_session: Option<Arc<str>>,
-    /// What the upstream answered to `initialize` (shared by sessions that got the same).
-    pub negotiated: Arc<Negotiated>,
+    /// The name of the upstream serving it.
+    pub upstream: Arc<str>,
+    /// Where its upstream session is: which replica, which session there.
+    pub route: Route,
     pub created_at: Millis,
     /// Idle expiry, renewed by every use.
     pub expires_at: Millis,
@@ -36,4 +37,35 @@ pub struct SessionRecord {
     /// Opened by a legacy client's `initialize` (the proxy is its transport, as for a
     /// stdio upstream), not by `sessions/create`: its answers carry no session `_meta`.
     pub legacy: bool,
+    /// The client's `initialize` identity, kept when the upstream's policy is to
+    /// replay it on a lost session.
+    pub client: Option<Arc<ClientIdentity>>,
+    /// Whose session it is, when it is bound to a caller (a session handle opened by a
+    /// stateless client's `session_open` tool): only requests with the same credentials
+    /// may use or end it. `None`: whoever names the session (a data-layer session).
+    /// Every store keeps it (Redis and sealed ids too), so the binding holds at every
+    /// proxy replica.
+    pub caller: Option<Caller>,
+}
+
+/// The upstream session behind a session; replaced as a whole when a lost one is
+/// reinitialized.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// The replica holding it (a hash of its URL; 0 for a stdio upstream).
+    pub replica: u64,
+    /// The upstream's `Mcp-Session-Id`; `None` when the upstream issued none.
+    pub upstream_session: Option<Arc<str>>,
+    /// What the upstream answered to `initialize` (shared by sessions that got the same).
+    pub negotiated: Arc<Negotiated>,
+    /// The proxy replica holding what lives in one process only (a stdio child):
+    /// `<advertised URL>#<incarnation>`; `None` when any replica can serve it.
+    pub owner: Option<Arc<str>>,
+}
+
+/// `clientInfo` and `capabilities` as the client gave them (raw JSON objects).
+#[derive(Debug, Clone)]
+pub struct ClientIdentity {
+    pub client_info: Option<Box<serde_json::value::RawValue>>,
+    pub capabilities: Option<Box<serde_json::value::RawValue>>,
 }

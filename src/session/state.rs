@@ -1,9 +1,11 @@
 //! The `state` token: opaque to clients, meaningful only to the proxy that issued it.
 //!
 //! The data-layer sessions draft asks that `state` be echoed byte for byte and, in production, be signed or
-//! encrypted. Here it carries a version byte and the session's use sequence, sealed with
-//! HMAC-SHA256 over the sessionId, so a token is good only for the session it was issued
-//! for and any change to it is detected before the request goes anywhere.
+//! encrypted. Here it carries a version byte, the session's use sequence and the expiry
+//! the use renewed it to, sealed with HMAC-SHA256 over the sessionId, so a token is good
+//! only for the session it was issued for and any change to it is detected before the
+//! request goes anywhere. The expiry matters to sealed sessionIds, which cannot be
+//! renewed themselves. Several keys may verify (the first issues), so keys rotate.
 
 use std::fmt;
 
@@ -14,10 +16,10 @@ use sha2::{Digest, Sha256};
 
 type HmacSha256 = Hmac<Sha256>;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const TAG_LEN: usize = 16;
-const TOKEN_LEN: usize = 1 + 8 + TAG_LEN;
-const DOMAIN: &[u8] = b"mcp-session-proxy/state/v1\0";
+const TOKEN_LEN: usize = 1 + 8 + 8 + TAG_LEN;
+const DOMAIN: &[u8] = b"mcp-session-proxy/state/v2\0";
 
 /// HMAC-SHA256 keyed with `key`. RFC 2104 §2: a key longer than the hash block is hashed
 /// first, a shorter one is padded with zeros; doing that here keeps construction
@@ -33,10 +35,11 @@ pub fn keyed_hmac(key: &[u8]) -> Hmac<Sha256> {
     HmacSha256::new(&block)
 }
 
-/// Issues and checks `state` tokens with one key.
+/// Issues `state` tokens with one key and checks them with that key and older ones.
 #[derive(Clone)]
 pub struct StateSigner {
-    keyed: HmacSha256,
+    /// The first issues; all verify.
+    keyed: Vec<HmacSha256>,
 }
 
 impl fmt::Debug for StateSigner {
@@ -49,7 +52,17 @@ impl StateSigner {
     /// A signer with `key` (any length; configuration asks for at least 32 bytes).
     pub fn new(key: &[u8]) -> Self {
         StateSigner {
-            keyed: keyed_hmac(key),
+            keyed: vec![keyed_hmac(key)],
+        }
+    }
+
+    /// A signer issuing with `keys[0]` and verifying with each (at least one).
+    pub fn with_keys(keys: &[Vec<u8>]) -> Self {
+        match keys.split_first() {
+            Some(_) => StateSigner {
+                keyed: keys.iter().map(|k| keyed_hmac(k)).collect(),
+            },
+            None => Self::generate(),
         }
     }
 
@@ -60,18 +73,23 @@ impl StateSigner {
         Self::new(&key)
     }
 
-    /// The token for use number `seq` of `session_id`.
-    pub fn issue(&self, session_id: &str, seq: u64) -> String {
+    /// The token for use number `seq` of `session_id`, which renewed it until
+    /// `expires_at` (ms since the epoch).
+    pub fn issue(&self, session_id: &str, seq: u64, expires_at: u64) -> String {
         let mut raw = [0u8; TOKEN_LEN];
         raw[0] = VERSION;
         raw[1..9].copy_from_slice(&seq.to_be_bytes());
-        let tag = self.mac(session_id, seq).finalize().into_bytes();
-        raw[9..].copy_from_slice(&tag[..TAG_LEN]);
+        raw[9..17].copy_from_slice(&expires_at.to_be_bytes());
+        let tag = mac(&self.keyed[0], session_id, &raw[1..17])
+            .finalize()
+            .into_bytes();
+        raw[17..].copy_from_slice(&tag[..TAG_LEN]);
         URL_SAFE_NO_PAD.encode(raw)
     }
 
-    /// The sequence sealed in `token`, if this signer issued it for `session_id`.
-    pub fn verify(&self, session_id: &str, token: &str) -> Option<u64> {
+    /// The sequence and expiry sealed in `token`, if this signer (with any of its keys)
+    /// issued it for `session_id`.
+    pub fn verify(&self, session_id: &str, token: &str) -> Option<(u64, u64)> {
         if token.len() > 64 {
             return None;
         }
@@ -79,21 +97,27 @@ impl StateSigner {
         if raw.len() != TOKEN_LEN || raw[0] != VERSION {
             return None;
         }
-        let seq = u64::from_be_bytes(raw[1..9].try_into().ok()?);
-        self.mac(session_id, seq)
-            .verify_truncated_left(&raw[9..])
-            .ok()
-            .map(|()| seq)
+        let body = &raw[1..17];
+        let seq = u64::from_be_bytes(body[..8].try_into().ok()?);
+        let expires_at = u64::from_be_bytes(body[8..].try_into().ok()?);
+        self.keyed
+            .iter()
+            .any(|keyed| {
+                mac(keyed, session_id, body)
+                    .verify_truncated_left(&raw[17..])
+                    .is_ok()
+            })
+            .then_some((seq, expires_at))
     }
+}
 
-    fn mac(&self, session_id: &str, seq: u64) -> HmacSha256 {
-        let mut mac = self.keyed.clone();
-        mac.update(DOMAIN);
-        mac.update(session_id.as_bytes());
-        mac.update(&[0]);
-        mac.update(&seq.to_be_bytes());
-        mac
-    }
+fn mac(keyed: &HmacSha256, session_id: &str, body: &[u8]) -> HmacSha256 {
+    let mut mac = keyed.clone();
+    mac.update(DOMAIN);
+    mac.update(session_id.as_bytes());
+    mac.update(&[0]);
+    mac.update(body);
+    mac
 }
 
 #[cfg(test)]
@@ -103,15 +127,15 @@ mod tests {
     #[test]
     fn a_token_verifies_for_its_session_only() {
         let signer = StateSigner::generate();
-        let token = signer.issue("mcps_a", 7);
-        assert_eq!(signer.verify("mcps_a", &token), Some(7));
+        let token = signer.issue("mcps_a", 7, 99);
+        assert_eq!(signer.verify("mcps_a", &token), Some((7, 99)));
         assert_eq!(signer.verify("mcps_b", &token), None);
     }
 
     #[test]
     fn any_change_to_a_token_is_detected() {
         let signer = StateSigner::generate();
-        let token = signer.issue("mcps_a", 1);
+        let token = signer.issue("mcps_a", 1, 2);
         for i in 0..token.len() {
             let mut bytes = token.clone().into_bytes();
             bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
@@ -124,24 +148,34 @@ mod tests {
 
     #[test]
     fn another_key_does_not_verify() {
-        let token = StateSigner::new(&[1; 32]).issue("mcps_a", 1);
+        let token = StateSigner::new(&[1; 32]).issue("mcps_a", 1, 5);
         assert_eq!(StateSigner::new(&[2; 32]).verify("mcps_a", &token), None);
-        assert_eq!(StateSigner::new(&[1; 32]).verify("mcps_a", &token), Some(1));
+        assert_eq!(
+            StateSigner::new(&[1; 32]).verify("mcps_a", &token),
+            Some((1, 5))
+        );
+        // Rotation: a signer whose older key issued it still verifies it.
+        let rotated = StateSigner::with_keys(&[vec![2; 32], vec![1; 32]]);
+        assert_eq!(rotated.verify("mcps_a", &token), Some((1, 5)));
+        assert_eq!(
+            rotated.verify("mcps_a", &rotated.issue("mcps_a", 2, 6)),
+            Some((2, 6))
+        );
     }
 
     #[test]
     fn keys_follow_rfc_2104_padding_and_hashing() {
         // A short key and the same key zero-padded to the block are the same HMAC key;
         // a long key is the same as its SHA-256 digest.
-        let token = StateSigner::new(b"k").issue("s", 3);
+        let token = StateSigner::new(b"k").issue("s", 3, 0);
         let mut padded = [0u8; 64];
         padded[0] = b'k';
-        assert_eq!(StateSigner::new(&padded).verify("s", &token), Some(3));
+        assert_eq!(StateSigner::new(&padded).verify("s", &token), Some((3, 0)));
         let long = [7u8; 100];
-        let token = StateSigner::new(&long).issue("s", 3);
+        let token = StateSigner::new(&long).issue("s", 3, 0);
         assert_eq!(
             StateSigner::new(&Sha256::digest(long)).verify("s", &token),
-            Some(3)
+            Some((3, 0))
         );
     }
 

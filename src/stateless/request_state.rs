@@ -7,6 +7,11 @@
 //! original request. A token that was changed, has expired, comes from another caller, or
 //! arrives with another request is refused; a good token can be used once (the parked
 //! call is taken out of the table).
+//!
+//! The parked call lives in one proxy process, which the token also names (its owner,
+//! `<advertised URL>#<incarnation>`), so that a retry landing on another replica sharing
+//! the key is forwarded there. Several keys open tokens (the first seals), so keys
+//! rotate.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -18,10 +23,14 @@ use sha2::{Digest, Sha256};
 
 use crate::session::keyed_hmac;
 
-const VERSION: u8 = 1;
-const DOMAIN: &[u8] = b"mcp-session-proxy/request-state/v1\0";
-/// version · park id · expiry (ms) · caller · request digest · tag
-const LEN: usize = 1 + 16 + 8 + 8 + 16 + 16;
+const VERSION: u8 = 2;
+const DOMAIN: &[u8] = b"mcp-session-proxy/request-state/v2\0";
+/// version · park id · expiry (ms) · caller · request digest · owner length, then the
+/// owner, then the tag.
+const FIXED: usize = 1 + 16 + 8 + 8 + 16 + 1;
+const TAG: usize = 16;
+/// Longest owner a token carries.
+const MAX_OWNER: usize = 255;
 
 /// Why a `requestState` is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -41,7 +50,8 @@ pub enum RequestStateError {
 /// Seals and opens `requestState` tokens.
 #[derive(Clone)]
 pub struct Sealer {
-    keyed: Hmac<Sha256>,
+    /// The first seals; all open.
+    keyed: Vec<Hmac<Sha256>>,
     ttl: Duration,
 }
 
@@ -79,8 +89,13 @@ fn first_bytes<const N: usize>(data: &[u8]) -> [u8; N] {
 impl Sealer {
     /// A sealer with `key`; tokens live `ttl`.
     pub fn new(key: &[u8], ttl: Duration) -> Self {
+        Self::with_keys(&[key.to_vec()], ttl)
+    }
+
+    /// A sealer sealing with `keys[0]` and opening with each of `keys`.
+    pub fn with_keys(keys: &[Vec<u8>], ttl: Duration) -> Self {
         Sealer {
-            keyed: keyed_hmac(key),
+            keyed: keys.iter().map(|k| keyed_hmac(k)).collect(),
             ttl,
         }
     }
@@ -89,36 +104,56 @@ impl Sealer {
         self.ttl
     }
 
-    /// A token for park `id`, bound to `binding`.
-    pub fn seal(&self, id: [u8; 16], binding: Binding<'_>) -> String {
-        let mut raw = Vec::with_capacity(LEN);
+    /// A token for park `id` held by `owner`, bound to `binding`.
+    pub fn seal(&self, id: [u8; 16], owner: &str, binding: Binding<'_>) -> String {
+        let owner = owner
+            .as_bytes()
+            .get(..MAX_OWNER)
+            .unwrap_or(owner.as_bytes());
+        let mut raw = Vec::with_capacity(FIXED + owner.len() + TAG);
         raw.push(VERSION);
         raw.extend_from_slice(&id);
         raw.extend_from_slice(&(now_ms() + self.ttl.as_millis() as u64).to_be_bytes());
         raw.extend_from_slice(&first_bytes::<8>(binding.caller));
         raw.extend_from_slice(&request_digest(binding));
-        let tag = self.tag(&raw);
+        raw.push(owner.len() as u8);
+        raw.extend_from_slice(owner);
+        let tag = tag(&self.keyed[0], &raw);
         raw.extend_from_slice(&tag);
         URL_SAFE_NO_PAD.encode(raw)
     }
 
-    /// The park id in `token`, if it is intact, current, and bound to `binding`.
-    pub fn open(&self, token: &str, binding: Binding<'_>) -> Result<[u8; 16], RequestStateError> {
-        if token.len() > 128 {
+    /// The park id in `token` and the replica holding it, if the token is intact,
+    /// current, and bound to `binding`.
+    pub fn open(
+        &self,
+        token: &str,
+        binding: Binding<'_>,
+    ) -> Result<([u8; 16], String), RequestStateError> {
+        if token.len() > 4 * (FIXED + MAX_OWNER + TAG) / 3 + 4 {
             return Err(RequestStateError::Tampered);
         }
         let raw = URL_SAFE_NO_PAD
             .decode(token)
             .map_err(|_| RequestStateError::Tampered)?;
-        if raw.len() != LEN || raw[0] != VERSION {
+        if raw.len() < FIXED + TAG || raw[0] != VERSION {
             return Err(RequestStateError::Tampered);
         }
-        let (body, tag) = raw.split_at(LEN - 16);
-        let mut mac = self.keyed.clone();
-        mac.update(DOMAIN);
-        mac.update(body);
-        mac.verify_truncated_left(tag)
-            .map_err(|_| RequestStateError::Tampered)?;
+        let (body, tag) = raw.split_at(raw.len() - TAG);
+        let owner_len = usize::from(body[FIXED - 1]);
+        if body.len() != FIXED + owner_len {
+            return Err(RequestStateError::Tampered);
+        }
+        let verified = self.keyed.iter().any(|keyed| {
+            let mut mac = keyed.clone();
+            mac.update(DOMAIN);
+            mac.update(body);
+            mac.verify_truncated_left(tag).is_ok()
+        });
+        if !verified {
+            return Err(RequestStateError::Tampered);
+        }
+        let owner = String::from_utf8_lossy(&body[FIXED..]).into_owned();
         let mut id = [0u8; 16];
         id.copy_from_slice(&body[1..17]);
         let mut expiry = [0u8; 8];
@@ -132,18 +167,18 @@ impl Sealer {
         if body[33..49] != request_digest(binding) {
             return Err(RequestStateError::OtherRequest);
         }
-        Ok(id)
+        Ok((id, owner))
     }
+}
 
-    fn tag(&self, body: &[u8]) -> [u8; 16] {
-        let mut mac = self.keyed.clone();
-        mac.update(DOMAIN);
-        mac.update(body);
-        let full = mac.finalize().into_bytes();
-        let mut tag = [0u8; 16];
-        tag.copy_from_slice(&full[..16]);
-        tag
-    }
+fn tag(keyed: &Hmac<Sha256>, body: &[u8]) -> [u8; TAG] {
+    let mut mac = keyed.clone();
+    mac.update(DOMAIN);
+    mac.update(body);
+    let full = mac.finalize().into_bytes();
+    let mut tag = [0u8; TAG];
+    tag.copy_from_slice(&full[..TAG]);
+    tag
 }
 
 fn request_digest(binding: Binding<'_>) -> [u8; 16] {
@@ -211,10 +246,16 @@ mod tests {
     fn a_token_opens_only_for_its_caller_and_request() {
         let sealer = Sealer::new(b"k", Duration::from_secs(60));
         let id = [7u8; 16];
-        let token = sealer.seal(id, binding(b"Bearer a", r#"{"name":"x"}"#));
+        let token = sealer.seal(id, "http://a#1", binding(b"Bearer a", r#"{"name":"x"}"#));
         assert_eq!(
             sealer.open(&token, binding(b"Bearer a", r#"{"name":"x"}"#)),
-            Ok(id)
+            Ok((id, "http://a#1".to_owned()))
+        );
+        let rotated = Sealer::with_keys(&[b"new".to_vec(), b"k".to_vec()], Duration::from_secs(60));
+        assert!(
+            rotated
+                .open(&token, binding(b"Bearer a", r#"{"name":"x"}"#))
+                .is_ok()
         );
         assert_eq!(
             sealer.open(&token, binding(b"Bearer b", r#"{"name":"x"}"#)),
@@ -239,7 +280,7 @@ mod tests {
     #[test]
     fn an_expired_token_is_refused() {
         let sealer = Sealer::new(b"k", Duration::ZERO);
-        let token = sealer.seal([1; 16], binding(b"", "{}"));
+        let token = sealer.seal([1; 16], "", binding(b"", "{}"));
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(
             sealer.open(&token, binding(b"", "{}")),

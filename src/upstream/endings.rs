@@ -1,30 +1,38 @@
 //! Upstream sessions ended in the background — expired data-layer sessions, creates that
-//! failed half-way, pooled sessions evicted or reaped, subscriptions closed, and every
-//! session at shutdown — through one bounded executor.
+//! failed half-way, pooled, pinned and isolated sessions let go of, subscriptions closed,
+//! sessions of upstreams a reload removed, and every session at shutdown — through one
+//! bounded executor, shared by every upstream of the process.
+//!
+//! Each [`Ending`] carries what it needs to reach its upstream session: the upstream
+//! (every replica of it), the replica holding the session, its id and the version it
+//! negotiated. An upstream session without an id (an HTTP upstream that issued none)
+//! has nothing to end upstream; it is let go of at once.
 //!
 //! At most [`WORKERS`] endings run at once (each holds one upstream connection, or stops
 //! one stdio child), and at most [`QUEUE`] wait. When the queue is full:
-//! - a caller that can wait ([`Endings::end`]: the session reaper, the pool's close,
-//!   shutdown) waits for room — the reaper slows down instead of opening connections
-//!   without bound. Such callers hold at most half of the queue between them;
-//! - a caller that cannot ([`Endings::end_soon`]: drop guards) so always finds the other
-//!   half; only if that is full too is the ending given up: the upstream session is left
-//!   to the upstream's own expiry, counted ([`Endings::dropped`]) and logged at a bounded
-//!   rate.
+//! - a caller that can wait ([`Endings::end`]: the session reaper, closing pools and pins,
+//!   a reload, shutdown; [`Endings::end_and_wait`]: an isolated call giving its place
+//!   back) waits for room — the reaper slows down instead of opening connections without
+//!   bound. Such callers hold at most half of the queue between them;
+//! - a caller that cannot ([`Endings::end_soon`]: drop guards, evictions) so always finds
+//!   the other half; only if that is full too is the ending given up: the upstream
+//!   session is left to the upstream's own expiry, counted ([`Endings::dropped`]) and
+//!   logged at a bounded rate.
 //!
-//! The owner stops the executor at shutdown ([`Endings::shutdown`]): what is queued is
-//! still ended, within a deadline; what is left then is abandoned.
+//! The owner stops the executor at shutdown ([`Endings::shutdown`]), after everything
+//! else that may queue endings: what is queued is still ended, within a deadline; what
+//! is left then is abandoned.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::Upstream;
 use super::http::Binding;
+use super::{ReplicaId, Upstream};
 use crate::throttle::Throttle;
 
 /// Endings running at once.
@@ -32,25 +40,49 @@ pub const WORKERS: usize = 32;
 /// Endings waiting for a worker.
 pub const QUEUE: usize = 4096;
 
-/// An upstream session to end.
+/// An upstream session to end, with what reaches it.
 #[derive(Debug, Clone)]
 pub struct Ending {
-    pub session_id: Arc<str>,
+    upstream: Upstream,
+    replica: ReplicaId,
+    session_id: Option<Arc<str>>,
     /// The version negotiated at `initialize` (sent as `MCP-Protocol-Version`).
-    pub protocol_version: &'static str,
+    protocol_version: &'static str,
 }
 
 impl Ending {
-    /// The ending of an upstream session, if there is one (an upstream that issued no
-    /// session id has nothing to end).
-    pub fn of(
-        session_id: Option<impl Into<Arc<str>>>,
+    /// The ending of the upstream session `session_id` that `replica` of `upstream`
+    /// holds (`None`: the upstream issued no session id).
+    pub fn new(
+        upstream: &Upstream,
+        replica: ReplicaId,
+        session_id: Option<&str>,
         protocol_version: &'static str,
-    ) -> Option<Ending> {
-        session_id.map(|id| Ending {
-            session_id: id.into(),
+    ) -> Ending {
+        Ending {
+            upstream: upstream.clone(),
+            replica,
+            session_id: session_id.map(Arc::from),
             protocol_version,
-        })
+        }
+    }
+
+    fn binding(&self) -> Binding<'_> {
+        Binding {
+            replica: self.replica,
+            session_id: self.session_id.as_deref(),
+            protocol_version: self.protocol_version,
+        }
+    }
+
+    /// An upstream session without an id has nothing to end upstream: it is let go of
+    /// at once (the replica's count of live sessions). Whether that was the case.
+    fn settled_at_once(&self) -> bool {
+        if self.session_id.is_some() {
+            return false;
+        }
+        self.upstream.forget(self.binding());
+        true
     }
 }
 
@@ -58,6 +90,8 @@ struct Job {
     ending: Ending,
     /// A waiting caller's place in the queue, given back when a worker takes the job.
     room: Option<OwnedSemaphorePermit>,
+    /// Told when the ending is done (or given up), for a caller that waits for it.
+    done: Option<oneshot::Sender<()>>,
 }
 
 /// See the module documentation.
@@ -82,23 +116,17 @@ impl std::fmt::Debug for Job {
 
 impl Endings {
     /// Starts the executor with [`WORKERS`] and [`QUEUE`].
-    pub fn start(upstream: Upstream) -> Arc<Endings> {
-        Endings::with_limits(upstream, WORKERS, QUEUE)
+    pub fn start() -> Arc<Endings> {
+        Endings::with_limits(WORKERS, QUEUE)
     }
 
     /// Starts the executor with `workers` at once and `queue` waiting.
-    pub fn with_limits(upstream: Upstream, workers: usize, queue: usize) -> Arc<Endings> {
+    pub fn with_limits(workers: usize, queue: usize) -> Arc<Endings> {
         let queue = queue.max(2);
         let (tx, rx) = mpsc::channel(queue);
         let (closing, closed) = watch::channel(false);
         let pending = Arc::new(AtomicUsize::new(0));
-        let dispatcher = tokio::spawn(dispatch(
-            upstream,
-            rx,
-            closed,
-            workers.max(1),
-            pending.clone(),
-        ));
+        let dispatcher = tokio::spawn(dispatch(rx, closed, workers.max(1), pending.clone()));
         Arc::new(Endings {
             tx,
             waiting_room: Arc::new(Semaphore::new(queue / 2)),
@@ -112,29 +140,63 @@ impl Endings {
 
     /// Queues `ending`, waiting while this caller's half of the queue is full.
     pub async fn end(&self, ending: Ending) {
+        self.queue(ending, None).await;
+    }
+
+    /// Queues `ending` like [`Endings::end`] and waits until it is done: for a caller
+    /// whose place (under a pool's bound) is held until the upstream session is gone.
+    pub async fn end_and_wait(&self, ending: Ending) {
+        let (done, finished) = oneshot::channel();
+        if self.queue(ending, Some(done)).await {
+            // An error only when the executor stopped with the ending still queued.
+            let _ = finished.await;
+        }
+    }
+
+    /// Whether `ending` was queued.
+    async fn queue(&self, ending: Ending, done: Option<oneshot::Sender<()>>) -> bool {
+        if ending.settled_at_once() {
+            return false;
+        }
         let Ok(room) = self.waiting_room.clone().acquire_owned().await else {
-            return;
+            tracing::debug!("an upstream session was to be ended after shutdown");
+            return false;
         };
         self.pending.fetch_add(1, Ordering::AcqRel);
         let job = Job {
             ending,
             room: Some(room),
+            done,
         };
         if self.tx.send(job).await.is_err() {
             self.pending.fetch_sub(1, Ordering::AcqRel);
             tracing::debug!("an upstream session was to be ended after shutdown");
+            return false;
         }
+        true
     }
 
     /// Queues `ending` without waiting; gives it up (counted, logged at a bounded rate)
     /// when the queue is full.
     pub fn end_soon(&self, ending: Ending) {
+        if ending.settled_at_once() {
+            return;
+        }
         self.pending.fetch_add(1, Ordering::AcqRel);
-        let job = Job { ending, room: None };
+        let job = Job {
+            ending,
+            room: None,
+            done: None,
+        };
         match self.tx.try_send(job) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(mpsc::error::TrySendError::Full(job)) => {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
+                // Given up: an HTTP replica no longer counts it as live (a stdio child
+                // stays, counted under `max_children`, until it dies or shutdown).
+                if !job.ending.upstream.is_process_local() {
+                    job.ending.upstream.forget(job.ending.binding());
+                }
                 let total = self.dropped.fetch_add(1, Ordering::AcqRel) + 1;
                 if let Some(more) = self.dropped_log.lock().admit() {
                     tracing::warn!(
@@ -191,7 +253,6 @@ impl Drop for Endings {
 /// Takes jobs one at a time, each once a worker is free; after `closing`, ends what is
 /// queued and returns.
 async fn dispatch(
-    upstream: Upstream,
     mut rx: mpsc::Receiver<Job>,
     mut closing: watch::Receiver<bool>,
     workers: usize,
@@ -215,25 +276,31 @@ async fn dispatch(
                 continue;
             }
         };
-        let Some(Job { ending, room }) = job else {
+        let Some(Job { ending, room, done }) = job else {
             break;
         };
         drop(room);
-        let upstream = upstream.clone();
         let pending = pending.clone();
         let failures = failures.clone();
         running.spawn(async move {
-            let binding = Binding {
-                session_id: Some(&ending.session_id),
-                protocol_version: ending.protocol_version,
-            };
-            if let Err(e) = upstream.terminate(binding).await
+            if let Err(e) = ending.upstream.terminate(ending.binding()).await
                 && let Some(more) = failures.lock().admit()
             {
-                tracing::warn!(error = %e, similar_since_last_warning = more, "the upstream did not end a session");
+                tracing::warn!(
+                    upstream = %ending.upstream.label(),
+                    error = %e,
+                    similar_since_last_warning = more,
+                    "the upstream did not end a session"
+                );
             }
             pending.fetch_sub(1, Ordering::AcqRel);
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
         });
     }
     while running.join_next().await.is_some() {}
 }
+
+#[cfg(test)]
+mod tests;

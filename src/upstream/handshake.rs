@@ -17,6 +17,8 @@ use crate::mcp::initialize::{self, Negotiated};
 /// An open upstream session.
 #[derive(Debug)]
 pub struct Opened {
+    /// The replica that holds it.
+    pub replica: super::ReplicaId,
     /// The upstream's session id (`Mcp-Session-Id`, or the proxy's key for a stdio
     /// child); `None` when the upstream issued none.
     pub session_id: Option<String>,
@@ -48,6 +50,7 @@ impl HttpUpstream {
         let negotiated =
             read_result(&mut answer.messages, answer.status, self.settings().timeout).await?;
         let binding = Binding {
+            replica: self.id(),
             session_id: session_id.as_deref(),
             protocol_version: negotiated.protocol_version,
         };
@@ -65,6 +68,7 @@ impl HttpUpstream {
             });
         }
         Ok(Opened {
+            replica: self.id(),
             session_id,
             negotiated,
         })

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::Histogram;
 
 use bytes::Bytes;
@@ -43,6 +42,8 @@ pub struct Settings {
 /// The upstream session a request is sent in.
 #[derive(Debug, Clone, Copy)]
 pub struct Binding<'a> {
+    /// The replica holding it.
+    pub replica: super::ReplicaId,
     /// The upstream's `Mcp-Session-Id`; `None` for an upstream that issued none.
     pub session_id: Option<&'a str>,
     /// The version negotiated at `initialize`, sent as `MCP-Protocol-Version`.
@@ -55,10 +56,9 @@ pub struct HttpUpstream {
     client: Client<HttpConnector, Full<Bytes>>,
     settings: Settings,
     label: Arc<str>,
+    id: super::ReplicaId,
     /// Time to response head, observed on every exchange.
     latency: Option<Histogram>,
-    /// When an exchange last got a response (any status), for readiness.
-    last_answer: Arc<Mutex<Option<Instant>>>,
 }
 
 impl HttpUpstream {
@@ -74,13 +74,13 @@ impl HttpUpstream {
             .pool_idle_timeout(settings.idle_timeout)
             .pool_max_idle_per_host(settings.max_idle)
             .build(connector);
-        let label = settings.url.to_string().into();
+        let label: Arc<str> = settings.url.to_string().into();
         HttpUpstream {
             client,
             settings,
+            id: super::replica_id(&label),
             label,
             latency,
-            last_answer: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -91,6 +91,11 @@ impl HttpUpstream {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Its id as a replica of its upstream.
+    pub fn id(&self) -> super::ReplicaId {
+        self.id
     }
 
     /// POSTs one JSON-RPC message in `binding`'s upstream session (or in none) and reads
@@ -212,7 +217,6 @@ impl HttpUpstream {
         if let Some(latency) = &self.latency {
             latency.observe(answered.duration_since(sent).as_secs_f64());
         }
-        *self.last_answer.lock() = Some(answered);
         Ok(response)
     }
 
@@ -245,30 +249,6 @@ impl HttpUpstream {
             headers.insert(MCP_PROTOCOL_VERSION.clone(), version);
         }
         Ok(request)
-    }
-}
-
-impl HttpUpstream {
-    /// Whether the upstream looks reachable: it answered something in the last
-    /// `recent`, or a TCP connection to it opens within a second.
-    pub async fn reachable(&self, recent: Duration) -> bool {
-        if self
-            .last_answer
-            .lock()
-            .is_some_and(|at| at.elapsed() < recent)
-        {
-            return true;
-        }
-        let Some(host) = self.settings.url.host() else {
-            return false;
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = self.settings.url.port_u16().unwrap_or(80);
-        let connect = tokio::net::TcpStream::connect((host, port));
-        matches!(
-            tokio::time::timeout(Duration::from_secs(1), connect).await,
-            Ok(Ok(_))
-        )
     }
 }
 

@@ -11,6 +11,14 @@
 //! `max_open`, the longest-idle session of any key makes room; only when every session is
 //! busy is a request refused. A session that failed mid-use is ended instead of given
 //! back.
+//!
+//! The same bound covers upstream sessions opened for one call alone
+//! ([`Pool::checkout_alone`], `stateless.affinity = "isolated"`): never pooled, ended
+//! when the call lets go of them.
+//!
+//! Every session leaving the pool is ended through the process's bounded executor
+//! ([`Endings`]): evictions and drops without waiting, a call letting go of its session
+//! waiting for the end (its place is held until then), a closing pool waiting for room.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,13 +26,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use http::header::{AUTHORIZATION, COOKIE, HeaderName};
 use parking_lot::Mutex;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use sha2::{Digest, Sha256};
 
 use super::{Binding, Ending, Endings, Opened, Upstream, UpstreamError};
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
 /// Pool limits.
@@ -53,10 +60,22 @@ pub struct Pool {
 
 #[derive(Debug)]
 struct Idle {
+    replica: super::ReplicaId,
     session_id: Option<String>,
     negotiated: Arc<Negotiated>,
     opened: Instant,
     since: Instant,
+}
+
+impl Idle {
+    fn ending(&self, upstream: &Upstream) -> Ending {
+        Ending::new(
+            upstream,
+            self.replica,
+            self.session_id.as_deref(),
+            self.negotiated.protocol_version,
+        )
+    }
 }
 
 /// One upstream session, checked out: used by one request at a time, returned on drop.
@@ -64,15 +83,21 @@ struct Idle {
 pub struct Checkout {
     pool: Arc<Pool>,
     key: String,
+    replica: super::ReplicaId,
     session_id: Option<String>,
     negotiated: Arc<Negotiated>,
     opened: Instant,
     broken: bool,
+    /// Opened for one call alone: ended when dropped, never pooled.
+    alone: bool,
+    /// Already ended upstream (`release`): dropping it only gives its place back.
+    ended: bool,
 }
 
 impl Checkout {
     pub fn binding(&self) -> Binding<'_> {
         Binding {
+            replica: self.replica,
             session_id: self.session_id.as_deref(),
             protocol_version: self.negotiated.protocol_version,
         }
@@ -87,17 +112,41 @@ impl Checkout {
     pub fn discard(&mut self) {
         self.broken = true;
     }
+
+    /// Lets go of the session: back to the pool, or — opened for one call alone, broken or
+    /// too old — ended upstream (through the endings), waited for. Its place under
+    /// `max_open` is held until the upstream session is gone, so sessions being ended
+    /// count against the bound too. (Dropping a checkout does the same with the end in
+    /// the background.)
+    pub async fn release(mut self) {
+        if !(self.broken || self.alone || self.opened.elapsed() >= self.pool.settings.max_age) {
+            return;
+        }
+        let ending = Ending::new(
+            &self.pool.upstream,
+            self.replica,
+            self.session_id.as_deref(),
+            self.negotiated.protocol_version,
+        );
+        self.pool.endings.end_and_wait(ending).await;
+        self.ended = true;
+    }
 }
 
 impl Drop for Checkout {
     fn drop(&mut self) {
+        if self.ended {
+            self.pool.open.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         let idle = Idle {
+            replica: self.replica,
             session_id: self.session_id.take(),
             negotiated: self.negotiated.clone(),
             opened: self.opened,
             since: Instant::now(),
         };
-        if self.broken || self.opened.elapsed() >= self.pool.settings.max_age {
+        if self.broken || self.alone || self.opened.elapsed() >= self.pool.settings.max_age {
             self.pool.end(idle);
             return;
         }
@@ -112,28 +161,13 @@ impl Drop for Checkout {
     }
 }
 
-/// Headers that say who is calling; a pooled session serves one caller's values only.
-const CREDENTIALS: [HeaderName; 3] = [AUTHORIZATION, COOKIE, HeaderName::from_static("x-api-key")];
-
-/// The pool key: the caller's credentials (hashed, never kept) and the capabilities.
+/// The pool key: the capabilities and the caller (its credentials hashed, never kept).
 pub fn pool_key(capabilities: Option<&RawValue>, forwarded: &HeaderMap) -> String {
     let mut key = capabilities_key(capabilities);
-    let mut hasher = Sha256::new();
-    let mut any = false;
-    for name in &CREDENTIALS {
-        for value in forwarded.get_all(name) {
-            any = true;
-            hasher.update(name.as_str().as_bytes());
-            hasher.update(b"\0");
-            hasher.update(value.as_bytes());
-            hasher.update(b"\0");
-        }
-    }
-    if any {
+    let caller = Caller::of(forwarded);
+    if !caller.is_anonymous() {
         key.push('\n');
-        for byte in &hasher.finalize()[..16] {
-            key.push_str(&format!("{byte:02x}"));
-        }
+        key.push_str(&caller.hex());
     }
     key
 }
@@ -184,29 +218,72 @@ impl Pool {
                 return Ok(Checkout {
                     pool: self.clone(),
                     key,
+                    replica: idle.replica,
                     session_id: idle.session_id,
                     negotiated: idle.negotiated,
                     opened: idle.opened,
                     broken: false,
+                    alone: false,
+                    ended: false,
                 });
             }
             self.end(idle);
         }
+        self.open_new(key, capabilities, forwarded, true, false)
+            .await
+    }
+
+    /// An upstream session for one call alone (`stateless.affinity = "isolated"`): opened
+    /// now under the pool's bound, ended when the checkout drops — after the call's last
+    /// round. `logs`: whether the call wants log notifications (only then is the upstream
+    /// asked for them, which costs a round trip).
+    pub async fn checkout_alone(
+        self: &Arc<Self>,
+        capabilities: Option<&RawValue>,
+        forwarded: &HeaderMap,
+        logs: bool,
+    ) -> Result<Checkout, UpstreamError> {
+        self.open_new(String::new(), capabilities, forwarded, logs, true)
+            .await
+    }
+
+    async fn open_new(
+        self: &Arc<Self>,
+        key: String,
+        capabilities: Option<&RawValue>,
+        forwarded: &HeaderMap,
+        logs: bool,
+        alone: bool,
+    ) -> Result<Checkout, UpstreamError> {
         self.take_slot()?;
         match self.upstream.open(None, capabilities, forwarded).await {
             Ok(Opened {
+                replica,
                 session_id,
                 negotiated,
             }) => {
                 let checkout = Checkout {
                     pool: self.clone(),
                     key,
+                    replica,
                     session_id,
                     negotiated: Arc::new(negotiated),
                     opened: Instant::now(),
                     broken: false,
+                    alone,
+                    ended: false,
                 };
-                self.hear_every_log(&checkout, forwarded).await;
+                // From here the checkout owns the session: dropped half-way (the client
+                // left), it is ended or pooled like any other.
+                if logs {
+                    hear_every_log(
+                        &self.upstream,
+                        &checkout.negotiated,
+                        checkout.binding(),
+                        forwarded,
+                    )
+                    .await;
+                }
                 Ok(checkout)
             }
             Err(e) => {
@@ -258,29 +335,6 @@ impl Pool {
         Some(idle)
     }
 
-    /// Pooled sessions serve requests with different log levels; the pool asks the
-    /// upstream for everything (`logging/setLevel debug`) and the caller filters.
-    async fn hear_every_log(&self, checkout: &Checkout, forwarded: &HeaderMap) {
-        let has_logging = crate::jsonrpc::RawObject::parse(&checkout.negotiated.capabilities)
-            .is_some_and(|caps| caps.get("logging").is_some());
-        if !has_logging {
-            return;
-        }
-        let request = crate::jsonrpc::write::request(
-            br#""mcp-session-proxy-log-level""#,
-            crate::mcp::Method::LoggingSetLevel.as_str(),
-            Some(br#"{"level":"debug"}"#),
-        );
-        let answer = self
-            .upstream
-            .exchange(checkout.binding(), request, forwarded)
-            .await;
-        if let Ok(mut answer) = answer {
-            let drain = async { while let Some(Ok(_)) = answer.messages.next_message().await {} };
-            let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
-        }
-    }
-
     /// Ends idle sessions unused for `idle_ttl` or older than `max_age`.
     pub fn reap(self: &Arc<Self>) {
         let ttl = self.settings.idle_ttl;
@@ -313,23 +367,45 @@ impl Pool {
             .collect();
         for idle in all {
             self.open.fetch_sub(1, Ordering::AcqRel);
-            if let Some(ending) = Ending::of(idle.session_id, idle.negotiated.protocol_version) {
-                self.endings.end(ending).await;
-            }
+            self.endings.end(idle.ending(&self.upstream)).await;
         }
     }
 
-    /// Where this pool's sessions are ended; others that hold one of its sessions'
-    /// upstream (a subscription) end theirs there too.
+    /// Where this pool's sessions are ended (the process's executor); others that hold
+    /// an upstream session of the same upstream (a subscription) end theirs there too.
     pub fn endings(&self) -> &Arc<Endings> {
         &self.endings
     }
 
     fn end(&self, idle: Idle) {
         self.open.fetch_sub(1, Ordering::AcqRel);
-        if let Some(ending) = Ending::of(idle.session_id, idle.negotiated.protocol_version) {
-            self.endings.end_soon(ending);
-        }
+        self.endings.end_soon(idle.ending(&self.upstream));
+    }
+}
+
+/// Upstream sessions that serve requests with different log levels (pooled, pinned, a
+/// handle's) ask the upstream for everything (`logging/setLevel debug`); the stateless
+/// path filters per request. Nothing is asked of an upstream without `logging`.
+pub async fn hear_every_log(
+    upstream: &Upstream,
+    negotiated: &Negotiated,
+    binding: Binding<'_>,
+    forwarded: &HeaderMap,
+) {
+    let has_logging = crate::jsonrpc::RawObject::parse(&negotiated.capabilities)
+        .is_some_and(|caps| caps.get("logging").is_some());
+    if !has_logging {
+        return;
+    }
+    let request = crate::jsonrpc::write::request(
+        br#""mcp-session-proxy-log-level""#,
+        crate::mcp::Method::LoggingSetLevel.as_str(),
+        Some(br#"{"level":"debug"}"#),
+    );
+    let answer = upstream.exchange(binding, request, forwarded).await;
+    if let Ok(mut answer) = answer {
+        let drain = async { while let Some(Ok(_)) = answer.messages.next_message().await {} };
+        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
     }
 }
 
@@ -352,25 +428,23 @@ mod tests {
 
     #[test]
     fn callers_with_other_credentials_get_other_keys() {
+        use http::header::AUTHORIZATION;
         let none = HeaderMap::new();
         let mut alice = HeaderMap::new();
         alice.insert(AUTHORIZATION, "Bearer alice".parse().unwrap());
         let mut bob = HeaderMap::new();
         bob.insert(AUTHORIZATION, "Bearer bob".parse().unwrap());
-        let mut alice_cookie = HeaderMap::new();
-        alice_cookie.insert(COOKIE, "Bearer alice".parse().unwrap());
         let keys = [
             pool_key(None, &none),
             pool_key(None, &alice),
             pool_key(None, &bob),
-            pool_key(None, &alice_cookie),
         ];
-        for (i, a) in keys.iter().enumerate() {
-            for b in &keys[i + 1..] {
-                assert_ne!(a, b);
-            }
-        }
-        assert_eq!(pool_key(None, &alice), pool_key(None, &alice.clone()));
+        assert_ne!(keys[0], keys[1]);
+        assert_ne!(keys[1], keys[2]);
+        assert_eq!(
+            keys[0], "{}",
+            "an anonymous caller's key is its capabilities"
+        );
         assert!(!keys[1].contains("alice"), "credentials are hashed");
     }
 }

@@ -187,6 +187,7 @@ impl StdioUpstream {
         let negotiated = Negotiated::clone(&warm.negotiated);
         self.children.insert(key.clone(), warm);
         Ok(Opened {
+            replica: super::LOCAL_REPLICA,
             session_id: Some(key),
             negotiated,
         })

@@ -301,7 +301,17 @@ pub struct Interop {
 
 impl Interop {
     pub async fn start(server: ServerProcess) -> Interop {
-        let proxy = start(config_for(&server.url()))
+        Interop::start_with(server, |_| {}).await
+    }
+
+    /// The proxy, configured by `configure`, in front of `server`.
+    pub async fn start_with(
+        server: ServerProcess,
+        configure: impl FnOnce(&mut mcp_session_proxy::config::Config),
+    ) -> Interop {
+        let mut config = config_for(&server.url());
+        configure(&mut config);
+        let proxy = start(config)
             .await
             .unwrap_or_else(|e| panic!("cannot start the proxy in front of {}: {e}", server.url()));
         Interop { proxy, server }
@@ -328,5 +338,128 @@ impl Interop {
     pub async fn stop(self) {
         self.proxy.shutdown().await;
         drop(self.server);
+    }
+}
+
+/// How long one command of an SDK 2.x client may take (a connect includes starting Python
+/// and importing the SDK).
+const SDK2_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A real MCP 2026-07-28 client: the official Python SDK 2.x (`Client(url,
+/// mode="auto")`, `tests/interop/clients/sdk2_client.py`) in its own process, driven one
+/// command at a time so that a test decides exactly how several of them interleave.
+pub struct Sdk2Client {
+    child: Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    stderr: Log,
+    drain: JoinHandle<()>,
+    /// What the client negotiated (`2026-07-28` through the proxy).
+    pub protocol_version: String,
+}
+
+impl Sdk2Client {
+    /// Starts a client of `url` sending `headers` (`"Name: value"`) with every request,
+    /// and waits until it has connected.
+    pub async fn connect(url: &str, headers: &[&str]) -> Sdk2Client {
+        ensure_installed();
+        let mut command = Command::new(tools_dir().join("venv2/bin/python"));
+        command
+            .arg(repo_root().join("tests/interop/clients/sdk2_client.py"))
+            .arg(url);
+        for header in headers {
+            command.arg("--header").arg(header);
+        }
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the SDK 2.x client: {e}"));
+        let stderr = Log::default();
+        let drain = self::drain(
+            BufReader::new(child.stderr.take().expect("stderr is piped")).lines(),
+            stderr.clone(),
+        );
+        let stdin = child.stdin.take().expect("stdin is piped");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
+        let mut client = Sdk2Client {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            drain,
+            protocol_version: String::new(),
+        };
+        let ready = client.read().await;
+        assert_eq!(ready["ready"], true, "{ready}");
+        client.protocol_version = ready["protocolVersion"].as_str().unwrap_or("").to_owned();
+        client
+    }
+
+    async fn read(&mut self) -> serde_json::Value {
+        let line = tokio::time::timeout(SDK2_TIMEOUT, self.stdout.next_line()).await;
+        match line {
+            Ok(Ok(Some(line))) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("the SDK 2.x client wrote {line:?} ({e})")),
+            other => panic!(
+                "the SDK 2.x client gave no answer ({other:?}); its stderr:\n{}",
+                self.stderr.text()
+            ),
+        }
+    }
+
+    async fn command(&mut self, command: serde_json::Value) -> serde_json::Value {
+        use tokio::io::AsyncWriteExt;
+        let mut line = command.to_string();
+        line.push('\n');
+        self.stdin
+            .write_all(line.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("the SDK 2.x client is gone ({e}): {}", self.stderr.text()));
+        self.read().await
+    }
+
+    /// `client.call_tool(name, arguments)`: `{isError, text, structured}`, or `{error}`
+    /// when the SDK raised.
+    pub async fn call(&mut self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        self.command(serde_json::json!({"op": "call", "name": name, "arguments": arguments}))
+            .await
+    }
+
+    /// A call that must succeed; its text.
+    pub async fn text(&mut self, name: &str, arguments: serde_json::Value) -> String {
+        let answer = self.call(name, arguments).await;
+        assert_eq!(answer["isError"], false, "{name}: {answer}");
+        answer["text"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// `client.list_tools()`: each tool's name, argument names and required ones.
+    pub async fn list(&mut self) -> serde_json::Value {
+        self.command(serde_json::json!({"op": "list"})).await
+    }
+
+    /// Ends the client (it closes its transport) and waits for it.
+    pub async fn exit(mut self) {
+        use tokio::io::AsyncWriteExt;
+        let _ = self.stdin.write_all(b"{\"op\":\"exit\"}\n").await;
+        let status = tokio::time::timeout(SDK2_TIMEOUT, self.child.wait()).await;
+        assert!(
+            matches!(status, Ok(Ok(s)) if s.success()),
+            "the SDK 2.x client did not exit cleanly ({status:?}): {}",
+            self.stderr.text()
+        );
+    }
+}
+
+impl Drop for Sdk2Client {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        self.drain.abort();
+        if std::thread::panicking() {
+            eprintln!("--- SDK 2.x client stderr ---\n{}", self.stderr.text());
+        }
     }
 }

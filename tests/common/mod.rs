@@ -22,6 +22,7 @@
 
 pub mod assert;
 pub mod binary;
+pub mod fleet;
 pub mod interop;
 pub mod log;
 pub mod procs;
@@ -50,9 +51,12 @@ pub struct Harness {
 pub fn config_for(upstream: &str) -> Config {
     let mut config = Config::defaults();
     config.listen = "127.0.0.1:0".parse().unwrap();
-    config.upstream.target = Target::Http(upstream.parse().unwrap());
+    config.upstream.target = Target::Http(vec![upstream.parse().unwrap()]);
     // Open event streams hold a graceful shutdown for this long at most.
     config.shutdown_grace = Duration::from_secs(2);
+    // A replica probe opens (and ends) an upstream session of its own: hourly, so that
+    // no test counting the upstream's sessions meets one (probe tests set their own).
+    config.upstream.health_interval = Duration::from_secs(3600);
     config
 }
 
@@ -637,6 +641,9 @@ pub struct StatelessClient {
     pub http: reqwest::Client,
     pub capabilities: Value,
     pub log_level: Option<&'static str>,
+    /// Sent with every request besides the 2026-07-28 ones (credentials, a conversation
+    /// id).
+    pub extra_headers: HeaderMap,
     next_id: u64,
 }
 
@@ -649,8 +656,16 @@ impl StatelessClient {
             http: http_client(),
             capabilities: json!({}),
             log_level: None,
+            extra_headers: HeaderMap::new(),
             next_id: 0,
         }
+    }
+
+    /// Sends `name: value` with every request.
+    pub fn with_header(mut self, name: &'static str, value: &str) -> Self {
+        self.extra_headers
+            .insert(name, HeaderValue::from_str(value).unwrap());
+        self
     }
 
     pub fn with_capabilities(mut self, capabilities: Value) -> Self {
@@ -701,7 +716,8 @@ impl StatelessClient {
     pub async fn send(&mut self, method: &str, params: Value) -> reqwest::Response {
         self.next_id += 1;
         let params = self.params(params);
-        let headers = Self::headers(method, &params);
+        let mut headers = Self::headers(method, &params);
+        headers.extend(self.extra_headers.clone());
         let body =
             json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params});
         post_streaming(&self.http, &self.url, &body, &headers).await

@@ -5,6 +5,8 @@
 # nothing to do takes well under a second.
 #   npm/               @modelcontextprotocol/server-everything, from npm/package-lock.json
 #   venv/              Python venv with the official MCP Python SDK 1.x, from requirements.txt
+#   venv2/             Python venv with the official MCP Python SDK 2.x (its 2026-07-28
+#                      client), from requirements-sdk2.txt
 #   node22/            Node.js 22 (npm package `node`, exact version), from node22/package-lock.json;
 #                      the conformance suite needs Node >= 22
 #   conformance-2025/  @modelcontextprotocol/conformance 0.1.16 (--spec-version 2025-11-25)
@@ -13,9 +15,12 @@
 #                      TypeScript SDK client tests)
 #   inspector/         @modelcontextprotocol/inspector 2.12.0, the official MCP Inspector; its
 #                      connection CLI `mcpdo` (tests/inspector.rs) runs on node22/
-# Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), curl (installed
-# with apt-get when missing and run as root), the npm registry and PyPI. Safe to run
-# concurrently (serialised with flock).
+# and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
+#   curl               tests/binary.rs runs README.md's curl examples as written
+#   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
+#                      and a real load balancer in front of two proxy processes
+# Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), the npm
+# registry and PyPI. Safe to run concurrently (serialised with flock).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,6 +31,7 @@ PYTHON="${PYTHON:-python3}"
 # Each must match the package.json / requirements.txt it names.
 EVERYTHING_VERSION="2026.8.31"         # npm/package.json
 MCP_PY_VERSION="1.30.0"                # requirements.txt
+MCP_PY2_VERSION="2.3.0"                # requirements-sdk2.txt
 NODE22_VERSION="22.23.3"               # node22/package.json
 CONFORMANCE_2025_VERSION="0.1.16"      # conformance-2025/package.json
 CONFORMANCE_2026_VERSION="0.2.0-alpha.12" # conformance-2026/package.json
@@ -38,16 +44,30 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 
-# tests/binary.rs runs README.md's curl examples as written.
-if ! command -v curl >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "interop setup: curl not found; apt-get install curl"
-    apt-get install -y -qq curl >/dev/null || {
-      apt-get update -qq >/dev/null && apt-get install -y -qq curl >/dev/null
-    }
+# Debian packages: curl for the README's examples; the tests start their own
+# redis-server and nginx (no service is enabled or started here). Installed only when
+# missing, so a second run is a no-op.
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+debian=()
+have curl || debian+=(curl)
+have redis-server || debian+=(redis-server)
+have nginx || debian+=(nginx-light)
+if [ "${#debian[@]}" -gt 0 ]; then
+  command -v apt-get >/dev/null 2>&1 || { echo "interop setup: ${debian[*]} missing and no apt-get to install them" >&2; exit 1; }
+  SUDO=()
+  [ "$(id -u)" = 0 ] || SUDO=(sudo -n)
+  echo "interop setup: apt-get install ${debian[*]}"
+  if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debian[@]}" >/dev/null; then
+    "${SUDO[@]}" apt-get update -qq >/dev/null
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debian[@]}" >/dev/null
   fi
-  command -v curl >/dev/null || { echo "interop setup: curl not found" >&2; exit 1; }
+  # Debian's packages may start their service; the tests start their own.
+  for service in redis-server nginx; do
+    if command -v service >/dev/null 2>&1; then "${SUDO[@]}" service "$service" stop >/dev/null 2>&1 || true; fi
+  done
+  have curl && have redis-server && have nginx || { echo "interop setup: ${debian[*]} still missing after apt-get" >&2; exit 1; }
 fi
+
 command -v node >/dev/null || { echo "interop setup: node not found" >&2; exit 1; }
 command -v npm >/dev/null || { echo "interop setup: npm not found" >&2; exit 1; }
 command -v "$PYTHON" >/dev/null || { echo "interop setup: $PYTHON not found" >&2; exit 1; }
@@ -77,6 +97,7 @@ MCPDO_JS="$TOOLS/inspector/node_modules/@modelcontextprotocol/inspector/clients/
 PARTS=(
   "npm|$(npm_stamp "everything=$EVERYTHING_VERSION" npm)|$EVERYTHING_JS"
   "venv|mcp-python=$MCP_PY_VERSION python=$py_version files=$(hash_of "$HERE/requirements.txt")|$TOOLS/venv/bin/python"
+  "venv2|mcp-python=$MCP_PY2_VERSION python=$py_version files=$(hash_of "$HERE/requirements-sdk2.txt")|$TOOLS/venv2/bin/python"
   "node22|$(npm_stamp "node=$NODE22_VERSION" node22)|$NODE22"
   "conformance-2025|$(npm_stamp "conformance=$CONFORMANCE_2025_VERSION" conformance-2025)|$C2025_JS"
   "conformance-2026|$(npm_stamp "conformance=$CONFORMANCE_2026_VERSION" conformance-2026)|$C2026_JS"
@@ -114,27 +135,49 @@ install_npm() {
   [ -f "$EVERYTHING_JS" ] || fail "$EVERYTHING_JS missing after npm ci"
 }
 
-install_venv() {
-  echo "interop setup: python $py_version venv -> $TOOLS/venv"
-  rm -rf "$TOOLS/venv"
-  if ! "$PYTHON" -m venv "$TOOLS/venv" >/dev/null 2>&1; then
+make_venv() { # dir
+  rm -rf "$1"
+  if ! "$PYTHON" -m venv "$1" >/dev/null 2>&1; then
     # Debian's own python3 ships venv/ensurepip separately.
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       echo "interop setup: python -m venv failed; apt-get install python3-venv"
       apt-get install -y -qq python3-venv >/dev/null || {
         apt-get update -qq >/dev/null && apt-get install -y -qq python3-venv >/dev/null
       }
-      rm -rf "$TOOLS/venv"
-      "$PYTHON" -m venv "$TOOLS/venv"
+      rm -rf "$1"
+      "$PYTHON" -m venv "$1"
     else
       fail "'$PYTHON -m venv' failed (install python3-venv)"
     fi
   fi
+}
+
+pip_install() { # venv requirements
+  "$1/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$2"
+}
+
+install_venv() {
+  echo "interop setup: python $py_version venv -> $TOOLS/venv"
+  make_venv "$TOOLS/venv"
   echo "interop setup: pip install mcp==$MCP_PY_VERSION (+ pinned deps)"
-  "$TOOLS/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-    -r "$HERE/requirements.txt"
+  pip_install "$TOOLS/venv" "$HERE/requirements.txt"
   "$TOOLS/venv/bin/python" -c 'from mcp.server.fastmcp import FastMCP, Context' ||
     fail "mcp import check failed"
+}
+
+install_venv2() {
+  echo "interop setup: python $py_version venv -> $TOOLS/venv2"
+  make_venv "$TOOLS/venv2"
+  echo "interop setup: pip install mcp==$MCP_PY2_VERSION (+ pinned deps)"
+  pip_install "$TOOLS/venv2" "$HERE/requirements-sdk2.txt"
+  "$TOOLS/venv2/bin/python" - "$MCP_PY2_VERSION" <<'PY' || fail "mcp $MCP_PY2_VERSION import check failed"
+import sys
+from importlib.metadata import version
+from mcp import Client  # noqa: F401  the 2026-07-28 client
+from mcp.client.streamable_http import streamable_http_client  # noqa: F401
+got = version("mcp")
+sys.exit(0 if got == sys.argv[1] else f"mcp is {got}, expected {sys.argv[1]}")
+PY
 }
 
 install_node22() {
@@ -187,6 +230,7 @@ for p in "${PARTS[@]}"; do
   case "$name" in
     npm) install_npm ;;
     venv) install_venv ;;
+    venv2) install_venv2 ;;
     node22) install_node22 ;;
     conformance-2025) install_conformance conformance-2025 "$CONFORMANCE_2025_VERSION" "$C2025_JS" ;;
     conformance-2026) install_conformance conformance-2026 "$CONFORMANCE_2026_VERSION" "$C2026_JS" ;;

@@ -1,5 +1,6 @@
-//! One stateless call, from its first request to its last round: a task that owns the
-//! pooled upstream session and reads the upstream's answer message by message.
+//! One stateless call, from its first request to its last round: a task that holds the
+//! call's upstream session (pooled, its own, pinned or a handle's: `affinity`) and reads
+//! the upstream's answer message by message.
 //!
 //! The upstream's own requests (sampling, elicitation, roots — SEP-2322 calls them input
 //! requests) are gathered for a moment (a server may send several at once), then the
@@ -18,16 +19,18 @@ use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot};
 
+use super::affinity::CallSession;
 use super::{GATHER, StatelessPath, declares};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, write};
 use crate::mcp::Method;
+use crate::rewrite::handles::{HandleTools, tools_list};
 use crate::rewrite::stateless::{
     complete, error_for_client, input_request, input_required, key_of,
 };
 use crate::stateless::request_state::Binding as StateBinding;
 use crate::stateless::{LogLevel, log_passes};
-use crate::upstream::{Checkout, Delivery, Messages, UpstreamError};
+use crate::upstream::{Delivery, Messages, UpstreamError};
 
 /// How the client's HTTP answer starts: a JSON body, or an event stream.
 #[derive(Debug)]
@@ -50,7 +53,8 @@ pub struct Resume {
 #[derive(Debug)]
 pub struct Call {
     pub path: Arc<StatelessPath>,
-    pub checkout: Checkout,
+    /// Held until the call's last round: given back, ended or kept when the call drops.
+    pub session: CallSession,
     pub messages: Messages,
     /// The id the upstream knows the call by (the first request's).
     pub upstream_id: Bytes,
@@ -67,6 +71,18 @@ pub struct Call {
     /// `params.uri` of a `resources/read` (for the 2026 not-found error).
     pub uri: Option<String>,
     pub forwarded: HeaderMap,
+    /// A `tools/list` in handles mode: its result gains the handle tools.
+    pub list: Option<ListWithHandles>,
+}
+
+/// How a `tools/list` result is extended with the handle tools.
+#[derive(Debug)]
+pub struct ListWithHandles {
+    pub tools: HandleTools,
+    /// The request had no `cursor`: the tools are added to this page.
+    pub first_page: bool,
+    /// How long an unused session lives, in words.
+    pub idle: String,
 }
 
 /// Where the client's answer goes now.
@@ -160,12 +176,12 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
                     "the upstream ended its answer without a response".into(),
                 );
                 fail(&mut out, &call, ended).await;
-                call.checkout.discard();
+                call.session.discard();
                 break;
             }
             Ok(Some(Err(e))) => {
                 fail(&mut out, &call, e).await;
-                call.checkout.discard();
+                call.session.discard();
                 break;
             }
             Ok(Some(Ok(message))) => message,
@@ -237,7 +253,9 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
             }
         }
     }
-    // Dropping the call gives its upstream session back to the pool (or ends it).
+    // The client has its answer; now the upstream session goes back to the pool, is
+    // ended (its own, or one whose state is unknown), or stays (pinned, a handle's).
+    call.session.release().await;
 }
 
 /// The proxy's own error answer to an upstream request the client cannot take.
@@ -255,7 +273,7 @@ async fn answer(call: &Call, message: Bytes) {
     let reply = call
         .path
         .upstream
-        .exchange(call.checkout.binding(), message, &call.forwarded)
+        .exchange(call.session.binding(), message, &call.forwarded)
         .await;
     if let Err(e) = reply {
         tracing::warn!(error = %e, "could not answer an upstream request");
@@ -270,6 +288,7 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
     let park_id = path.parked.park(resume_tx);
     let token = path.sealer.seal(
         park_id,
+        path.cluster.me(),
         StateBinding {
             caller: &call.caller,
             method: &call.method,
@@ -280,7 +299,7 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
         .iter()
         .map(|p| (p.key.clone(), p.request.clone()))
         .collect();
-    let server_info = call.checkout.negotiated().server_info.clone();
+    let server_info = call.session.negotiated().server_info.clone();
     let result = input_required(&requests, &token, &server_info);
     out.finish(StatusCode::OK, write::result(&call.client_id, &result))
         .await;
@@ -324,7 +343,7 @@ async fn cancel(call: &mut Call) {
         write::notification(Method::Cancelled.as_str(), Some(&params)),
     )
     .await;
-    call.checkout.discard();
+    call.session.discard();
 }
 
 /// Ends the client's round with the proxy's own error.
@@ -347,9 +366,25 @@ async fn missing_capability(call: &Call, out: &mut Out, required: Vec<&'static s
 /// The upstream's response as the client's: a 2026-07-28 result, or the error with
 /// 2026's codes and statuses.
 fn final_answer(call: &Call, envelope: &Envelope<'_>) -> (StatusCode, Bytes) {
-    let server_info = &call.checkout.negotiated().server_info;
+    let server_info = &call.session.negotiated().server_info;
     if let Some(result) = envelope.result {
-        let rewritten = complete(result, &call.method, server_info)
+        let listed = call
+            .list
+            .as_ref()
+            .and_then(|list| tools_list(result, &list.tools, list.first_page, &list.idle));
+        let listed = listed.and_then(|listed| {
+            for name in &listed.clashes {
+                tracing::warn!(
+                    tool = %name,
+                    "an upstream tool clashes with the session handle tools (stateless.handle_*):                      a tool of that name is the proxy's, an argument of that name is taken off"
+                );
+            }
+            String::from_utf8(listed.result)
+                .ok()
+                .and_then(|text| RawValue::from_string(text).ok())
+        });
+        let result = listed.as_deref().unwrap_or(result);
+        let rewritten = complete(result, &call.method, Some(server_info))
             .unwrap_or_else(|| result.get().as_bytes().to_vec());
         return (StatusCode::OK, write::result(&call.client_id, &rewritten));
     }

@@ -134,6 +134,7 @@ pub async fn open(
         .map_err(|e| path.error(e))?;
     let session = Subscription {
         path: path.clone(),
+        replica: opened.replica,
         session_id: opened.session_id,
         version: opened.negotiated.protocol_version,
     };
@@ -195,6 +196,7 @@ pub async fn open(
 /// The upstream session a subscription holds; ended when dropped.
 struct Subscription {
     path: Arc<StatelessPath>,
+    replica: crate::upstream::ReplicaId,
     session_id: Option<String>,
     version: &'static str,
 }
@@ -202,6 +204,7 @@ struct Subscription {
 impl Subscription {
     fn binding(&self) -> Binding<'_> {
         Binding {
+            replica: self.replica,
             session_id: self.session_id.as_deref(),
             protocol_version: self.version,
         }
@@ -210,9 +213,13 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(ending) = Ending::of(self.session_id.take(), self.version) {
-            self.path.pool.endings().end_soon(ending);
-        }
+        let ending = Ending::new(
+            &self.path.upstream,
+            self.replica,
+            self.session_id.as_deref(),
+            self.version,
+        );
+        self.path.pool.endings().end_soon(ending);
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::session::MemoryStore;
 use serde_json::value::RawValue;
@@ -9,6 +10,18 @@ fn negotiated() -> Negotiated {
         server_info: RawValue::from_string(r#"{"name":"s","version":"1"}"#.into()).unwrap(),
         capabilities: RawValue::from_string("{}".into()).unwrap(),
         instructions: None,
+    }
+}
+
+fn new(upstream_session: Option<&str>) -> NewSession {
+    NewSession {
+        upstream: "default".into(),
+        replica: 1,
+        upstream_session: upstream_session.map(str::to_owned),
+        negotiated: negotiated(),
+        owner: None,
+        legacy: false,
+        client: None,
     }
 }
 
@@ -27,17 +40,12 @@ fn sessions(max: usize, ttl: Duration) -> Sessions {
 async fn a_lease_renews_and_advances_the_state() {
     let s = sessions(10, Duration::from_secs(60));
     let issued = s
-        .admit(
-            s.reserve().unwrap(),
-            Some("up-1".into()),
-            negotiated(),
-            false,
-        )
+        .admit(s.reserve().unwrap(), new(Some("up-1")))
         .await
         .unwrap();
     let first = s.lease(&issued.id, Some(&issued.state)).await.unwrap();
     assert_eq!(first.record.seq, 1);
-    assert_eq!(first.record.upstream_session.as_deref(), Some("up-1"));
+    assert_eq!(first.record.route.upstream_session.as_deref(), Some("up-1"));
     let second = s.lease(&issued.id, Some(&first.state)).await.unwrap();
     assert_eq!(second.record.seq, 2);
     assert_ne!(first.state, second.state);
@@ -49,14 +57,8 @@ async fn a_lease_renews_and_advances_the_state() {
 #[tokio::test]
 async fn a_state_from_another_session_is_refused_without_renewing() {
     let s = sessions(10, Duration::from_secs(60));
-    let a = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
-    let b = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     assert!(matches!(
         s.lease(&a.id, Some(&b.state)).await,
         Err(SessionError::BadState)
@@ -72,17 +74,11 @@ async fn a_state_from_another_session_is_refused_without_renewing() {
 #[tokio::test]
 async fn sessions_negotiating_the_same_thing_share_it() {
     let s = sessions(10, Duration::from_secs(60));
-    let a = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
-    let b = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     let ra = s.lease(&a.id, None).await.unwrap().record;
     let rb = s.lease(&b.id, None).await.unwrap().record;
-    assert!(Arc::ptr_eq(&ra.negotiated, &rb.negotiated));
+    assert!(Arc::ptr_eq(&ra.route.negotiated, &rb.route.negotiated));
 }
 
 #[tokio::test]
@@ -101,17 +97,11 @@ async fn unknown_and_invisible_ids_are_not_found() {
 #[tokio::test]
 async fn the_cap_counts_reserved_and_live_sessions() {
     let s = sessions(2, Duration::from_secs(60));
-    let a = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     let pending = s.reserve().unwrap();
     assert!(matches!(s.reserve(), Err(SessionError::Full { max: 2 })));
     drop(pending);
-    let b = s
-        .admit(s.reserve().unwrap(), None, negotiated(), false)
-        .await
-        .unwrap();
+    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
     assert_eq!(s.live(), 2);
     assert!(s.end(&a.id).await.unwrap().is_some());
     assert!(s.end(&a.id).await.unwrap().is_none());
@@ -124,7 +114,7 @@ async fn the_cap_counts_reserved_and_live_sessions() {
 async fn expired_sessions_are_not_leased_and_are_reaped() {
     let s = sessions(10, Duration::from_millis(1));
     let a = s
-        .admit(s.reserve().unwrap(), Some("up".into()), negotiated(), false)
+        .admit(s.reserve().unwrap(), new(Some("up")))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -141,12 +131,12 @@ async fn expired_sessions_are_not_leased_and_are_reaped() {
 #[tokio::test]
 async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
     let s = Arc::new(sessions(10, Duration::from_millis(1)));
-    s.admit(s.reserve().unwrap(), Some("up".into()), negotiated(), false)
+    s.admit(s.reserve().unwrap(), new(Some("up")))
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let reaper = spawn_reaper(s.clone(), Duration::from_millis(5), move |_, record| {
-        let _ = tx.send(record.upstream_session);
+        let _ = tx.send(record.route.upstream_session);
         std::future::ready(())
     });
     let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
@@ -160,4 +150,93 @@ async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
             .unwrap()
             .is_none()
     );
+}
+
+fn caller(token: &str) -> Caller {
+    let mut headers = http::HeaderMap::new();
+    headers.insert(http::header::AUTHORIZATION, token.parse().unwrap());
+    Caller::of(&headers)
+}
+
+fn upstream() -> Arc<str> {
+    "default".into()
+}
+
+#[tokio::test]
+async fn sessions_bound_to_a_caller_are_counted_per_caller_until_they_end() {
+    let s = sessions(10, Duration::from_millis(50));
+    let up = upstream();
+    let (alice, bob) = (caller("Bearer alice"), caller("Bearer bob"));
+    let first = s
+        .admit(s.reserve_for(&up, alice, 2).unwrap(), new(None))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.lease(&first.id, None).await.unwrap().record.caller,
+        Some(alice)
+    );
+    let pending = s.reserve_for(&up, alice, 2).unwrap();
+    assert!(matches!(
+        s.reserve_for(&up, alice, 2),
+        Err(SessionError::CallerFull { max: 2 })
+    ));
+    assert!(
+        s.reserve_for(&up, bob, 2).is_ok(),
+        "another caller has its own count"
+    );
+    drop(pending);
+    assert_eq!(
+        s.bound_to(&up, alice),
+        1,
+        "a place never used is given back"
+    );
+    let second = s
+        .admit(s.reserve_for(&up, alice, 2).unwrap(), new(None))
+        .await
+        .unwrap();
+    assert_eq!(s.bound_to(&up, alice), 2);
+    s.end(&second.id).await.unwrap();
+    assert_eq!(s.bound_to(&up, alice), 1, "ending one frees its place");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(s.take_expired().await.unwrap().len(), 1);
+    assert_eq!(s.bound_to(&up, alice), 0, "expiry frees it too");
+    assert_eq!(s.live(), 0);
+}
+
+#[tokio::test]
+async fn a_caller_is_counted_per_upstream() {
+    let s = sessions(10, Duration::from_secs(60));
+    let (alpha, beta): (Arc<str>, Arc<str>) = ("alpha".into(), "beta".into());
+    let alice = caller("Bearer alice");
+    let mut held = Vec::new();
+    held.push(s.reserve_for(&alpha, alice, 1).unwrap());
+    assert!(matches!(
+        s.reserve_for(&alpha, alice, 1),
+        Err(SessionError::CallerFull { max: 1 })
+    ));
+    held.push(
+        s.reserve_for(&beta, alice, 1)
+            .expect("another upstream has its own cap"),
+    );
+    assert_eq!(s.bound_to(&alpha, alice), 1);
+    assert_eq!(s.bound_to(&beta, alice), 1);
+    drop(held);
+    assert_eq!(s.bound_to(&alpha, alice) + s.bound_to(&beta, alice), 0);
+}
+
+#[tokio::test]
+async fn callers_without_credentials_are_bounded_by_the_global_cap_only() {
+    let s = sessions(3, Duration::from_secs(60));
+    let up = upstream();
+    for _ in 0..3 {
+        s.admit(s.reserve_for(&up, Caller::ANONYMOUS, 1).unwrap(), new(None))
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        s.reserve_for(&up, Caller::ANONYMOUS, 1),
+        Err(SessionError::Full { max: 3 })
+    ));
+    let plain = s.peek("mcps_unknown").await.unwrap();
+    assert!(plain.is_none());
 }

@@ -1,0 +1,156 @@
+//! Who is calling: the credentials a request carries (`Authorization`, `Cookie`,
+//! `X-Api-Key`), reduced to a hash that is kept instead of them.
+//!
+//! An upstream may tie a session to the credentials it was opened with, so the proxy
+//! never lets callers with different credentials share an upstream session: pooled
+//! sessions are keyed by it, pinned sessions are keyed by it, and a session handle is
+//! bound to it.
+
+use std::fmt;
+
+use http::HeaderMap;
+use http::header::{AUTHORIZATION, COOKIE, HeaderName};
+use sha2::{Digest, Sha256};
+
+/// Headers that say who is calling.
+pub const CREDENTIALS: [HeaderName; 3] =
+    [AUTHORIZATION, COOKIE, HeaderName::from_static("x-api-key")];
+
+/// A caller: 128 bits of SHA-256 over its credential headers (names and values, in the
+/// order received), or anonymous when it sent none. Never the credentials themselves.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Caller(Option<[u8; 16]>);
+
+impl Caller {
+    /// A request without credentials.
+    pub const ANONYMOUS: Caller = Caller(None);
+
+    /// The caller behind `headers` (the client's, or those forwarded from them).
+    pub fn of(headers: &HeaderMap) -> Caller {
+        let mut hasher = Sha256::new();
+        let mut any = false;
+        for name in &CREDENTIALS {
+            for value in headers.get_all(name) {
+                any = true;
+                hasher.update(name.as_str().as_bytes());
+                hasher.update(b"\0");
+                hasher.update(value.as_bytes());
+                hasher.update(b"\0");
+            }
+        }
+        if !any {
+            return Caller::ANONYMOUS;
+        }
+        let mut hash = [0u8; 16];
+        hash.copy_from_slice(&hasher.finalize()[..16]);
+        Caller(Some(hash))
+    }
+
+    /// Whether the request carried no credentials at all.
+    pub fn is_anonymous(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The hash (`None` for an anonymous caller), as a store keeps it.
+    pub fn hash(&self) -> Option<[u8; 16]> {
+        self.0
+    }
+
+    /// The caller a store kept as [`Caller::hash`].
+    pub fn from_hash(hash: Option<[u8; 16]>) -> Caller {
+        Caller(hash)
+    }
+
+    /// The caller [`Caller::hex`] wrote; `None` when `hex` is not such a text.
+    pub fn from_hex(hex: &str) -> Option<Caller> {
+        if hex.is_empty() {
+            return Some(Caller::ANONYMOUS);
+        }
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut hash = [0u8; 16];
+        for (i, byte) in hash.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Caller(Some(hash)))
+    }
+
+    /// The hash in hex (`""` for an anonymous caller), for keys.
+    pub fn hex(&self) -> String {
+        let Some(hash) = &self.0 else {
+            return String::new();
+        };
+        let mut out = String::with_capacity(32);
+        for byte in hash {
+            out.push_str(&format!("{byte:02x}"));
+        }
+        out
+    }
+}
+
+impl fmt::Debug for Caller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_anonymous() {
+            f.write_str("Caller(anonymous)")
+        } else {
+            write!(f, "Caller({})", &self.hex()[..8])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(name: HeaderName, value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name, value.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn callers_with_other_credentials_differ() {
+        let callers = [
+            Caller::of(&HeaderMap::new()),
+            Caller::of(&with(AUTHORIZATION, "Bearer alice")),
+            Caller::of(&with(AUTHORIZATION, "Bearer bob")),
+            Caller::of(&with(COOKIE, "Bearer alice")),
+            Caller::of(&with(HeaderName::from_static("x-api-key"), "k")),
+        ];
+        for (i, a) in callers.iter().enumerate() {
+            for b in &callers[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert!(callers[0].is_anonymous());
+        assert_eq!(callers[0].hex(), "");
+        assert_eq!(
+            Caller::of(&with(AUTHORIZATION, "Bearer alice")),
+            callers[1],
+            "the same credentials, the same caller"
+        );
+        assert!(!format!("{:?}", callers[1]).contains("alice"));
+        assert_eq!(callers[1].hex().len(), 32);
+    }
+
+    #[test]
+    fn a_caller_comes_back_from_what_a_store_keeps() {
+        for caller in [
+            Caller::ANONYMOUS,
+            Caller::of(&with(AUTHORIZATION, "Bearer alice")),
+        ] {
+            assert_eq!(Caller::from_hex(&caller.hex()), Some(caller));
+            assert_eq!(Caller::from_hash(caller.hash()), caller);
+        }
+        for bad in ["0", "zz".repeat(16).as_str(), "é".repeat(16).as_str()] {
+            assert_eq!(Caller::from_hex(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn other_headers_do_not_make_a_caller() {
+        let headers = with(HeaderName::from_static("x-conversation-id"), "c1");
+        assert!(Caller::of(&headers).is_anonymous());
+    }
+}

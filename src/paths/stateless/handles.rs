@@ -1,0 +1,266 @@
+//! Session handles (`stateless.affinity = "handles"`): the SEP-2567 way for a stateless
+//! client to keep state on a legacy server. State lives in handles passed as tool
+//! arguments and checked on every call.
+//!
+//! - `tools/list` gains the open and close tools (first page only) and every tool an
+//!   optional handle argument (`rewrite::handles::tools_list`, applied by the call's task).
+//! - The open tool opens a session through the same machinery as `sessions/create` (an
+//!   upstream session first, then the record; idle expiry, the reaper, the cap, the admin
+//!   API), bound to the caller's credentials, and answers its id as the handle.
+//! - A call passing a handle runs in that session; the argument is taken off first.
+//! - The close tool ends the session.
+//! - An unknown, expired or foreign handle is a tool error result the model can read
+//!   (`isError: true`), never a protocol error: the model can open another session, or
+//!   call without one.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::value::RawValue;
+
+use super::super::session::binding;
+use super::StatelessPath;
+use crate::error::ProxyError;
+use crate::jsonrpc::{raw_str, write};
+use crate::mcp::Method;
+use crate::mcp::caller::Caller;
+use crate::mcp::initialize::Negotiated;
+use crate::response::{self, ProxyBody};
+use crate::rewrite::handles::{
+    HandleArgument, HandleTools, close_argument, opened, take_argument, tool_result,
+};
+use crate::rewrite::stateless::complete;
+use crate::route::Message;
+use crate::session::{SessionError, log_tag, rfc3339};
+use crate::stateless::Context;
+use crate::upstream::hear_every_log;
+
+/// What the handles mode makes of a new stateless call.
+pub(super) enum Intercept {
+    /// The proxy answered it (a handle tool, or a bad handle argument).
+    Answered(Box<Response<ProxyBody>>),
+    /// A `tools/call` naming a handle: the body without the argument.
+    Handle(String, Option<Vec<u8>>),
+    /// A `tools/list`: its result gains the handle tools.
+    ListTools { first_page: bool },
+    /// Anything else (a `tools/call` without a handle: its body, if anything came off).
+    Nothing(Option<Vec<u8>>),
+}
+
+/// A handle as it may be shown back in a message (a client sent it: bounded).
+fn shown(handle: &str) -> String {
+    let mut shown: String = handle.chars().take(64).collect();
+    if shown.len() < handle.len() {
+        shown.push('…');
+    }
+    shown
+}
+
+/// Looks at a new call in handles mode.
+pub(super) async fn intercept(
+    path: &Arc<StatelessPath>,
+    message: &Message<'_, '_>,
+    context: &Context<'_>,
+    id: &Bytes,
+    forwarded: &HeaderMap,
+    tools: &HandleTools,
+    max_per_caller: usize,
+) -> Result<Intercept, ProxyError> {
+    let params = message.params();
+    match message.method() {
+        Some(Method::ToolsList) => Ok(Intercept::ListTools {
+            first_page: params
+                .and_then(|p| p.member("cursor"))
+                .is_none_or(|cursor| cursor.get() == "null"),
+        }),
+        Some(Method::ToolsCall) => {
+            let (Some((raw, payload)), Some(name)) = (
+                message.payload,
+                params.and_then(|p| p.member("name")).and_then(raw_str),
+            ) else {
+                return Ok(Intercept::Nothing(None));
+            };
+            if name == tools.open {
+                return open(path, message, context, id, forwarded, tools, max_per_caller)
+                    .await
+                    .map(|answer| Intercept::Answered(Box::new(answer)));
+            }
+            if name == tools.close {
+                let handle = close_argument(payload, &tools.argument);
+                return close(path, message, id, handle.as_deref(), tools)
+                    .await
+                    .map(|answer| Intercept::Answered(Box::new(answer)));
+            }
+            let (body, argument) = take_argument(message.body, raw, payload, &tools.argument);
+            Ok(match argument {
+                HandleArgument::Absent => Intercept::Nothing(body),
+                HandleArgument::Handle(handle) => Intercept::Handle(handle, body),
+                HandleArgument::Invalid => {
+                    let text = format!(
+                        "The \"{argument}\" argument must be a session handle returned by \
+                         {open} (a string). Leave it out to run the call on its own.",
+                        argument = tools.argument,
+                        open = tools.open,
+                    );
+                    Intercept::Answered(Box::new(path.tool_answer(id, &text, None, true, None)))
+                }
+            })
+        }
+        _ => Ok(Intercept::Nothing(None)),
+    }
+}
+
+/// The open tool: a session bound to the caller, its id as the handle.
+async fn open(
+    path: &Arc<StatelessPath>,
+    message: &Message<'_, '_>,
+    context: &Context<'_>,
+    id: &Bytes,
+    forwarded: &HeaderMap,
+    tools: &HandleTools,
+    max_per_caller: usize,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let sessions = path.session_path.sessions();
+    let upstream = path.session_path.name();
+    let slot = match sessions.reserve_for(upstream, Caller::of(message.headers), max_per_caller) {
+        Ok(slot) => slot,
+        Err(SessionError::CallerFull { max }) => {
+            let text = format!(
+                "You already have {max} sessions open, the most one caller may hold. Close one \
+                 you no longer need with {close}, then open a new one.",
+                close = tools.close,
+            );
+            return Ok(path.tool_answer(id, &text, None, true, None));
+        }
+        Err(SessionError::Full { max }) => {
+            let text = format!(
+                "The server holds its maximum of {max} sessions and cannot open another now. \
+                 Close a session you no longer need, or try again later."
+            );
+            return Ok(path.tool_answer(id, &text, None, true, None));
+        }
+        Err(e) => return Err(path.session_path.session_error(e, "")),
+    };
+    let issued = path
+        .session_path
+        .open_bound(
+            slot,
+            message.headers,
+            context.client_info,
+            Some(context.capabilities),
+        )
+        .await?;
+    // A handle's session serves calls with different log levels: it hears them all, and
+    // each call filters.
+    if let Ok(Some(record)) = sessions.peek(&issued.id).await {
+        let route = &record.route;
+        hear_every_log(&path.upstream, &route.negotiated, binding(route), forwarded).await;
+    }
+    tracing::info!(handle = %log_tag(&issued.id), "session handle opened");
+    let expires_at = rfc3339(issued.expires_at);
+    // A sealed id cannot be renewed by a call that brings no `state` back (a handle's
+    // never does): its end is fixed when it opens.
+    let ends = if sessions.store().renews_by_use() {
+        format!(
+            "It ends after {idle} without use (next: {expires_at})",
+            idle = path.idle_text()
+        )
+    } else {
+        format!("It ends at {expires_at}, used or not")
+    };
+    let text = format!(
+        "Session opened. Its handle is {handle}\nPass \"{handle}\" as the \"{argument}\" \
+         argument of other tools to run them in this session; the server keeps its state \
+         between those calls. {ends}, or when you call {close}.",
+        handle = issued.id,
+        argument = tools.argument,
+        close = tools.close,
+    );
+    let structured = opened(&issued.id, &expires_at);
+    Ok(path.tool_answer(
+        id,
+        &text,
+        Some(&structured),
+        false,
+        Some(&issued.negotiated),
+    ))
+}
+
+/// The close tool: ends the caller's session (at the replica running its stdio server,
+/// when another one does).
+async fn close(
+    path: &Arc<StatelessPath>,
+    message: &Message<'_, '_>,
+    id: &Bytes,
+    handle: Option<&str>,
+    tools: &HandleTools,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let Some(handle) = handle.filter(|h| !h.is_empty()) else {
+        let text = format!(
+            "{close} needs the \"{argument}\" argument: the handle {open} returned.",
+            close = tools.close,
+            argument = tools.argument,
+            open = tools.open,
+        );
+        return Ok(path.tool_answer(id, &text, None, true, None));
+    };
+    if let Some(forwarded) = path
+        .session_path
+        .to_owner(handle, http::Method::POST, message.headers, message.body)
+        .await
+    {
+        return forwarded;
+    }
+    let caller = Caller::of(message.headers);
+    match path.session_path.end_as(handle, caller).await {
+        Ok(()) => {
+            tracing::info!(handle = %log_tag(handle), "session handle closed");
+            let text = format!("Session {} closed.", shown(handle));
+            Ok(path.tool_answer(id, &text, None, false, None))
+        }
+        Err(ProxyError::SessionNotFound { .. }) => Ok(unknown(path, id, handle)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The answer to a call naming a handle that does not exist (never opened, closed,
+/// expired, lost by the upstream) or belongs to another caller — one message for all, so
+/// that it tells nothing of other callers' handles.
+pub(super) fn unknown(path: &StatelessPath, id: &Bytes, handle: &str) -> Response<ProxyBody> {
+    let (open, argument) = path
+        .handle_tools()
+        .map_or(("", ""), |t| (t.open.as_str(), t.argument.as_str()));
+    let text = format!(
+        "The session \"{handle}\" does not exist: it was closed, it ended after {idle} \
+         without use, the server lost it, or it is not yours. Call {open} to open a new \
+         session, or leave out the \"{argument}\" argument to run the call on its own.",
+        handle = shown(handle),
+        idle = path.idle_text(),
+    );
+    path.tool_answer(id, &text, None, true, None)
+}
+
+impl StatelessPath {
+    /// A tool result the proxy answers itself, as a 2026-07-28 result: `resultType`, and
+    /// the server's identity (`negotiated`'s, or the last one the upstream gave).
+    pub(super) fn tool_answer(
+        &self,
+        id: &[u8],
+        text: &str,
+        structured: Option<&[u8]>,
+        is_error: bool,
+        negotiated: Option<&Arc<Negotiated>>,
+    ) -> Response<ProxyBody> {
+        let result = tool_result(text, structured, is_error);
+        let server_info = negotiated
+            .map(|n| n.server_info.clone())
+            .or_else(|| self.last_server_info());
+        let finished = String::from_utf8(result.clone())
+            .ok()
+            .and_then(|text| RawValue::from_string(text).ok())
+            .and_then(|raw| complete(&raw, Method::ToolsCall.as_str(), server_info.as_deref()))
+            .unwrap_or(result);
+        response::json(StatusCode::OK, write::result(id, &finished))
+    }
+}

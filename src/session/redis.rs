@@ -1,0 +1,526 @@
+//! The Redis store: session records in a Redis server shared by proxy replicas, so a
+//! session created on one replica is used and deleted on another, and a restarted proxy
+//! carries on every live session.
+//!
+//! Layout (every key under [`PREFIX`]):
+//! - `s:<sessionId>`, a hash: `r` the record (compact JSON), `q` the use sequence, `u`
+//!   the upstream session id (compared when a lost one is replaced). Its TTL is the idle
+//!   expiry plus [`REAP_GRACE`], renewed by every use, so Redis drops what no proxy
+//!   reaped (all of them down) after the grace.
+//! - `expiry`, a sorted set of sessionIds by idle expiry (ms). Reapers claim expired
+//!   sessions from it in a script, atomically: each expired session is ended upstream by
+//!   exactly one replica.
+//! - `p:<upstream>:<Mcp-Session-Id>`: the replica an old client's upstream session lives
+//!   on (pass-through affinity), with the idle TTL.
+//!
+//! Every operation on the request path is one round trip: a Lua script (`EVALSHA`) that
+//! reads and renews together. The connection manager reconnects by itself; while Redis is
+//! down every operation fails within [`TIMEOUT`] with [`StoreError::Unavailable`] (the
+//! client hears HTTP 503), and nothing is lost that Redis kept. Not for Redis Cluster
+//! (the scripts touch keys they are not given).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::id;
+use super::record::{ClientIdentity, Millis, Route, SessionRecord};
+use super::store::{Renewal, SessionStore, StoreError};
+use crate::mcp::caller::Caller;
+use crate::mcp::initialize::Negotiated;
+use crate::mcp::version;
+
+/// Every key of the proxy starts with this.
+pub const PREFIX: &str = "mcp-session-proxy:";
+/// How long a Redis command (or a connection attempt) may take.
+pub const TIMEOUT: Duration = Duration::from_millis(1000);
+/// How long after its idle expiry an unreaped record stays in Redis.
+pub const REAP_GRACE: Duration = Duration::from_secs(600);
+
+const CREATE: &str = r"
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
+redis.call('HSET', KEYS[1], 'r', ARGV[1], 'q', 0, 'u', ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
+return 1
+";
+
+const RENEW: &str = r"
+local exp = redis.call('ZSCORE', KEYS[2], ARGV[4])
+if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return false end
+local blob = redis.call('HGET', KEYS[1], 'r')
+if not blob then return false end
+local seq = redis.call('HINCRBY', KEYS[1], 'q', 1)
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+return {blob, seq}
+";
+
+const GET: &str = r"
+local exp = redis.call('ZSCORE', KEYS[2], ARGV[2])
+if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return false end
+local v = redis.call('HMGET', KEYS[1], 'r', 'q')
+if not v[1] then return false end
+return {v[1], tonumber(v[2])}
+";
+
+const REMOVE: &str = r"
+local v = redis.call('HMGET', KEYS[1], 'r', 'q')
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if not v[1] then return false end
+return {v[1], tonumber(v[2])}
+";
+
+const REROUTE: &str = r"
+if redis.call('HGET', KEYS[1], 'u') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'r', ARGV[2], 'u', ARGV[3])
+return 1
+";
+
+const TAKE_EXPIRED: &str = r"
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+local out = {}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  local key = ARGV[3] .. id
+  local v = redis.call('HMGET', key, 'r', 'q')
+  redis.call('DEL', key)
+  if v[1] then
+    table.insert(out, id)
+    table.insert(out, v[1])
+    table.insert(out, tonumber(v[2]) or 0)
+  end
+end
+return out
+";
+
+/// Sessions in Redis.
+pub struct RedisStore {
+    manager: ConnectionManager,
+    idle_ttl: Duration,
+    max_sessions: usize,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    create: Script,
+    renew: Script,
+    get: Script,
+    remove: Script,
+    reroute: Script,
+    take_expired: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RedisStore")
+    }
+}
+
+/// A record as Redis keeps it.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    /// upstream name
+    u: Arc<str>,
+    /// replica
+    r: u64,
+    /// upstream session id
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    s: Option<Arc<str>>,
+    /// negotiated: version, serverInfo, capabilities, instructions
+    v: String,
+    i: Box<RawValue>,
+    c: Box<RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    n: Option<String>,
+    /// owner
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    o: Option<Arc<str>>,
+    /// created at
+    t: Millis,
+    /// legacy
+    #[serde(default)]
+    l: bool,
+    /// the client's identity (clientInfo, capabilities)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ci: Option<Box<RawValue>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cc: Option<Box<RawValue>>,
+    /// whether a client identity was kept at all
+    #[serde(default)]
+    k: bool,
+    /// the caller the session is bound to: its hash in hex, "" for a caller without
+    /// credentials; absent when the session is bound to none
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    w: Option<String>,
+}
+
+fn encode(
+    upstream: &Arc<str>,
+    route: &Route,
+    record: Option<&SessionRecord>,
+) -> Result<Vec<u8>, StoreError> {
+    let n = &route.negotiated;
+    let client = record.and_then(|r| r.client.as_deref());
+    let stored = Stored {
+        u: upstream.clone(),
+        r: route.replica,
+        s: route.upstream_session.clone(),
+        v: n.protocol_version.to_owned(),
+        i: n.server_info.clone(),
+        c: n.capabilities.clone(),
+        n: n.instructions.clone(),
+        o: route.owner.clone(),
+        t: record.map_or(0, |r| r.created_at),
+        l: record.is_some_and(|r| r.legacy),
+        ci: client.and_then(|c| c.client_info.clone()),
+        cc: client.and_then(|c| c.capabilities.clone()),
+        k: client.is_some(),
+        w: record.and_then(|r| r.caller).map(|caller| caller.hex()),
+    };
+    serde_json::to_vec(&stored).map_err(|e| StoreError::Unstorable(e.to_string()))
+}
+
+fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, StoreError> {
+    let stored: Stored = serde_json::from_slice(blob).map_err(|e| {
+        StoreError::Unavailable(format!("a session record in Redis is unreadable: {e}"))
+    })?;
+    let protocol_version = version::known_stateful(&stored.v).unwrap_or(version::LATEST_STATEFUL);
+    let caller = match stored.w.as_deref() {
+        None => None,
+        Some(hex) => Some(Caller::from_hex(hex).ok_or_else(|| {
+            StoreError::Unavailable("a session record in Redis names an unreadable caller".into())
+        })?),
+    };
+    Ok(SessionRecord {
+        upstream: stored.u,
+        route: Route {
+            replica: stored.r,
+            upstream_session: stored.s,
+            negotiated: Arc::new(Negotiated {
+                protocol_version,
+                server_info: stored.i,
+                capabilities: stored.c,
+                instructions: stored.n,
+            }),
+            owner: stored.o,
+        },
+        created_at: stored.t,
+        expires_at,
+        seq,
+        legacy: stored.l,
+        client: stored.k.then(|| {
+            Arc::new(ClientIdentity {
+                client_info: stored.ci,
+                capabilities: stored.cc,
+            })
+        }),
+        caller,
+    })
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn session_key(id: &str) -> String {
+    format!("{PREFIX}s:{id}")
+}
+
+fn expiry_key() -> String {
+    format!("{PREFIX}expiry")
+}
+
+impl RedisStore {
+    /// A store at `url` (connected lazily, reconnected by itself).
+    pub fn new(
+        url: &str,
+        idle_ttl: Duration,
+        max_sessions: usize,
+    ) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(url).map_err(unavailable)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(TIMEOUT))
+            .set_response_timeout(Some(TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        Ok(RedisStore {
+            manager,
+            idle_ttl,
+            max_sessions,
+            scripts: Scripts {
+                create: Script::new(CREATE),
+                renew: Script::new(RENEW),
+                get: Script::new(GET),
+                remove: Script::new(REMOVE),
+                reroute: Script::new(REROUTE),
+                take_expired: Script::new(TAKE_EXPIRED),
+            },
+        })
+    }
+
+    fn connection(&self) -> ConnectionManager {
+        self.manager.clone()
+    }
+
+    /// When Redis may drop a record whose idle expiry is `expires_at`.
+    fn key_expiry(&self, expires_at: Millis) -> Millis {
+        expires_at.saturating_add(REAP_GRACE.as_millis() as Millis)
+    }
+
+    /// Remembers which replica serves an old client's upstream session.
+    pub async fn set_affinity(
+        &self,
+        upstream: &str,
+        session: &str,
+        replica: u64,
+    ) -> Result<(), StoreError> {
+        let key = format!("{PREFIX}p:{upstream}:{session}");
+        let ttl = self.idle_ttl.as_millis() as u64;
+        redis::cmd("SET")
+            .arg(key)
+            .arg(replica)
+            .arg("PX")
+            .arg(ttl.max(1))
+            .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// The replica an old client's upstream session lives on, if a proxy learned it.
+    pub async fn affinity(&self, upstream: &str, session: &str) -> Result<Option<u64>, StoreError> {
+        let key = format!("{PREFIX}p:{upstream}:{session}");
+        redis::cmd("GET")
+            .arg(key)
+            .query_async::<Option<u64>>(&mut self.connection())
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Forgets an old client's upstream session (it ended).
+    pub async fn forget_affinity(&self, upstream: &str, session: &str) -> Result<(), StoreError> {
+        let key = format!("{PREFIX}p:{upstream}:{session}");
+        redis::cmd("DEL")
+            .arg(key)
+            .query_async::<()>(&mut self.connection())
+            .await
+            .map_err(unavailable)
+    }
+}
+
+impl SessionStore for RedisStore {
+    async fn create(&self, record: SessionRecord) -> Result<String, StoreError> {
+        let id = id::generate();
+        let blob = encode(&record.upstream, &record.route, Some(&record))?;
+        let created: i64 = self
+            .scripts
+            .create
+            .key(session_key(&id))
+            .key(expiry_key())
+            .arg(blob)
+            .arg(record.route.upstream_session.as_deref().unwrap_or(""))
+            .arg(record.expires_at)
+            .arg(self.key_expiry(record.expires_at))
+            .arg(self.max_sessions)
+            .arg(&id)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        if created == 0 {
+            return Err(StoreError::Full {
+                max: self.max_sessions,
+            });
+        }
+        Ok(id)
+    }
+
+    async fn renew(&self, id: &str, renewal: Renewal) -> Result<Option<SessionRecord>, StoreError> {
+        let renewed: Option<(Vec<u8>, u64)> = self
+            .scripts
+            .renew
+            .key(session_key(id))
+            .key(expiry_key())
+            .arg(renewal.now)
+            .arg(renewal.expires_at)
+            .arg(self.key_expiry(renewal.expires_at))
+            .arg(id)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        renewed
+            .map(|(blob, seq)| decode(&blob, seq, renewal.expires_at))
+            .transpose()
+    }
+
+    async fn get(&self, id: &str, now: Millis) -> Result<Option<SessionRecord>, StoreError> {
+        let found: Option<(Vec<u8>, u64)> = self
+            .scripts
+            .get
+            .key(session_key(id))
+            .key(expiry_key())
+            .arg(now)
+            .arg(id)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        // The exact expiry is not needed by `get`'s callers; "live" is.
+        found
+            .map(|(blob, seq)| decode(&blob, seq, now.saturating_add(1)))
+            .transpose()
+    }
+
+    async fn remove(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let removed: Option<(Vec<u8>, u64)> = self
+            .scripts
+            .remove
+            .key(session_key(id))
+            .key(expiry_key())
+            .arg(id)
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        removed.map(|(blob, seq)| decode(&blob, seq, 0)).transpose()
+    }
+
+    async fn reroute(&self, id: &str, from: Option<&str>, to: &Route) -> Result<bool, StoreError> {
+        // The record's other fields come along: read it, then swap it in one script.
+        let Some(current) = self.get(id, 0).await? else {
+            return Ok(false);
+        };
+        let blob = encode(&current.upstream, to, Some(&current))?;
+        let done: i64 = self
+            .scripts
+            .reroute
+            .key(session_key(id))
+            .arg(from.unwrap_or(""))
+            .arg(blob)
+            .arg(to.upstream_session.as_deref().unwrap_or(""))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        Ok(done == 1)
+    }
+
+    async fn take_expired(
+        &self,
+        now: Millis,
+        limit: usize,
+    ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
+        let flat: Vec<redis::Value> = self
+            .scripts
+            .take_expired
+            .key(expiry_key())
+            .arg(now)
+            .arg(limit)
+            .arg(format!("{PREFIX}s:"))
+            .invoke_async(&mut self.connection())
+            .await
+            .map_err(unavailable)?;
+        let mut out = Vec::with_capacity(flat.len() / 3);
+        for triple in flat.chunks_exact(3) {
+            let unreadable = |e: redis::ParsingError| StoreError::Unavailable(e.to_string());
+            let id: String = redis::from_redis_value_ref(&triple[0]).map_err(unreadable)?;
+            let blob: Vec<u8> = redis::from_redis_value_ref(&triple[1]).map_err(unreadable)?;
+            let seq: u64 = redis::from_redis_value_ref(&triple[2]).unwrap_or(0);
+            match decode(&blob, seq, now) {
+                Ok(record) => out.push((id, record)),
+                Err(e) => tracing::warn!(error = %e, "an expired session record could not be read"),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list(&self, limit: usize) -> Result<Vec<(String, SessionRecord)>, StoreError> {
+        let mut connection = self.connection();
+        let last = isize::try_from(limit)
+            .unwrap_or(isize::MAX)
+            .saturating_sub(1);
+        let ids: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(expiry_key())
+            .arg(0)
+            .arg(last)
+            .arg("WITHSCORES")
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (id, _) in &ids {
+            pipe.cmd("HMGET").arg(session_key(id)).arg("r").arg("q");
+        }
+        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = pipe
+            .query_async(&mut connection)
+            .await
+            .map_err(unavailable)?;
+        Ok(ids
+            .into_iter()
+            .zip(rows)
+            .filter_map(|((id, expires_at), (blob, seq))| {
+                let record = decode(&blob?, seq.unwrap_or(0), expires_at).ok()?;
+                Some((id, record))
+            })
+            .collect())
+    }
+
+    async fn count(&self) -> Result<Option<usize>, StoreError> {
+        redis::cmd("ZCARD")
+            .arg(expiry_key())
+            .query_async::<usize>(&mut self.connection())
+            .await
+            .map(Some)
+            .map_err(unavailable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(caller: Option<Caller>) -> SessionRecord {
+        SessionRecord {
+            upstream: "alpha".into(),
+            route: Route {
+                replica: 7,
+                upstream_session: Some("up-1".into()),
+                negotiated: Arc::new(Negotiated {
+                    protocol_version: "2025-11-25",
+                    server_info: RawValue::from_string(r#"{"name":"s"}"#.into()).unwrap(),
+                    capabilities: RawValue::from_string("{}".into()).unwrap(),
+                    instructions: None,
+                }),
+                owner: None,
+            },
+            created_at: 1,
+            expires_at: 2,
+            seq: 0,
+            legacy: false,
+            client: None,
+            caller,
+        }
+    }
+
+    #[test]
+    fn a_record_keeps_the_caller_it_is_bound_to() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(http::header::AUTHORIZATION, "Bearer a".parse().unwrap());
+        for caller in [None, Some(Caller::ANONYMOUS), Some(Caller::of(&headers))] {
+            let r = record(caller);
+            let blob = encode(&r.upstream, &r.route, Some(&r)).unwrap();
+            assert_eq!(decode(&blob, 3, 9).unwrap().caller, caller);
+        }
+        // Redis keeps the hash, never the credentials.
+        let bound = record(Some(Caller::of(&headers)));
+        let blob = encode(&bound.upstream, &bound.route, Some(&bound)).unwrap();
+        let text = String::from_utf8(blob).unwrap();
+        assert!(!text.contains("Bearer"), "{text}");
+    }
+}

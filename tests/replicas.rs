@@ -1,0 +1,891 @@
+//! Several proxy processes — the real binary — in front of several upstream replicas, on
+//! loopback: sessions shared through a real `redis-server` (cross-replica use, restart
+//! survival, expiry claimed once, an outage and its recovery) or through sealed ids
+//! (cross-replica use, key rotation, a deleted id), the memory store's limits, forwarding
+//! to the replica that holds a stdio child or a waiting `input_required` call, session
+//! handles bound to their caller at every replica (and served where their child runs), SIGHUP
+//! reload, graceful shutdown with a stream in flight, and real nginx round-robin in front
+//! of two replicas.
+//!
+//! redis-server and nginx come from Debian's packages (`.ci/test.sh` installs them); these
+//! tests fail, not skip, when they are missing.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::fleet::{Nginx, ProxyProcess, Redis, Replicas, free_port, scratch_dir};
+use common::procs::{Marker, marked};
+use common::*;
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+
+const STATE_KEY: &str = "5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1";
+const K1: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const K2: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+/// No test may take longer.
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn bounded<F: Future>(body: F) -> F::Output {
+    tokio::time::timeout(LIMIT, body)
+        .await
+        .unwrap_or_else(|_| panic!("the test took longer than {LIMIT:?}"))
+}
+
+fn urls_toml(urls: &[String]) -> String {
+    let quoted: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// A proxy configuration: `listen` on loopback, the upstream's replicas, a store.
+fn config(port: u16, urls: &[String], session: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:{port}\"\nshutdown_grace = \"5s\"\n\
+         [upstream]\nurls = {}\nhealth_interval = \"1h\"\n\
+         [session]\n{session}\n",
+        urls_toml(urls)
+    )
+}
+
+fn redis_session(redis: &Redis) -> String {
+    format!(
+        "store = \"redis\"\nredis_url = \"{}\"\nstate_key = \"{STATE_KEY}\"",
+        redis.url()
+    )
+}
+
+fn sealed_session(keys: &[&str]) -> String {
+    let keys: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+    format!("store = \"sealed\"\nsealed_keys = [{}]", keys.join(", "))
+}
+
+fn counter(message: &Value) -> u64 {
+    assert::text_of(message).parse().unwrap()
+}
+
+/// The same session, reached through another proxy.
+fn via(client: &SessionClient, url: String) -> SessionClient {
+    let mut other = SessionClient::new(url);
+    other.session_id = client.session_id.clone();
+    other.state = client.state.clone();
+    other
+}
+
+#[tokio::test]
+async fn redis_sessions_are_shared_by_replicas_and_survive_a_restart() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(2).await;
+        let session = redis_session(&redis);
+        let port_a = free_port();
+        let a = ProxyProcess::start(&config(port_a, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+
+        // Create on A, use on B, delete on B: A answers -32043.
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        assert_eq!(counter(&on_a.call_tool("counter", json!({})).await), 1);
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        assert_eq!(
+            counter(&on_b.call_tool("counter", json!({})).await),
+            2,
+            "the same upstream session"
+        );
+        assert_eq!(counter(&on_a.call_tool("counter", json!({})).await), 3);
+        let deleted = on_b.delete().await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text);
+        let reply = on_a.request("tools/list", json!({})).await;
+        assert::assert_session_not_found(&reply, on_a.session_id());
+        assert_eq!(upstream.live(), [0, 0], "ended upstream");
+
+        // A restarted proxy carries on every live session.
+        let mut kept = SessionClient::new(a.url("/mcp"));
+        kept.create().await;
+        assert_eq!(counter(&kept.call_tool("counter", json!({})).await), 1);
+        let dir = scratch_dir("proxy");
+        a.signal("KILL");
+        drop(a);
+        let a2 = ProxyProcess::start_in(dir, &config(port_a, &upstream.urls(), &session)).await;
+        assert_eq!(a2.addr.port(), port_a);
+        assert_eq!(
+            counter(&kept.call_tool("counter", json!({})).await),
+            2,
+            "after the restart"
+        );
+
+        // An old client's replica is known to every proxy through Redis: no replica
+        // answers it 404 when it moves from A to B.
+        let old = LegacyClient::connect(a2.url("/mcp"), "2025-11-25").await;
+        let moved = LegacyClient {
+            url: b.url("/mcp"),
+            ..old
+        };
+        for id in 1..4 {
+            let reply = moved
+                .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
+                .await;
+            assert_eq!(reply.status, 200, "{}", reply.text);
+        }
+        let refused: usize = (0..2)
+            .map(|i| {
+                upstream
+                    .server(i)
+                    .journal()
+                    .iter()
+                    .filter(|r| r.status == 404)
+                    .count()
+            })
+            .sum();
+        assert_eq!(refused, 0, "no replica was tried in vain");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn expired_redis_sessions_are_ended_upstream_exactly_once() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        let session = format!(
+            "{}\nidle_ttl = \"1s\"\nreap_interval = \"50ms\"",
+            redis_session(&redis)
+        );
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let mut ids = Vec::new();
+        for proxy in [&a, &b, &a, &b] {
+            let mut client = SessionClient::new(proxy.url("/mcp"));
+            client.create().await;
+            ids.push(client.tool_text("whoami", json!({})).await);
+        }
+        let ended = eventually(Duration::from_secs(10), || upstream.live() == [0]).await;
+        assert!(
+            ended,
+            "expired sessions were not ended upstream: {:?}",
+            upstream.live()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let journal = upstream.server(0).journal();
+        for id in &ids {
+            let deletes = journal
+                .iter()
+                .filter(|r| r.http_method == "DELETE" && r.session_id.as_ref() == Some(id))
+                .count();
+            assert_eq!(
+                deletes, 1,
+                "each expired session ended once, by one replica"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_redis_outage_answers_503_and_the_proxy_recovers_by_itself() {
+    bounded(async {
+        let mut redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        let proxy = ProxyProcess::start(&config(0, &upstream.urls(), &redis_session(&redis))).await;
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.create().await;
+        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
+
+        // Redis stops answering.
+        redis.pause();
+        let reply = client
+            .request("tools/call", json!({"name": "counter", "arguments": {}}))
+            .await;
+        assert_eq!(reply.status, 503, "{}", reply.text);
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], -32603);
+        assert_eq!(error["data"]["store"], "redis");
+        assert_eq!(reply.header("retry-after"), Some("1"));
+        let (status, body) = proxy.get("/readyz").await;
+        assert_eq!(status, 503, "{body}");
+        assert!(body.contains("\"store\":\"failing\""), "{body}");
+        // The create path says the same.
+        let created = post_json(
+            &http_client(),
+            &proxy.url("/mcp"),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+            &HeaderMap::new(),
+        )
+        .await;
+        assert_eq!(created.status, 503, "{}", created.text);
+        let ended = eventually(Duration::from_secs(5), || upstream.live() == [1]).await;
+        assert!(
+            ended,
+            "the failed create's upstream session was not ended: {:?}",
+            upstream.live()
+        );
+
+        // Back: nothing Redis kept is lost, and nobody restarted the proxy.
+        redis.resume();
+        let recovered = eventually_async(Duration::from_secs(10), || async {
+            proxy.get("/readyz").await.0 == 200
+        })
+        .await;
+        assert!(recovered, "/readyz did not recover");
+        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 2);
+
+        // Redis restarted empty (no persistence): the proxy reconnects; the old session is
+        // gone (-32043), new ones work.
+        redis.restart().await;
+        let probe = via(&client, proxy.url("/mcp"));
+        let reconnected = eventually_async(Duration::from_secs(10), || async {
+            let body = probe.message(json!(1), "tools/list", json!({}));
+            probe.post(&body).await.status == 404
+        })
+        .await;
+        assert!(reconnected, "the proxy did not reconnect to Redis");
+        let mut fresh = SessionClient::new(proxy.url("/mcp"));
+        fresh.create().await;
+        assert_eq!(
+            fresh.tool_text("echo", json!({"msg": "again"})).await,
+            "again"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sealed_sessions_cross_replicas_rotate_keys_and_a_deleted_id_is_not_found() {
+    bounded(async {
+        let upstream = Replicas::start(2).await;
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &sealed_session(&[K1]))).await;
+        let port_b = free_port();
+        let b =
+            ProxyProcess::start(&config(port_b, &upstream.urls(), &sealed_session(&[K1]))).await;
+
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        let id = on_a.session_id().to_owned();
+        assert!(
+            id.starts_with("mcps_") && id.bytes().all(|b| (0x21..=0x7e).contains(&b)),
+            "{id}"
+        );
+        assert!(id.len() < 300, "bounded: {} characters", id.len());
+        assert_eq!(counter(&on_a.call_tool("counter", json!({})).await), 1);
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        assert_eq!(
+            counter(&on_b.call_tool("counter", json!({})).await),
+            2,
+            "B shares only the key"
+        );
+        // A forged id opens nowhere.
+        let mut forged = via(&on_a, b.url("/mcp"));
+        let mut bytes = id.clone().into_bytes();
+        let last = bytes.len() - 2;
+        bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+        forged.session_id = Some(String::from_utf8(bytes).unwrap());
+        forged.state = None;
+        let reply = forged.request("tools/list", json!({})).await;
+        assert_eq!(reply.error_code(), Some(-32043), "{}", reply.text);
+
+        // Rotation: B restarts with a new first key and the old one still opening.
+        drop(b);
+        let b = ProxyProcess::start(&config(
+            port_b,
+            &upstream.urls(),
+            &sealed_session(&[K2, K1]),
+        ))
+        .await;
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        assert_eq!(
+            counter(&on_b.call_tool("counter", json!({})).await),
+            3,
+            "sealed with the old key"
+        );
+        let mut new = SessionClient::new(b.url("/mcp"));
+        new.create().await;
+        assert_eq!(counter(&new.call_tool("counter", json!({})).await), 1);
+        // A has only the old key: the new session is not A's to open.
+        let reply = via(&new, a.url("/mcp"))
+            .request("tools/list", json!({}))
+            .await;
+        assert::assert_session_not_found(&reply, new.session_id());
+
+        // Deleted on B, the id still opens on A, but its upstream session was ended.
+        assert_eq!(on_b.delete().await.status, 200);
+        let reply = on_a.request("tools/list", json!({})).await;
+        assert::assert_session_not_found(&reply, &id);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn every_fleet_key_is_settable_through_the_environment() {
+    bounded(async {
+        let alpha = Replicas::start(2).await;
+        let beta = Replicas::start(1).await;
+        let alpha_urls = urls_toml(&alpha.urls());
+        let env = [
+            ("MCP_PROXY_LISTEN", "127.0.0.1:0"),
+            ("MCP_PROXY_UPSTREAMS__ALPHA__URLS", alpha_urls.as_str()),
+            ("MCP_PROXY_UPSTREAMS__ALPHA__DEFAULT", "true"),
+            ("MCP_PROXY_UPSTREAMS__ALPHA__HEALTH_INTERVAL", "300ms"),
+            ("MCP_PROXY_UPSTREAMS__BETA__URL", &beta.urls()[0]),
+            ("MCP_PROXY_UPSTREAMS__BETA__STATELESS__AFFINITY", "handles"),
+            ("MCP_PROXY_SESSION__STORE", "sealed"),
+            (
+                "MCP_PROXY_SESSION__SEALED_KEYS",
+                &format!("[{K2:?}, {K1:?}]"),
+            ),
+        ];
+        let proxy = ProxyProcess::start_with(scratch_dir("proxy"), "", &env).await;
+        let (status, ready) = proxy.get("/readyz").await;
+        assert_eq!(status, 200, "{ready}");
+        let ready: Value = serde_json::from_str(&ready).unwrap();
+        assert_eq!(ready["store"], "sealed");
+        assert_eq!(ready["upstreams"]["alpha"]["default"], true);
+        assert_eq!(
+            ready["upstreams"]["alpha"]["replicas"]
+                .as_object()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(ready["upstreams"]["beta"]["default"], false);
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.create().await;
+        assert!(
+            client.session_id().len() > 100,
+            "a sealed id: {}",
+            client.session_id()
+        );
+        let mut on_beta = SessionClient::new(proxy.url("/mcp/beta"));
+        on_beta.create().await;
+        assert_eq!(beta.live(), [1]);
+        // beta's own stateless affinity: handles there, not at alpha.
+        let tools = |path: &'static str| {
+            let url = proxy.url(path);
+            async move {
+                let reply = StatelessClient::new(url)
+                    .request("tools/list", json!({}))
+                    .await;
+                assert_eq!(reply.status, 200, "{}", reply.text);
+                assert::tool_names(&reply.json())
+            }
+        };
+        assert!(
+            tools("/mcp/beta")
+                .await
+                .contains(&"session_open".to_owned())
+        );
+        assert!(!tools("/mcp").await.contains(&"session_open".to_owned()));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reinitialize_with_redis_moves_the_session_for_every_replica() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(2).await;
+        let session = redis_session(&redis);
+        let toml = format!(
+            "{}
+",
+            config(0, &upstream.urls(), &session).replace(
+                "health_interval = \"1h\"",
+                "health_interval = \"1h\"\non_session_lost = \"reinitialize\""
+            )
+        );
+        let a = ProxyProcess::start(&toml).await;
+        let b = ProxyProcess::start(&toml).await;
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        let before = on_a.tool_text("whoami", json!({})).await;
+        for i in 0..2 {
+            upstream.server(i).forget_sessions();
+        }
+        // B moves it (tools/list is safe to repeat); A then uses the new upstream session.
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        let listed = on_b.request("tools/list", json!({})).await;
+        assert_eq!(listed.status, 200, "{}", listed.text);
+        let after_a = on_a.tool_text("whoami", json!({})).await;
+        assert_ne!(after_a, before);
+        assert_eq!(
+            on_b.tool_text("whoami", json!({})).await,
+            after_a,
+            "one new upstream session for both"
+        );
+        assert_eq!(upstream.live().iter().sum::<usize>(), 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn memory_store_sessions_belong_to_their_proxy() {
+    bounded(async {
+        let upstream = Replicas::start(1).await;
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), "store = \"memory\"")).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), "store = \"memory\"")).await;
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        let reply = via(&on_a, b.url("/mcp"))
+            .request("tools/list", json!({}))
+            .await;
+        assert::assert_session_not_found(&reply, on_a.session_id());
+        assert_eq!(on_a.tool_text("echo", json!({"msg": "mine"})).await, "mine");
+    })
+    .await;
+}
+
+/// A proxy in front of the stdio test server, sharing sessions through Redis.
+fn stdio_config(port: u16, redis: &Redis, marker: &Marker) -> String {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/misbehaving_server.py"
+    );
+    let (var, value) = marker.env().pop().unwrap();
+    format!(
+        "listen = \"127.0.0.1:{port}\"\n\
+         [upstream]\ncommand = \"python3\"\nargs = [{script:?}]\npool_size = 0\nstop_grace = \"300ms\"\n\
+         [upstream.env]\n{var} = {value:?}\n\
+         [session]\n{}\n",
+        redis_session(redis)
+    )
+}
+
+#[tokio::test]
+async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let marker = Marker::new("replicas-forward");
+        let port_a = free_port();
+        let a = ProxyProcess::start(&stdio_config(port_a, &redis, &marker)).await;
+        let b = ProxyProcess::start(&stdio_config(0, &redis, &marker)).await;
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        let pid: i32 = on_a.tool_text("pid", json!({})).await.parse().unwrap();
+        let children = marked(&marker);
+        assert_eq!(children.len(), 1, "{children:?}");
+        assert_eq!(children[0].ppid, a.pid() as i32, "A's child");
+
+        // Through B: the same child answers, B starts none.
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        let through_b: i32 = on_b.tool_text("pid", json!({})).await.parse().unwrap();
+        assert_eq!(through_b, pid);
+        assert_eq!(marked(&marker).len(), 1);
+        assert_eq!(on_b.tool_text("echo", json!({"text": "fwd"})).await, "fwd");
+
+        // Deleted through B: A stops its child.
+        assert_eq!(on_b.delete().await.status, 200);
+        let stopped = eventually(Duration::from_secs(10), || marked(&marker).is_empty()).await;
+        assert!(stopped, "the owner's child was not stopped");
+
+        // The owner gone: a clear error, not a child of B's own.
+        let mut orphan = SessionClient::new(a.url("/mcp"));
+        orphan.create().await;
+        a.signal("KILL");
+        let reply = via(&orphan, b.url("/mcp"))
+            .request("tools/call", json!({"name": "pid", "arguments": {}}))
+            .await;
+        assert_eq!(reply.status, 503, "{}", reply.text);
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], -32603);
+        assert_eq!(error["data"]["owner"], a.url(""));
+        assert!(
+            marked(&marker).iter().all(|p| p.ppid != b.pid() as i32),
+            "B started no child"
+        );
+
+        // A back at its address is a new incarnation: the child went with the old one, so
+        // the session is lost (-32043), wherever the client asks.
+        let a2 = ProxyProcess::start(&stdio_config(port_a, &redis, &marker)).await;
+        let reply = via(&orphan, b.url("/mcp"))
+            .request("tools/call", json!({"name": "pid", "arguments": {}}))
+            .await;
+        assert::assert_session_not_found(&reply, orphan.session_id());
+        let reply = via(&orphan, a2.url("/mcp"))
+            .request("tools/list", json!({}))
+            .await;
+        assert::assert_session_not_found(&reply, orphan.session_id());
+    })
+    .await;
+}
+
+/// A stateless client in handles mode, calling as `who`.
+fn caller(url: String, who: &str) -> StatelessClient {
+    StatelessClient::new(url).with_header("authorization", &format!("Bearer {who}"))
+}
+
+/// Calls tool `name` with `arguments`; the whole answer.
+async fn call(client: &mut StatelessClient, name: &str, arguments: Value) -> Value {
+    let reply = client
+        .request("tools/call", json!({"name": name, "arguments": arguments}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.json()
+}
+
+/// A tool error result saying the handle does not exist (never a protocol error).
+fn assert_unknown_handle(answer: &Value) {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        assert::text_of(answer).contains("does not exist"),
+        "{answer}"
+    );
+}
+
+async fn open_handle(client: &mut StatelessClient) -> String {
+    let opened = call(client, "session_open", json!({})).await;
+    opened["result"]["structuredContent"]["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{opened}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_session_handle_is_bound_to_its_caller_at_every_replica() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(2).await;
+        let toml = format!(
+            "{}[stateless]\naffinity = \"handles\"\n",
+            config(0, &upstream.urls(), &redis_session(&redis))
+        );
+        let a = ProxyProcess::start(&toml).await;
+        let b = ProxyProcess::start(&toml).await;
+        let mut alice_a = caller(a.url("/mcp"), "alice");
+        let handle = open_handle(&mut alice_a).await;
+        let arguments = json!({"session": handle});
+        assert_eq!(
+            counter(&call(&mut alice_a, "counter", arguments.clone()).await),
+            1
+        );
+
+        // At B, through Redis: its caller carries on in the same upstream session…
+        let mut alice_b = caller(b.url("/mcp"), "alice");
+        assert_eq!(
+            counter(&call(&mut alice_b, "counter", arguments.clone()).await),
+            2
+        );
+        // …and another caller can neither use nor close it, there or at A.
+        for url in [b.url("/mcp"), a.url("/mcp")] {
+            let mut bob = caller(url, "bob");
+            assert_unknown_handle(&call(&mut bob, "counter", arguments.clone()).await);
+            assert_unknown_handle(&call(&mut bob, "session_close", arguments.clone()).await);
+        }
+        // Nor as a data-layer session.
+        let mut bob_headers = HeaderMap::new();
+        bob_headers.insert("authorization", "Bearer bob".parse().unwrap());
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": in_session(json!({"name": "counter", "arguments": {}}), &handle, None)});
+        let named = post_json(&http_client(), &b.url("/mcp"), &body, &bob_headers).await;
+        assert::assert_session_not_found(&named, &handle);
+        assert_eq!(
+            counter(&call(&mut alice_a, "counter", arguments.clone()).await),
+            3,
+            "bob touched nothing"
+        );
+
+        // Closed by its caller at B: gone at A too, and upstream.
+        let closed = call(&mut alice_b, "session_close", arguments.clone()).await;
+        assert_eq!(closed["result"]["isError"], false, "{closed}");
+        assert_unknown_handle(&call(&mut alice_a, "counter", arguments).await);
+        assert!(
+            eventually(Duration::from_secs(10), || upstream
+                .live()
+                .iter()
+                .sum::<usize>()
+                == 0)
+            .await,
+            "{:?}",
+            upstream.live()
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stdio_session_handle_is_served_by_the_replica_running_its_child() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let marker = Marker::new("replicas-handle");
+        let toml = |port| {
+            format!(
+                "{}[stateless]\naffinity = \"handles\"\n",
+                stdio_config(port, &redis, &marker)
+            )
+        };
+        let a = ProxyProcess::start(&toml(0)).await;
+        let b = ProxyProcess::start(&toml(0)).await;
+        let mut alice_a = caller(a.url("/mcp"), "alice");
+        let handle = open_handle(&mut alice_a).await;
+        let arguments = json!({"session": handle});
+        let pid = assert::text_of(&call(&mut alice_a, "pid", arguments.clone()).await).to_owned();
+        let children = marked(&marker);
+        assert_eq!(children.len(), 1, "{children:?}");
+        assert_eq!(
+            children[0].ppid,
+            a.pid() as i32,
+            "A runs the handle's child"
+        );
+
+        // At B: forwarded to A, the same child answers; B starts none.
+        let mut alice_b = caller(b.url("/mcp"), "alice");
+        let through_b = call(&mut alice_b, "pid", arguments.clone()).await;
+        assert_eq!(assert::text_of(&through_b), pid, "{through_b}");
+        assert!(marked(&marker).iter().all(|p| p.ppid != b.pid() as i32));
+        // Another caller at B is refused (by A, which holds it).
+        let mut bob_b = caller(b.url("/mcp"), "bob");
+        assert_unknown_handle(&call(&mut bob_b, "pid", arguments.clone()).await);
+
+        // Closed through B: A stops its child.
+        let closed = call(&mut alice_b, "session_close", arguments.clone()).await;
+        assert_eq!(closed["result"]["isError"], false, "{closed}");
+        assert!(
+            eventually(Duration::from_secs(10), || marked(&marker).is_empty()).await,
+            "the owner's child was not stopped"
+        );
+        assert_unknown_handle(&call(&mut alice_b, "pid", arguments).await);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_input_required_retry_at_the_wrong_replica_reaches_the_waiting_call() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        let session = redis_session(&redis);
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let mut on_a = StatelessClient::new(a.url("/mcp")).with_capabilities(json!({"sampling": {}}));
+        let params = json!({"name": "sample", "arguments": {"prompt": "Say cheese"}});
+        let first = on_a.request("tools/call", params).await;
+        assert_eq!(first.status, 200, "{}", first.text);
+        let result = first.json()["result"].clone();
+        assert_eq!(result["resultType"], "input_required", "{result}");
+        let state = result["requestState"].as_str().unwrap().to_owned();
+
+        // The retry lands on B: B forwards it to A, where the call waits.
+        let mut on_b = StatelessClient::new(b.url("/mcp")).with_capabilities(json!({"sampling": {}}));
+        let retry = json!({"name": "sample", "arguments": {"prompt": "Say cheese"},
+            "inputResponses": {"sample-1": {"role": "assistant", "content": {"type": "text", "text": "cheese"}, "model": "m"}},
+            "requestState": state});
+        let done = on_b.request("tools/call", retry.clone()).await;
+        assert_eq!(done.status, 200, "{}", done.text);
+        let done = done.json();
+        assert_eq!(done["result"]["resultType"], "complete", "{done}");
+        assert_eq!(done["result"]["content"][0]["text"], "the client said: cheese");
+        assert_eq!(upstream.server(0).journal().iter().filter(|r| r.method() == Some("tools/call")).count(), 1);
+        // Used once, wherever it lands.
+        let again = on_b.request("tools/call", retry).await;
+        assert_eq!((again.status, again.error_code()), (400, Some(-32602)), "{}", again.text);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_upstream_list_and_refuses_a_bad_file() {
+    bounded(async {
+        let alpha = Replicas::start(1).await;
+        let beta = Replicas::start(1).await;
+        let gamma = Replicas::start(1).await;
+        let port = free_port();
+        let file = |upstreams: &[(&str, &Replicas)]| {
+            let mut toml = format!("listen = \"127.0.0.1:{port}\"\n");
+            for (i, (name, replicas)) in upstreams.iter().enumerate() {
+                toml.push_str(&format!(
+                    "[upstreams.{name}]\nurls = {}\n{}",
+                    urls_toml(&replicas.urls()),
+                    if i == 0 { "default = true\n" } else { "" }
+                ));
+            }
+            toml
+        };
+        let proxy = ProxyProcess::start(&file(&[("alpha", &alpha), ("beta", &beta)])).await;
+        let mut on_alpha = SessionClient::new(proxy.url("/mcp/alpha"));
+        on_alpha.create().await;
+        assert_eq!(counter(&on_alpha.call_tool("counter", json!({})).await), 1);
+        let mut on_beta = SessionClient::new(proxy.url("/mcp/beta"));
+        on_beta.create().await;
+        assert_eq!(beta.live(), [1]);
+
+        // beta removed, gamma added.
+        std::fs::write(
+            proxy.dir().join("proxy.toml"),
+            file(&[("alpha", &alpha), ("gamma", &gamma)]),
+        )
+        .unwrap();
+        proxy.signal("HUP");
+        assert!(
+            proxy
+                .logged("configuration reloaded", Duration::from_secs(10))
+                .await,
+            "{}",
+            proxy.log()
+        );
+        assert_eq!(
+            counter(&on_alpha.call_tool("counter", json!({})).await),
+            2,
+            "alpha's session kept"
+        );
+        let ended = eventually(Duration::from_secs(5), || beta.live() == [0]).await;
+        assert!(ended, "beta's session was not ended upstream");
+        let reply = on_beta.request("tools/list", json!({})).await;
+        assert_eq!(reply.status, 404, "/mcp/beta is gone: {}", reply.text);
+        let mut on_gamma = SessionClient::new(proxy.url("/mcp/gamma"));
+        on_gamma.create().await;
+        assert_eq!(on_gamma.tool_text("echo", json!({"msg": "g"})).await, "g");
+
+        // A bad file: refused with its reason, the running configuration kept.
+        std::fs::write(
+            proxy.dir().join("proxy.toml"),
+            "[upstreams.alpha]\nurl = \"ftp://nowhere\"\n",
+        )
+        .unwrap();
+        proxy.signal("HUP");
+        assert!(
+            proxy
+                .logged("configuration reload refused", Duration::from_secs(10))
+                .await,
+            "{}",
+            proxy.log()
+        );
+        assert!(
+            proxy.log().contains("upstreams.alpha.url"),
+            "the reason names the key: {}",
+            proxy.log()
+        );
+        assert_eq!(counter(&on_alpha.call_tool("counter", json!({})).await), 3);
+        assert_eq!(
+            on_gamma.tool_text("echo", json!({"msg": "still"})).await,
+            "still"
+        );
+    })
+    .await;
+}
+
+/// A `slow` call streaming in the background: its messages, as they come.
+async fn slow_stream(client: &mut SessionClient) -> tokio::task::JoinHandle<Vec<Value>> {
+    let response = client
+        .request_streaming(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": 5, "interval_ms": 300},
+                "_meta": {"progressToken": "p"}}),
+        )
+        .await;
+    assert_event_stream(&response);
+    let mut reader = EventReader::new(response);
+    let first = reader
+        .next()
+        .await
+        .expect("the first progress notification");
+    assert_eq!(first["method"], "notifications/progress");
+    tokio::spawn(async move { reader.rest().await })
+}
+
+#[tokio::test]
+async fn sigterm_finishes_a_stream_in_flight_then_ends_memory_sessions() {
+    bounded(async {
+        let upstream = Replicas::start(1).await;
+        let mut proxy =
+            ProxyProcess::start(&config(0, &upstream.urls(), "store = \"memory\"")).await;
+        let mut idle = SessionClient::new(proxy.url("/mcp"));
+        idle.create().await;
+        let mut streaming = SessionClient::new(proxy.url("/mcp"));
+        streaming.create().await;
+        let stream = slow_stream(&mut streaming).await;
+        proxy.signal("TERM");
+        // New connections are refused at once…
+        let refused = eventually_async(Duration::from_secs(3), || async {
+            tokio::net::TcpStream::connect(proxy.addr).await.is_err()
+        })
+        .await;
+        assert!(refused, "still accepting after SIGTERM");
+        // …while the stream in flight runs to its response.
+        let rest = stream.await.unwrap();
+        let last = rest.last().expect("the stream went on");
+        assert_eq!(assert::text_of(last), "done after 5 steps", "{rest:?}");
+        assert!(proxy.exits_within(Duration::from_secs(10)).await.success());
+        assert_eq!(
+            upstream.live(),
+            [0],
+            "memory sessions end with the process, upstream too"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sigterm_with_redis_leaves_sessions_to_the_other_replicas() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        let session = redis_session(&redis);
+        let mut a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let mut client = SessionClient::new(a.url("/mcp"));
+        client.create().await;
+        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
+        let stream = slow_stream(&mut client).await;
+        a.signal("TERM");
+        let rest = stream.await.unwrap();
+        assert_eq!(assert::text_of(rest.last().unwrap()), "done after 5 steps");
+        assert!(a.exits_within(Duration::from_secs(10)).await.success());
+        assert_eq!(upstream.live(), [1], "left for the others");
+        let mut on_b = via(&client, b.url("/mcp"));
+        assert_eq!(counter(&on_b.call_tool("counter", json!({})).await), 2);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn nginx_round_robin_in_front_of_two_replicas_sharing_redis() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(2).await;
+        let session = redis_session(&redis);
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let nginx = Nginx::start(&[a.addr, b.addr]).await;
+
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            let mut client = SessionClient::new(nginx.url("/mcp"));
+            client.create().await;
+            clients.push(client);
+        }
+        for round in 1..=5u64 {
+            for client in &mut clients {
+                assert_eq!(
+                    counter(&client.call_tool("counter", json!({})).await),
+                    round
+                );
+            }
+        }
+        // Streams stream through nginx and whichever proxy it picked.
+        let rest = slow_stream(&mut clients[0]).await.await.unwrap();
+        assert_eq!(assert::text_of(rest.last().unwrap()), "done after 5 steps");
+        // Both proxies served (round-robin), and the sessions spread over both replicas.
+        for proxy in [&a, &b] {
+            let (_, metrics) = proxy.get("/metrics").await;
+            let served: f64 = metrics
+                .lines()
+                .filter(|l| {
+                    l.starts_with("mcp_proxy_requests_total{method=\"tools/call\",outcome=\"ok\"}")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            assert!(served >= 5.0, "a proxy served {served} calls:\n{metrics}");
+        }
+        assert_eq!(upstream.live().iter().sum::<usize>(), 4);
+        for client in &mut clients {
+            assert_eq!(client.delete().await.status, 200);
+        }
+        assert_eq!(upstream.live(), [0, 0]);
+    })
+    .await;
+}
