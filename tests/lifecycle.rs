@@ -581,6 +581,27 @@ async fn an_upstream_that_lost_the_session_yields_not_found_never_another_sessio
     h.stop().await;
 }
 
+#[tokio::test]
+async fn a_lost_session_said_in_plain_text_is_not_found() {
+    // The Python SDK 1.x's words, before it answered 404: a 400 that is not even JSON.
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let mut c = SessionClient::new(proxy.url());
+    c.create().await;
+    let reply = c
+        .request("tools/call", json!({"name": "lose-text", "arguments": {}}))
+        .await;
+    common::assert::assert_session_not_found(&reply, c.session_id());
+    assert_eq!(proxy.live_sessions(), 0, "the lost session is ended");
+    assert_eq!(
+        gauge(&proxy, "mcp_proxy_sessions_lost_total").await,
+        Some(1)
+    );
+    proxy.shutdown().await;
+}
+
 // === 9. Upstream unreachable or too slow ===
 
 #[tokio::test]
