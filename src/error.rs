@@ -71,6 +71,10 @@ pub enum ProxyError {
     )]
     SessionHeaderMismatch { header: String, meta: String },
     #[error(
+        "Invalid Request: the Mcp-Session-Id header must be visible ASCII (0x21-0x7E), as every session id is; this one holds a space, a control character or a byte of 0x80 and up"
+    )]
+    SessionHeaderNotVisibleAscii,
+    #[error(
         "Invalid Request: the top-level sessionId ({top_level:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({meta:?})"
     )]
     SessionIdMismatch { top_level: String, meta: String },
@@ -219,6 +223,12 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Some(json!({ "sessionId": meta, "headerSessionId": header })),
+                Fault::Client,
+            ),
+            E::SessionHeaderNotVisibleAscii => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                Some(json!({ "header": "Mcp-Session-Id" })),
                 Fault::Client,
             ),
             E::SessionIdMismatch { top_level, meta } => (

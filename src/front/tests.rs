@@ -69,7 +69,7 @@ fn header_map(pairs: &[(&'static str, String)]) -> HeaderMap {
     for (name, value) in pairs {
         map.append(
             HeaderName::from_static(name),
-            HeaderValue::from_str(value).unwrap(),
+            HeaderValue::from_bytes(value.as_bytes()).unwrap(),
         );
     }
     map
@@ -201,6 +201,33 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         (
             "Mcp-Session-Id header disagreeing with the _meta sessionId → -32600, HTTP 400",
             post_with(&[("mcp-session-id", S2)], &tools_call),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "Mcp-Session-Id header that is not visible ASCII, on any request → -32600, HTTP 400",
+            post_with(
+                &[("mcp-session-id", "caf\u{e9}")],
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            ),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "… with session _meta",
+            post_with(&[("mcp-session-id", "has space")], &tools_call),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "… on GET",
+            Req::Get(vec![("mcp-session-id", "tab\there".into())]),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "… on DELETE",
+            Req::Delete(vec![("mcp-session-id", "\u{ff}".into())]),
             HTTP,
             "error -32600 400".into(),
         ),
