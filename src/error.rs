@@ -132,6 +132,17 @@ pub enum ProxyError {
         .required.join(", ")
     )]
     MissingClientCapability { required: Vec<&'static str> },
+    /// The upstream answered a session client's request with a success status and a body
+    /// that is not the request's response (not JSON, a batch, another id, a body of
+    /// another type): passing it on would hand the client something it cannot read.
+    #[error("Upstream error: {upstream} answered HTTP {status} with {problem}")]
+    UnusableAnswer {
+        upstream: String,
+        status: StatusCode,
+        problem: String,
+        /// The client's request id (raw JSON).
+        request_id: String,
+    },
     #[error("Upstream error: {source}")]
     Upstream {
         upstream: String,
@@ -344,6 +355,22 @@ impl ProxyError {
                     Fault::Client,
                 )
             }
+            E::UnusableAnswer {
+                upstream,
+                status,
+                problem,
+                request_id,
+            } => (
+                StatusCode::BAD_GATEWAY,
+                code::INTERNAL_ERROR,
+                Some(json!({
+                    "upstream": upstream,
+                    "status": status.as_u16(),
+                    "detail": problem,
+                    "id": serde_json::from_str::<serde_json::Value>(request_id).unwrap_or_default(),
+                })),
+                Fault::Upstream,
+            ),
             E::Upstream { upstream, source } => {
                 let status = match source {
                     UpstreamError::Timeout(_) | UpstreamError::Idle(_) => {

@@ -669,6 +669,78 @@ async fn a_slow_upstream_is_a_504_and_other_sessions_keep_working() {
     h.stop().await;
 }
 
+// === 9b. An upstream answering what its client cannot read ===
+
+#[tokio::test]
+async fn a_success_that_is_not_the_response_is_a_502_naming_the_upstream() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let mut c = SessionClient::new(proxy.url());
+    c.create().await;
+    for (tool, says) in [
+        ("not-json", "a body that is not JSON"),
+        ("html", "a body of type \"text/html\""),
+        ("array", "a JSON array (a batch)"),
+        ("wrong-id", "the response to id \"not-"),
+    ] {
+        let id = format!("call-{tool}");
+        let body = c.message(
+            json!(id),
+            "tools/call",
+            json!({"name": tool, "arguments": {}}),
+        );
+        let reply = c.post(&body).await;
+        assert_eq!(reply.status, 502, "{tool}: {}", reply.text);
+        assert!(
+            reply
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "{tool}: {:?}",
+            reply.headers
+        );
+        let answer = reply.json();
+        assert_eq!(answer["id"], json!(id), "{tool}: {answer}");
+        let error = &answer["error"];
+        assert_eq!(error["code"], -32603, "{tool}: {answer}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&rogue.url()), "{tool}: {message}");
+        assert!(message.contains(says), "{tool}: {message}");
+        assert_eq!(error["data"]["upstream"], rogue.url(), "{tool}: {answer}");
+        assert_eq!(error["data"]["id"], json!(id), "{tool}: {answer}");
+        assert_eq!(error["data"]["status"], 200, "{tool}: {answer}");
+        assert!(
+            !reply.text.contains(common::rogue::HTML),
+            "{tool}: {answer}"
+        );
+    }
+    // The session itself is fine: its next call is answered and stamped.
+    let fine = c.call_tool("fine", json!({})).await;
+    assert_eq!(fine["result"]["content"][0]["text"], "fine", "{fine}");
+    assert_eq!(proxy.live_sessions(), 1);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_old_client_gets_the_upstreams_answer_byte_for_byte() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let old = LegacyClient::connect(proxy.url(), "2025-11-25").await;
+    for (tool, content_type) in [("not-json", "application/json"), ("html", "text/html")] {
+        let reply = old
+            .post(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": tool, "arguments": {}}}))
+            .await;
+        assert_eq!(reply.status, 200, "{tool}");
+        assert_eq!(reply.text, common::rogue::HTML, "{tool}");
+        assert_eq!(reply.header("content-type"), Some(content_type), "{tool}");
+    }
+    proxy.shutdown().await;
+}
+
 // === 10. require_session ===
 
 #[tokio::test]

@@ -254,6 +254,13 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
             HTTP,
             format!("InSession {S1} DataLayer"),
         ),
+        // The relay refuses what is not the response (tests/lifecycle.rs, stateless.rs).
+        (
+            "upstream success that is not the request's response",
+            post(&tools_call),
+            HTTP,
+            format!("InSession {S1} DataLayer"),
+        ),
         // The cap is the session store's (tests/lifecycle.rs).
         (
             "max_sessions reached",
