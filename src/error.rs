@@ -71,6 +71,10 @@ pub enum ProxyError {
     )]
     SessionHeaderMismatch { header: String, meta: String },
     #[error(
+        "Invalid Request: the Mcp-Session-Id header must be visible ASCII (0x21-0x7E), as every session id is; this one holds a space, a control character or a byte of 0x80 and up"
+    )]
+    SessionHeaderNotVisibleAscii,
+    #[error(
         "Invalid Request: the top-level sessionId ({top_level:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({meta:?})"
     )]
     SessionIdMismatch { top_level: String, meta: String },
@@ -128,6 +132,17 @@ pub enum ProxyError {
         .required.join(", ")
     )]
     MissingClientCapability { required: Vec<&'static str> },
+    /// The upstream answered a session client's request with a success status and a body
+    /// that is not the request's response (not JSON, a batch, another id, a body of
+    /// another type): passing it on would hand the client something it cannot read.
+    #[error("Upstream error: {upstream} answered HTTP {status} with {problem}")]
+    UnusableAnswer {
+        upstream: String,
+        status: StatusCode,
+        problem: String,
+        /// The client's request id (raw JSON).
+        request_id: String,
+    },
     #[error("Upstream error: {source}")]
     Upstream {
         upstream: String,
@@ -219,6 +234,12 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Some(json!({ "sessionId": meta, "headerSessionId": header })),
+                Fault::Client,
+            ),
+            E::SessionHeaderNotVisibleAscii => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_REQUEST,
+                Some(json!({ "header": "Mcp-Session-Id" })),
                 Fault::Client,
             ),
             E::SessionIdMismatch { top_level, meta } => (
@@ -334,6 +355,22 @@ impl ProxyError {
                     Fault::Client,
                 )
             }
+            E::UnusableAnswer {
+                upstream,
+                status,
+                problem,
+                request_id,
+            } => (
+                StatusCode::BAD_GATEWAY,
+                code::INTERNAL_ERROR,
+                Some(json!({
+                    "upstream": upstream,
+                    "status": status.as_u16(),
+                    "detail": problem,
+                    "id": serde_json::from_str::<serde_json::Value>(request_id).unwrap_or_default(),
+                })),
+                Fault::Upstream,
+            ),
             E::Upstream { upstream, source } => {
                 let status = match source {
                     UpstreamError::Timeout(_) | UpstreamError::Idle(_) => {

@@ -40,6 +40,9 @@
 //! `GET` and `DELETE` carry no message ([`classify_bare`]): a data-layer
 //! `Mcp-Session-Id` makes them [`BareRoute::Listen`] and [`BareRoute::EndByHeader`];
 //! without one they pass through (or are refused as in 6).
+//!
+//! Before any of this, an `Mcp-Session-Id` header that is not visible ASCII is refused
+//! (-32600): no session, the proxy's or an upstream's, can have such an id.
 
 use std::borrow::Cow;
 
@@ -186,7 +189,7 @@ pub fn classify_bare(
     headers: &HeaderMap,
     rules: Rules,
 ) -> Result<BareRoute<'_>, ProxyError> {
-    let (session, method) = (header_session(headers), request.as_str());
+    let (session, method) = (header_session(headers)?, request.as_str());
     match (session, request) {
         (Some(session), Bare::Get) => Ok(BareRoute::Listen { session }),
         (Some(session), Bare::Delete) => Ok(BareRoute::EndByHeader { session }),
@@ -244,7 +247,7 @@ fn classify_message<'a>(
     } else {
         None
     };
-    let header = message.headers.get(&MCP_SESSION_ID);
+    let header = session_header(message.headers)?;
     let session = session_ref(named, top_level.or(in_params), header)?;
 
     if let (Some(id), Some(Method::SessionsCreate)) = (request_id, method) {
@@ -328,9 +331,29 @@ fn session_ref<'a>(
     }
 }
 
+/// The `Mcp-Session-Id` header, if any. Both worlds require a session id to be visible
+/// ASCII (0x21–0x7E: the 2025-11-25 transport, "Session Management"; the data-layer
+/// sessions draft): a value with anything else in it (a space, a tab, bytes of 0x80 and
+/// up) names no session anyone could have issued, and is refused before it reaches a
+/// session or an upstream. An empty value is left alone: some clients send one before
+/// they have a session, and servers read it as none.
 /// The data-layer session a bare `Mcp-Session-Id` names, if it names one.
-fn header_session(headers: &HeaderMap) -> Option<SessionRef<'_>> {
-    headers.get(&MCP_SESSION_ID).and_then(issued)
+fn header_session(headers: &HeaderMap) -> Result<Option<SessionRef<'_>>, ProxyError> {
+    Ok(session_header(headers)?.and_then(issued))
+}
+
+fn session_header(headers: &HeaderMap) -> Result<Option<&HeaderValue>, ProxyError> {
+    match headers.get(&MCP_SESSION_ID) {
+        Some(value)
+            if !value.is_empty()
+                && !value
+                    .to_str()
+                    .is_ok_and(crate::mcp::headers::is_visible_ascii) =>
+        {
+            Err(ProxyError::SessionHeaderNotVisibleAscii)
+        }
+        header => Ok(header),
+    }
 }
 
 fn issued(header: &HeaderValue) -> Option<SessionRef<'_>> {

@@ -38,6 +38,7 @@ pub use endings::{Ending, Endings};
 pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use handshake::Opened;
 pub use http::{Binding, HttpUpstream, Settings};
+pub use lost::Probed;
 pub use pins::{PinSettings, Pinned, Pins};
 pub use pool::{Checkout, Pool, PoolSettings, capabilities_key, hear_every_log};
 pub use read::{Media, media_type};
@@ -179,6 +180,16 @@ impl Upstream {
                 "a stdio server has no session-less way in".into(),
             )),
         }
+    }
+
+    /// Whether `response` (from [`Upstream::forward`], to an old client's request naming
+    /// a session no proxy learned) says the replica does not know that session, in any
+    /// of the ways [`lost`] recognises.
+    pub async fn probe_answer(
+        &self,
+        response: Response<Incoming>,
+    ) -> Result<Probed, UpstreamError> {
+        lost::probe(response, self.max_message_bytes(), self.timeout()).await
     }
 
     /// The one replica, when there is exactly one (HTTP).

@@ -261,6 +261,65 @@ async fn session_ids_outside_visible_ascii_are_not_found() {
 }
 
 #[tokio::test]
+async fn an_mcp_session_id_header_outside_visible_ascii_is_invalid_request() {
+    let h = Harness::start().await;
+    let mut c = h.client();
+    c.create().await;
+    h.demo.clear_journal();
+    let values: [&[u8]; 4] = [b"caf\xc3\xa9", b"\xff\xfe", b"has space", b"tab\there"];
+    for value in values {
+        let mut headers = HeaderMap::new();
+        headers.insert("mcp-session-id", HeaderValue::from_bytes(value).unwrap());
+        // An old client's request (no session _meta: it used to pass through), and one
+        // naming a live session in _meta.
+        for body in [
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"}),
+            c.message(json!(8), "tools/list", json!({})),
+        ] {
+            let reply = post_json(&h.http, &h.url(), &body, &headers).await;
+            assert_eq!(reply.status, 400, "{value:?}: {}", reply.text);
+            let answer = reply.json();
+            assert_eq!(answer["id"], 8, "{value:?}: {answer}");
+            assert_eq!(answer["error"]["code"], -32600, "{value:?}: {answer}");
+            assert_eq!(
+                answer["error"]["data"],
+                json!({"header": "Mcp-Session-Id"}),
+                "{value:?}"
+            );
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Mcp-Session-Id header must be visible ASCII"),
+                "{answer}"
+            );
+        }
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let response = h
+                .http
+                .request(method.clone(), h.url())
+                .headers(headers.clone())
+                .header("accept", "text/event-stream")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 400, "{method} {value:?}");
+            let answer: Value = response.json().await.unwrap();
+            assert_eq!(answer["error"]["code"], -32600, "{method} {value:?}");
+            assert_eq!(answer["id"], Value::Null);
+        }
+    }
+    assert!(
+        h.demo.journal().is_empty(),
+        "nothing reached the upstream: {:?}",
+        h.demo.journal()
+    );
+    // The session named in _meta is untouched.
+    assert_eq!(c.tool_text("counter", json!({})).await, "1");
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn malformed_session_metadata_is_invalid_params() {
     let h = Harness::start().await;
     for session in [

@@ -1,9 +1,11 @@
 //! The proxy as an edge gateway for a fleet, in one process: named upstreams routed by
 //! path, replicas of an upstream (balancing, stickiness, a replica going down and coming
-//! back), old clients sticking to the replica that issued their session, both
+//! back), old clients sticking to the replica that issued their session (also before
+//! replicas that answer an unknown session with 400, not 404), both
 //! `on_session_lost` policies, readiness and metrics naming every upstream and replica,
 //! a named stdio upstream, and upstreams serving their stateless clients in affinities of
-//! their own. The upstream replicas are strict demo servers on loopback.
+//! their own. The upstream replicas are strict demo servers on loopback (and rogue ones,
+//! `common::rogue`, for the 400s).
 //! Several proxy processes (shared stores, forwarding, reload, shutdown, nginx) are in
 //! `replicas.rs`.
 
@@ -527,5 +529,50 @@ async fn each_upstream_serves_its_stateless_clients_in_its_own_affinity() {
         "alpha's handle and isolated sessions are all ended: {:?}",
         alpha.live()
     );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn old_clients_are_found_on_replicas_that_answer_400_to_unknown_sessions() {
+    // server-everything (and the TypeScript SDK's examples) answer an id they did not
+    // issue with 400 and their own words, not 404: still "not this replica".
+    let (a, b) = (
+        common::rogue::Rogue::start().await,
+        common::rogue::Rogue::start().await,
+    );
+    let target = Target::Http(vec![a.url().parse().unwrap(), b.url().parse().unwrap()]);
+    let proxy = start(fleet_config(vec![named("api", true, target)]))
+        .await
+        .unwrap();
+    // Each old client opened its session on a replica directly; the proxy never saw
+    // either id, so it tries the replicas in turn — one of the two ids is on the replica
+    // tried second.
+    for replica in [&a, &b] {
+        let direct = LegacyClient::connect(replica.url(), "2025-11-25").await;
+        let through = LegacyClient {
+            url: proxy.url(),
+            ..direct
+        };
+        let reply = through
+            .post(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                "params": {"name": "fine", "arguments": {}}}))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(
+            final_message(&reply)["result"]["content"][0]["text"],
+            "fine"
+        );
+    }
+    // An id no replica issued gets the last replica's answer, as it came.
+    let stranger = LegacyClient {
+        url: proxy.url(),
+        session: "nobody-issued-this".into(),
+        ..LegacyClient::connect(a.url(), "2025-11-25").await
+    };
+    let reply = stranger
+        .post(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}))
+        .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.text, common::rogue::NO_VALID_SESSION);
     proxy.shutdown().await;
 }

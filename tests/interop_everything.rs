@@ -306,3 +306,15 @@ async fn ids_the_upstream_rewrites_still_get_their_session_meta() {
     }
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_restarted_server_loses_its_sessions_and_the_proxy_says_so() {
+    // The everything server answers a session it does not know with HTTP 400 and an
+    // error without an id ("Bad Request: No valid session ID provided").
+    let server = common::interop::everything().await;
+    let call = json!({"name": "echo", "arguments": {"message": "hi"}});
+    let server =
+        common::interop::a_restart_loses_sessions(server, call, common::interop::everything_on)
+            .await;
+    drop(server);
+}

@@ -346,3 +346,15 @@ async fn an_upstream_that_issues_no_session_id_still_serves_data_layer_sessions(
     assert_session_not_found(&after, &id);
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_restarted_server_loses_its_sessions_and_the_proxy_says_so() {
+    // FastMCP (the Python SDK 1.x) answers a session it does not know with HTTP 404.
+    let server = common::interop::fastmcp(&[]).await;
+    let call = json!({"name": "echo", "arguments": {"msg": "hi"}});
+    let server = common::interop::a_restart_loses_sessions(server, call, |port| {
+        common::interop::fastmcp_on(port, &[])
+    })
+    .await;
+    drop(server);
+}

@@ -581,6 +581,27 @@ async fn an_upstream_that_lost_the_session_yields_not_found_never_another_sessio
     h.stop().await;
 }
 
+#[tokio::test]
+async fn a_lost_session_said_in_plain_text_is_not_found() {
+    // The Python SDK 1.x's words, before it answered 404: a 400 that is not even JSON.
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let mut c = SessionClient::new(proxy.url());
+    c.create().await;
+    let reply = c
+        .request("tools/call", json!({"name": "lose-text", "arguments": {}}))
+        .await;
+    common::assert::assert_session_not_found(&reply, c.session_id());
+    assert_eq!(proxy.live_sessions(), 0, "the lost session is ended");
+    assert_eq!(
+        gauge(&proxy, "mcp_proxy_sessions_lost_total").await,
+        Some(1)
+    );
+    proxy.shutdown().await;
+}
+
 // === 9. Upstream unreachable or too slow ===
 
 #[tokio::test]
@@ -646,6 +667,78 @@ async fn a_slow_upstream_is_a_504_and_other_sessions_keep_working() {
         "later"
     );
     h.stop().await;
+}
+
+// === 9b. An upstream answering what its client cannot read ===
+
+#[tokio::test]
+async fn a_success_that_is_not_the_response_is_a_502_naming_the_upstream() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let mut c = SessionClient::new(proxy.url());
+    c.create().await;
+    for (tool, says) in [
+        ("not-json", "a body that is not JSON"),
+        ("html", "a body of type \"text/html\""),
+        ("array", "a JSON array (a batch)"),
+        ("wrong-id", "the response to id \"not-"),
+    ] {
+        let id = format!("call-{tool}");
+        let body = c.message(
+            json!(id),
+            "tools/call",
+            json!({"name": tool, "arguments": {}}),
+        );
+        let reply = c.post(&body).await;
+        assert_eq!(reply.status, 502, "{tool}: {}", reply.text);
+        assert!(
+            reply
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("application/json")),
+            "{tool}: {:?}",
+            reply.headers
+        );
+        let answer = reply.json();
+        assert_eq!(answer["id"], json!(id), "{tool}: {answer}");
+        let error = &answer["error"];
+        assert_eq!(error["code"], -32603, "{tool}: {answer}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&rogue.url()), "{tool}: {message}");
+        assert!(message.contains(says), "{tool}: {message}");
+        assert_eq!(error["data"]["upstream"], rogue.url(), "{tool}: {answer}");
+        assert_eq!(error["data"]["id"], json!(id), "{tool}: {answer}");
+        assert_eq!(error["data"]["status"], 200, "{tool}: {answer}");
+        assert!(
+            !reply.text.contains(common::rogue::HTML),
+            "{tool}: {answer}"
+        );
+    }
+    // The session itself is fine: its next call is answered and stamped.
+    let fine = c.call_tool("fine", json!({})).await;
+    assert_eq!(fine["result"]["content"][0]["text"], "fine", "{fine}");
+    assert_eq!(proxy.live_sessions(), 1);
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_old_client_gets_the_upstreams_answer_byte_for_byte() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let old = LegacyClient::connect(proxy.url(), "2025-11-25").await;
+    for (tool, content_type) in [("not-json", "application/json"), ("html", "text/html")] {
+        let reply = old
+            .post(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": tool, "arguments": {}}}))
+            .await;
+        assert_eq!(reply.status, 200, "{tool}");
+        assert_eq!(reply.text, common::rogue::HTML, "{tool}");
+        assert_eq!(reply.header("content-type"), Some(content_type), "{tool}");
+    }
+    proxy.shutdown().await;
 }
 
 // === 10. require_session ===

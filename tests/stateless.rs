@@ -750,3 +750,40 @@ async fn an_expired_request_state_is_refused_and_the_waiting_upstream_call_is_ca
     assert_eq!(late.json()["error"]["data"]["key"], "requestState");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn an_upstream_answering_what_is_not_the_response_is_a_clear_502() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let mut c = StatelessClient::new(proxy.url());
+    for (n, (tool, says)) in [
+        ("not-json", "a body that is not JSON"),
+        ("html", "a body of type \"text/html\""),
+        ("array", "a JSON array (a batch)"),
+        ("wrong-id", "the response to id \"not-"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let reply = c
+            .request("tools/call", json!({"name": tool, "arguments": {}}))
+            .await;
+        assert_eq!(reply.status, 502, "{tool}: {}", reply.text);
+        let answer = reply.json();
+        assert_eq!(answer["id"], n + 1, "{tool}: {answer}");
+        let error = &answer["error"];
+        assert_eq!(error["code"], -32603, "{tool}: {answer}");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(&rogue.url()), "{tool}: {message}");
+        assert!(message.contains(says), "{tool}: {message}");
+        assert_eq!(error["data"]["id"], n + 1, "{tool}: {answer}");
+    }
+    let reply = c
+        .request("tools/call", json!({"name": "fine", "arguments": {}}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["result"]["content"][0]["text"], "fine");
+    proxy.shutdown().await;
+}

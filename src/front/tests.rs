@@ -69,7 +69,7 @@ fn header_map(pairs: &[(&'static str, String)]) -> HeaderMap {
     for (name, value) in pairs {
         map.append(
             HeaderName::from_static(name),
-            HeaderValue::from_str(value).unwrap(),
+            HeaderValue::from_bytes(value.as_bytes()).unwrap(),
         );
     }
     map
@@ -204,6 +204,33 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
             HTTP,
             "error -32600 400".into(),
         ),
+        (
+            "Mcp-Session-Id header that is not visible ASCII, on any request → -32600, HTTP 400",
+            post_with(
+                &[("mcp-session-id", "caf\u{e9}")],
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            ),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "… with session _meta",
+            post_with(&[("mcp-session-id", "has space")], &tools_call),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "… on GET",
+            Req::Get(vec![("mcp-session-id", "tab\there".into())]),
+            HTTP,
+            "error -32600 400".into(),
+        ),
+        (
+            "… on DELETE",
+            Req::Delete(vec![("mcp-session-id", "\u{ff}".into())]),
+            HTTP,
+            "error -32600 400".into(),
+        ),
         // The session path refuses a state not issued for the session (tests/lifecycle.rs).
         (
             "a state changed, or issued for another session",
@@ -223,6 +250,13 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         ),
         (
             "upstream unreachable / too slow",
+            post(&tools_call),
+            HTTP,
+            format!("InSession {S1} DataLayer"),
+        ),
+        // The relay refuses what is not the response (tests/lifecycle.rs, stateless.rs).
+        (
+            "upstream success that is not the request's response",
             post(&tools_call),
             HTTP,
             format!("InSession {S1} DataLayer"),

@@ -10,14 +10,15 @@
 //! session store is Redis, so every proxy replica and a restarted one know it). A message
 //! naming an id nobody learned (a proxy restarted with the memory or sealed store, or
 //! another proxy replica without Redis) is tried on each replica in turn until one does
-//! not answer 404, and that one is learned.
+//! not say it does not know the session (404, or a 400 in its own words:
+//! `upstream::lost`), and that one is learned.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, Method, Response};
 
 use super::headers;
 use super::session::upstream_error;
@@ -26,7 +27,7 @@ use crate::mcp::headers::MCP_SESSION_ID;
 use crate::metrics::Metrics;
 use crate::response::ProxyBody;
 use crate::session::Sessions;
-use crate::upstream::{Media, ReplicaId, Upstream, UpstreamError, media_type};
+use crate::upstream::{Media, Probed, ReplicaId, Upstream, UpstreamError, media_type};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -129,7 +130,7 @@ impl PassThrough {
                 .upstream
                 .forward(replica, method.clone(), &forwarded, body.clone())
                 .await;
-            let response = match sent {
+            let mut response = match sent {
                 Ok(response) => response,
                 // A new session may go to another replica; a known one cannot.
                 Err(e @ UpstreamError::Unreachable(_)) if session.is_none() && i < last => {
@@ -139,10 +140,17 @@ impl PassThrough {
                 Err(e) => return Err(upstream_error(&self.upstream, e)),
             };
             // An id nobody learned: is it this replica's?
-            if let (Some(_), None, true) = (session, known, i < last)
-                && response.status() == StatusCode::NOT_FOUND
-            {
-                continue;
+            if let (Some(_), None, true) = (session, known, i < last) {
+                let probed = self.upstream.probe_answer(response).await;
+                match probed.map_err(|e| upstream_error(&self.upstream, e))? {
+                    Probed::Unknown => continue,
+                    Probed::Answer(answer) => response = answer,
+                    // A refusal other than "unknown session" (nothing to learn from it).
+                    Probed::Read(mut parts, body) => {
+                        parts.headers = headers::to_client_passthrough(&parts.headers);
+                        return Ok(Response::from_parts(parts, ProxyBody::full(body)));
+                    }
+                }
             }
             self.learn(session, known, &method, replica, &response)
                 .await;

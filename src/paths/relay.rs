@@ -2,14 +2,18 @@
 //! messages) becomes the client's response, the response to the client's request stamped
 //! on its way ([`Stamp`]), everything else passed as it came, event by event.
 //!
-//! - A JSON answer is stamped and sent as JSON, with the upstream's status.
+//! - A JSON answer is stamped and sent as JSON, with the upstream's status. A success
+//!   whose JSON body is not the request's response (not JSON, a batch, another id), or
+//!   a success of another media type answering a request, is not passed on: the client
+//!   gets a 502 saying what the upstream sent ([`ProxyError::UnusableAnswer`]).
 //! - An event stream is written event by event as it arrives; a client that accepts
 //!   only JSON gets the stamped response alone once it comes (notifications on the way
 //!   are dropped; server requests cannot be answered by such a client anyway).
 //! - A stdio child's messages: a response that comes first is answered as JSON;
 //!   otherwise they stream as events (or, for a client that takes only JSON, the
 //!   response alone once it comes).
-//! - No message (202) and bodies of other types pass as they are.
+//! - No message (202) passes as it is; so do bodies of other types answering a
+//!   notification or a response.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +61,11 @@ impl Relay<'_> {
         answer: Answer,
         request: Request,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        if let Some(id) = request.id.as_deref()
+            && let Some(problem) = answer.unusable_for(id)
+        {
+            return Err(unusable(self.upstream, answer.status, problem, id));
+        }
         let Answer {
             status,
             headers,
@@ -155,6 +164,18 @@ impl Relay<'_> {
             upstream: self.upstream.label().to_string(),
             source,
         }
+    }
+}
+
+/// The upstream's answer to request `id` cannot be passed on ([`Answer::unusable_for`]):
+/// the client gets a 502 naming the upstream and what was wrong instead.
+pub fn unusable(upstream: &Upstream, status: StatusCode, problem: String, id: &[u8]) -> ProxyError {
+    tracing::warn!(upstream = %upstream.label(), status = status.as_u16(), problem = %problem, "the upstream's answer is not the request's response");
+    ProxyError::UnusableAnswer {
+        upstream: upstream.label().to_string(),
+        status,
+        problem,
+        request_id: String::from_utf8_lossy(id).into_owned(),
     }
 }
 

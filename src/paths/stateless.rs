@@ -36,7 +36,7 @@ use self::driver::{First, ListWithHandles, Resume};
 use self::handles::Intercept;
 use super::cluster::{Cluster, Whereabouts};
 use super::headers;
-use super::relay::Relay;
+use super::relay::{self, Relay};
 use super::session::{SessionPath, raw_bytes, upstream_error};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, raw_str, write};
@@ -354,7 +354,7 @@ impl StatelessPath {
                 (None, None) => message.body.clone(),
             };
             let started = self
-                .start(context, upstream_body, forwarded, &target, who)
+                .start(context, (&id, upstream_body), forwarded, &target, who)
                 .await;
             let (session, messages) = match (started, &target) {
                 (Ok(started), _) => started,
@@ -414,7 +414,7 @@ impl StatelessPath {
     async fn start(
         &self,
         context: &Context<'_>,
-        body: Bytes,
+        (id, body): (&[u8], Bytes),
         forwarded: &HeaderMap,
         target: &Target,
         caller: Caller,
@@ -428,6 +428,13 @@ impl StatelessPath {
                 .upstream
                 .exchange(session.binding(), body.clone(), forwarded)
                 .await;
+            if let Ok(answer) = &exchanged
+                && let Some(problem) = answer.unusable_for(id)
+            {
+                // What else the upstream session holds is unknown: it is not reused.
+                session.discard();
+                return Err(relay::unusable(&self.upstream, answer.status, problem, id));
+            }
             match (exchanged, &mut session) {
                 (Ok(answer), _) => return Ok((session, answer.messages)),
                 (Err(UpstreamError::SessionGone), CallSession::Handle(_)) => {

@@ -11,9 +11,43 @@ fn the_session_a_header_names_needs_the_proxys_shape() {
     let mut headers = HeaderMap::new();
     headers.insert(&MCP_SESSION_ID, HeaderValue::from_static(S1));
     assert_eq!(
-        header_session(&headers).map(|s| s.id),
+        header_session(&headers).unwrap().map(|s| s.id),
         Some(Cow::Borrowed(S1))
     );
     headers.insert(&MCP_SESSION_ID, HeaderValue::from_static("upstream-own"));
-    assert!(header_session(&headers).is_none());
+    assert!(header_session(&headers).unwrap().is_none());
+    // An empty value names none, as servers read it.
+    headers.insert(&MCP_SESSION_ID, HeaderValue::from_static(""));
+    assert!(header_session(&headers).unwrap().is_none());
+}
+
+#[test]
+fn a_header_outside_visible_ascii_is_refused_whatever_the_route() {
+    let rules = Rules {
+        require_session: false,
+        sessionless_way_in: true,
+    };
+    for value in [
+        &b"caf\xc3\xa9"[..],
+        b"\xff",
+        b"has space",
+        b"tab\there",
+        b"mcps_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\x80",
+    ] {
+        let mut headers = HeaderMap::new();
+        headers.insert(&MCP_SESSION_ID, HeaderValue::from_bytes(value).unwrap());
+        for bare in [Bare::Get, Bare::Delete] {
+            assert!(
+                matches!(
+                    classify_bare(bare, &headers, rules),
+                    Err(ProxyError::SessionHeaderNotVisibleAscii)
+                ),
+                "{value:?}"
+            );
+        }
+        assert!(matches!(
+            session_header(&headers),
+            Err(ProxyError::SessionHeaderNotVisibleAscii)
+        ));
+    }
 }

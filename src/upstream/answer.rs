@@ -9,13 +9,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::CONTENT_TYPE;
 use http::{HeaderMap, StatusCode};
 use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
 use super::error::UpstreamError;
 use super::read::{Media, media_type, read_body};
-use crate::jsonrpc::{Envelope, Kind, same_id};
+use crate::jsonrpc::{Envelope, EnvelopeError, Kind, same_id};
 use crate::sse::{Decoded, End, Event, Item, ItemSource};
 
 /// One message from a stdio child, or why none will come.
@@ -79,6 +80,29 @@ impl Answer {
             headers: parts.headers,
             messages,
         })
+    }
+
+    /// What is wrong with this answer to request `id` (raw JSON), if anything: a success
+    /// whose JSON body is not that request's response, or a success of another media
+    /// type. A JSON body answering a request is its one response (2025-11-25, "Sending
+    /// Messages to the Server"): not a batch (gone since 2025-06-18), not a notification
+    /// or a request, not the response to another id. Event streams and a stdio child's
+    /// messages are read as they come, and judged there.
+    pub fn unusable_for(&self, id: &[u8]) -> Option<String> {
+        if !self.status.is_success() {
+            return None;
+        }
+        match &self.messages {
+            Messages::One(Some(message)) => not_the_response(message, id),
+            Messages::Opaque(_) => Some(match self.headers.get(CONTENT_TYPE) {
+                Some(media) => format!(
+                    "a body of type {:?}, neither JSON nor an event stream, instead of the response",
+                    String::from_utf8_lossy(media.as_bytes())
+                ),
+                None => "a body without a Content-Type instead of the response".to_owned(),
+            }),
+            _ => None,
+        }
     }
 
     /// A stdio child's messages for a request.
@@ -161,6 +185,54 @@ impl Messages {
             }
         }
         Ok(first.as_ref())
+    }
+}
+
+/// What keeps `message` from being the response to request `id`, if anything.
+fn not_the_response(message: &[u8], id: &[u8]) -> Option<String> {
+    let envelope = match Envelope::parse(message) {
+        Ok(envelope) => envelope,
+        Err(EnvelopeError::Parse(why)) => {
+            return Some(format!(
+                "a body that is not JSON ({why}) instead of the response"
+            ));
+        }
+        Err(EnvelopeError::Batch) => {
+            return Some("a JSON array (a batch) instead of the one response".to_owned());
+        }
+        Err(e) => return Some(format!("a body that is not one JSON-RPC 2.0 message ({e})")),
+    };
+    let theirs = match (envelope.kind, envelope.id) {
+        (Kind::Response, Some(theirs)) => theirs,
+        (Kind::Request, _) => {
+            return Some(format!(
+                "a request ({}) instead of the response",
+                envelope.method()
+            ));
+        }
+        (Kind::Notification, _) | (Kind::Response, None) => {
+            return Some(format!(
+                "a notification ({}) instead of the response",
+                envelope.method()
+            ));
+        }
+    };
+    if same_id(theirs.get(), id) {
+        return None;
+    }
+    Some(format!(
+        "the response to id {}, not to the request's id {}",
+        shortened(theirs.get().as_bytes()),
+        shortened(id)
+    ))
+}
+
+/// An id as an error message shows it: at most 64 characters.
+fn shortened(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    match text.char_indices().nth(64) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.into_owned(),
     }
 }
 

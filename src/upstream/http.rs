@@ -19,8 +19,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::answer::{Answer, Messages};
 use super::error::UpstreamError;
-use super::lost::session_lost;
-use super::read::{Media, media_type};
+use super::lost::{self, session_lost};
+use super::read::{Media, media_type, read_body};
 use crate::mcp::headers::{ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 
 /// How to reach the upstream.
@@ -121,14 +121,11 @@ impl HttpUpstream {
             self.settings.max_message_bytes,
             self.settings.timeout,
         )
-        .await?;
-        if in_session
-            && let Messages::One(Some(body)) = &answer.messages
-            && session_lost(answer.status, Some(body))
-        {
+        .await;
+        if in_session && lost::in_answer(&answer) {
             return Err(UpstreamError::SessionGone);
         }
-        Ok(answer)
+        answer
     }
 
     /// The upstream session's own stream (GET, 2025-11-25 "Listening for Messages from
@@ -144,23 +141,36 @@ impl HttpUpstream {
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(crate::mcp::headers::SSE));
         let response = self.send(request).await?;
-        if binding.session_id.is_some() && session_lost(response.status(), None) {
+        let in_session = binding.session_id.is_some();
+        if in_session && session_lost(response.status(), None) {
             return Err(UpstreamError::SessionGone);
         }
         if !response.status().is_success() && media_type(response.headers()) != Media::Json {
-            let (parts, _) = response.into_parts();
+            let (parts, body) = response.into_parts();
+            if in_session && lost::needs_body(parts.status) {
+                let body = read_body(body, lost::READ_LIMIT, self.settings.timeout)
+                    .await
+                    .unwrap_or_default();
+                if session_lost(parts.status, Some(&body)) {
+                    return Err(UpstreamError::SessionGone);
+                }
+            }
             return Ok(Answer {
                 status: parts.status,
                 headers: parts.headers,
                 messages: Messages::Nothing,
             });
         }
-        Answer::read(
+        let answer = Answer::read(
             response,
             self.settings.max_message_bytes,
             self.settings.timeout,
         )
-        .await
+        .await;
+        if in_session && lost::in_answer(&answer) {
+            return Err(UpstreamError::SessionGone);
+        }
+        answer
     }
 
     /// Sends a client's request on as it is (an old client passed through), outside any
@@ -176,8 +186,9 @@ impl HttpUpstream {
     }
 
     /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
-    /// The upstream may answer 405 (it does not let clients end sessions) or 404 (already
-    /// gone); both mean there is nothing more to do.
+    /// The upstream may answer 405 (it does not let clients end sessions) or say the
+    /// session is already gone (404, or a 400 in its own words: [`super::lost`]); all
+    /// mean there is nothing more to do.
     pub async fn terminate(&self, binding: Binding<'_>) -> Result<(), UpstreamError> {
         if binding.session_id.is_none() {
             return Ok(());
@@ -188,17 +199,30 @@ impl HttpUpstream {
             &HeaderMap::new(),
             Full::default(),
         )?;
-        match self.send(request).await {
-            Ok(response) => match response.status() {
-                s if s.is_success() => Ok(()),
-                StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => Ok(()),
-                status => Err(UpstreamError::Refused {
-                    status,
-                    detail: "DELETE of the upstream session failed".into(),
-                }),
-            },
-            Err(e) => Err(e),
+        let response = self.send(request).await?;
+        let status = response.status();
+        if status.is_success() || status == StatusCode::METHOD_NOT_ALLOWED {
+            return Ok(());
         }
+        let body = if lost::needs_body(status) {
+            read_body(
+                response.into_body(),
+                lost::READ_LIMIT,
+                self.settings.timeout,
+            )
+            .await
+            .unwrap_or_default()
+        } else {
+            Bytes::new()
+        };
+        // Already gone (in the upstream's own words): nothing left to end.
+        if session_lost(status, Some(&body)) {
+            return Ok(());
+        }
+        Err(UpstreamError::Refused {
+            status,
+            detail: "DELETE of the upstream session failed".into(),
+        })
     }
 
     /// Sends a request with the timeout applied, observing the latency histogram.

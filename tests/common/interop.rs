@@ -219,6 +219,12 @@ impl ServerProcess {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
+    /// Kills the server and waits until it is gone (its port is free again).
+    pub async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+    }
+
     /// What the server printed so far (the last few KiB of each stream).
     pub fn output(&self) -> String {
         format!(
@@ -256,9 +262,15 @@ pub fn fastmcp_script() -> PathBuf {
 
 /// `@modelcontextprotocol/server-everything` in streamableHttp mode on a free loopback port.
 pub async fn everything() -> ServerProcess {
+    everything_on(0).await
+}
+
+/// The everything server on `port` (0: a free one) — e.g. started again where a killed
+/// one listened, as a restarted server would be.
+pub async fn everything_on(port: u16) -> ServerProcess {
     let mut command = Command::new("node");
     command
-        .env("PORT", "0")
+        .env("PORT", port.to_string())
         .env("GZIP_ALLOWED_DOMAINS", "127.0.0.1")
         .arg("--require")
         .arg(repo_root().join("tests/interop/everything-loopback.cjs"))
@@ -270,8 +282,16 @@ pub async fn everything() -> ServerProcess {
 /// The FastMCP fixture (`tests/interop/fastmcp_server.py`) on a free loopback port, with
 /// extra options such as `--json-response` or `--session-idle-timeout=1`.
 pub async fn fastmcp(options: &[&str]) -> ServerProcess {
+    fastmcp_on(0, options).await
+}
+
+/// The FastMCP fixture on `port` (0: a free one).
+pub async fn fastmcp_on(port: u16, options: &[&str]) -> ServerProcess {
     let mut command = Command::new(tools_dir().join("venv/bin/python"));
-    command.arg(fastmcp_script()).arg("0").args(options);
+    command
+        .arg(fastmcp_script())
+        .arg(port.to_string())
+        .args(options);
     ServerProcess::spawn("fastmcp", command).await
 }
 
@@ -339,6 +359,95 @@ impl Interop {
         self.proxy.shutdown().await;
         drop(self.server);
     }
+}
+
+/// A restarted upstream forgets every session. In front of `server`, one proxy with
+/// `on_session_lost = "fail"` and one with `"reinitialize"` each hold a session; the
+/// server is killed and started again on its port by `restart`. Then the first proxy's
+/// session client gets -32043 when it opens its GET stream, and again at its next call
+/// (`call`: a `tools/call` of the server's) and after (the session was ended, not
+/// renewed); `sessions_lost_total` counts it once; the second proxy's carries on in a new upstream session, `tools/list` retried and
+/// `call` working. Returns the server as restarted.
+pub async fn a_restart_loses_sessions<F, Fut>(
+    server: ServerProcess,
+    call: serde_json::Value,
+    restart: F,
+) -> ServerProcess
+where
+    F: FnOnce(u16) -> Fut,
+    Fut: std::future::Future<Output = ServerProcess>,
+{
+    use mcp_session_proxy::config::OnSessionLost;
+    use serde_json::json;
+
+    use super::assert::{assert_session_not_found, check_session_meta};
+    use super::{SessionClient, final_message, gauge};
+
+    let failing = start(config_for(&server.url())).await.unwrap();
+    let mut reinitializing = config_for(&server.url());
+    reinitializing.upstream.on_session_lost = OnSessionLost::Reinitialize;
+    let reinitializing = start(reinitializing).await.unwrap();
+
+    let mut lost = SessionClient::new(failing.url());
+    lost.create().await;
+    let mut kept = SessionClient::new(reinitializing.url());
+    kept.create().await;
+    for c in [&mut lost, &mut kept] {
+        let reply = c.request("tools/call", call.clone()).await;
+        assert_eq!(reply.status, 200, "before the restart: {}", reply.text);
+        check_session_meta(&final_message(&reply), c.session_id());
+    }
+
+    let mut server = server;
+    let port = server.port;
+    server.kill().await;
+    let server = restart(port).await;
+
+    // The session's GET stream is how the loss shows first (the upstream's answer to a
+    // GET of a session it does not know is read the same way as to a POST).
+    let lost_id = lost.session_id().to_owned();
+    let response = super::http_client()
+        .get(failing.url())
+        .headers(lost.headers())
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let reply = super::Reply {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+        text: response.text().await.unwrap(),
+    };
+    assert_session_not_found(&reply, &lost_id);
+    let reply = lost.request("tools/call", call.clone()).await;
+    assert_session_not_found(&reply, &lost_id);
+    assert_eq!(
+        gauge(&failing, "mcp_proxy_sessions_lost_total").await,
+        Some(1),
+        "the lost session is counted"
+    );
+    assert_eq!(failing.live_sessions(), 0, "the lost session is ended");
+    let reply = lost.request("tools/list", json!({})).await;
+    assert_session_not_found(&reply, &lost_id);
+
+    let reply = kept.request("tools/list", json!({})).await;
+    assert_eq!(reply.status, 200, "tools/list is retried: {}", reply.text);
+    check_session_meta(&final_message(&reply), kept.session_id());
+    let reply = kept.request("tools/call", call).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    check_session_meta(&final_message(&reply), kept.session_id());
+    assert_eq!(
+        gauge(&reinitializing, "mcp_proxy_sessions_reinitialized_total").await,
+        Some(1)
+    );
+    assert_eq!(
+        gauge(&reinitializing, "mcp_proxy_sessions_lost_total").await,
+        Some(0)
+    );
+
+    failing.shutdown().await;
+    reinitializing.shutdown().await;
+    server
 }
 
 /// How long one command of an SDK 2.x client may take (a connect includes starting Python

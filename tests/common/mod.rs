@@ -7,7 +7,8 @@
 //! [`interop`] (third-party servers as child processes, and the proxy in front of them),
 //! [`stdio`] (the proxy in front of a stdio command), [`procs`] (processes read from
 //! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured) and
-//! [`binary`] (the real binary as a process: its file descriptors, its open-file limit).
+//! [`binary`] (the real binary as a process: its file descriptors, its open-file limit)
+//! and [`rogue`] (an upstream that answers what the strict demo server never would).
 
 #![allow(
     dead_code,
@@ -26,6 +27,7 @@ pub mod fleet;
 pub mod interop;
 pub mod log;
 pub mod procs;
+pub mod rogue;
 pub mod stdio;
 
 use std::future::Future;
