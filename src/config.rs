@@ -180,6 +180,11 @@ pub struct AdminConfig {
 pub struct SessionConfig {
     pub idle_ttl: Duration,
     pub max_sessions: usize,
+    /// Upstream sessions one caller may hold at once (per proxy process); 0: no cap.
+    pub max_sessions_per_caller: usize,
+    /// New upstream sessions one caller may open a minute (per proxy process); 0: no
+    /// limit.
+    pub creations_per_caller_per_minute: u32,
     pub reap_interval: Duration,
     /// Key of the `state` MAC; `None` means a random key per process.
     pub state_key: Option<Secret>,

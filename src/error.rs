@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::json;
 
+use crate::fairness::Refused;
 use crate::jsonrpc::{EnvelopeError, ErrorObject, code};
 use crate::mcp::meta::MetaError;
 use crate::session::StoreError;
@@ -25,6 +26,24 @@ fn describe_reject(reject: &Reject) -> String {
         ),
         Reject::MethodNotFound(method) => format!("Method not found: {method}"),
         Reject::InvalidParams(why) => format!("Invalid params: {why}"),
+    }
+}
+
+fn describe_caller_limit(refused: &Refused) -> String {
+    let (key, max) = (refused.key(), refused.max());
+    match refused {
+        Refused::Sessions { .. } => format!(
+            "Too many sessions: this caller already holds {max}, the most one caller may hold ({key} = {max}); delete sessions it no longer needs, or retry when one has expired"
+        ),
+        Refused::Rate { .. } => format!(
+            "Too many new sessions: this caller may open {max} a minute ({key} = {max}); retry after the Retry-After delay"
+        ),
+        Refused::Bound { .. } => format!(
+            "Too many session handles: this caller already holds {max} at this upstream ({key} = {max}); close one first"
+        ),
+        Refused::Callers { .. } => format!(
+            "Too many callers: the proxy already tracks {max} callers holding sessions; retry later"
+        ),
     }
 }
 
@@ -92,6 +111,9 @@ pub enum ProxyError {
         "Session limit reached: the proxy already holds its maximum of {max} sessions; delete unused sessions or retry later"
     )]
     SessionLimit { max: usize },
+    /// A per-caller limit (`fairness`): one caller may not take what the others need.
+    #[error("{}", describe_caller_limit(.0))]
+    CallerLimit(Refused),
     #[error("Session store unavailable: {source}")]
     Store {
         /// `memory`, `redis` or `sealed`.
@@ -268,6 +290,28 @@ impl ProxyError {
                 Some(json!({ "maxSessions": max })),
                 Fault::Proxy,
             ),
+            E::CallerLimit(refused) => {
+                let data = json!({
+                    "limit": refused.key(),
+                    "max": refused.max(),
+                    "retryAfterSeconds": refused.retry_after().as_secs(),
+                });
+                match refused {
+                    // The proxy is out of room for callers, not this caller over its share.
+                    Refused::Callers { .. } => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        code::INTERNAL_ERROR,
+                        Some(data),
+                        Fault::Proxy,
+                    ),
+                    Refused::Sessions { .. } | Refused::Rate { .. } | Refused::Bound { .. } => (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        code::INTERNAL_ERROR,
+                        Some(data),
+                        Fault::Client,
+                    ),
+                }
+            }
             E::Store { store, source } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 code::INTERNAL_ERROR,
@@ -418,6 +462,7 @@ impl ProxyError {
             ProxyError::SessionLimit { .. }
             | ProxyError::Store { .. }
             | ProxyError::OwnerUnreachable { .. } => Some(Duration::from_secs(1)),
+            ProxyError::CallerLimit(refused) => Some(refused.retry_after()),
             _ => None,
         }
     }

@@ -29,7 +29,7 @@ use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
 pub use ops::Ops;
-pub use serve::{ConnectionLimits, Role, Serving, serve};
+pub use serve::{ClientAddr, ConnectionLimits, Role, Serving, serve};
 
 use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
@@ -207,6 +207,7 @@ impl Endpoint<'_> {
             envelope: &envelope,
             payload: raw.zip(payload.as_ref()),
             accepts,
+            peer: parts.extensions.get::<ClientAddr>().map(|addr| addr.0),
         };
         let answered = match route::classify(&message, self.served.rules) {
             Ok(route) => self.dispatch(&message, route).await,

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod demo;
 pub mod error;
+pub mod fairness;
 pub mod fleet;
 pub mod front;
 pub mod jsonrpc;
@@ -151,6 +152,8 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         session::Settings {
             idle_ttl: s.idle_ttl,
             max_sessions: s.max_sessions,
+            max_sessions_per_caller: s.max_sessions_per_caller,
+            creations_per_caller_per_minute: s.creations_per_caller_per_minute,
         },
     ));
     let endings = Endings::start();

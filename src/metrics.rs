@@ -30,6 +30,8 @@ pub enum Outcome {
 pub enum Rejection {
     /// `max_sessions` reached.
     Limit,
+    /// A per-caller limit refused it (`caller_refusals_total` says which).
+    CallerLimit,
     /// The upstream handshake failed.
     Upstream,
     /// The request itself was wrong.
@@ -63,6 +65,7 @@ impl Rejection {
     fn as_str(self) -> &'static str {
         match self {
             Rejection::Limit => "limit",
+            Rejection::CallerLimit => "caller_limit",
             Rejection::Upstream => "upstream",
             Rejection::Invalid => "invalid",
             Rejection::Store => "store",
@@ -128,6 +131,13 @@ pub struct RejectionLabels {
     pub reason: Rejection,
 }
 
+/// Which per-caller limit refused an upstream session (its configuration key's last part:
+/// a fixed set).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallerLimitLabels {
+    pub limit: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabels {
     pub upstream: String,
@@ -158,6 +168,7 @@ pub struct Metrics {
     pub replica_healthy: Family<ReplicaLabels, Gauge>,
     pub replica_sessions: Family<ReplicaLabels, Gauge>,
     pub sessions_rejected: Family<RejectionLabels, Counter>,
+    pub caller_refusals: Family<CallerLimitLabels, Counter>,
     pub requests: Family<RequestLabels, Counter>,
     pub upstream_latency: Family<UpstreamLabels, Histogram>,
     pub sse_streams_open: Gauge,
@@ -189,6 +200,7 @@ impl Metrics {
             replica_healthy: Family::default(),
             replica_sessions: Family::default(),
             sessions_rejected: Family::default(),
+            caller_refusals: Family::default(),
             requests: Family::default(),
             upstream_latency: Family::new_with_constructor(|| {
                 // 50 µs … ~26 s.
@@ -246,6 +258,11 @@ impl Metrics {
             "sessions_rejected",
             "sessions/create requests refused, by reason",
             m.sessions_rejected.clone(),
+        );
+        registry.register(
+            "caller_refusals",
+            "Upstream sessions refused to a caller over a per-caller limit, by limit",
+            m.caller_refusals.clone(),
         );
         registry.register(
             "requests",
@@ -334,6 +351,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts an upstream session refused to a caller by `refused`'s limit.
+    pub fn caller_refused(&self, refused: &crate::fairness::Refused) {
+        let key = refused.key();
+        let limit = key.rsplit('.').next().unwrap_or(key);
+        self.caller_refusals
+            .get_or_create(&CallerLimitLabels { limit })
+            .inc();
+    }
+
     /// A guard counting one open event stream until it is dropped.
     pub fn stream_opened(self: &Arc<Self>) -> StreamGuard {
         self.sse_streams_open.inc();
@@ -373,6 +399,10 @@ mod tests {
         let m = Arc::new(Metrics::new());
         m.request("tools/call", Outcome::Ok);
         m.rejected(Rejection::Limit);
+        m.caller_refused(&crate::fairness::Refused::Rate {
+            per_minute: 1,
+            retry_after: std::time::Duration::from_secs(1),
+        });
         m.upstream_histogram("http://u/mcp").observe(0.001);
         let guard = m.stream_opened();
         let text = m.encode();
@@ -382,6 +412,7 @@ mod tests {
             "mcp_proxy_sessions_deleted_total",
             "mcp_proxy_sessions_expired_total",
             "mcp_proxy_sessions_rejected_total{reason=\"limit\"} 1",
+            "mcp_proxy_caller_refusals_total{limit=\"creations_per_caller_per_minute\"} 1",
             "mcp_proxy_requests_total{method=\"tools/call\",outcome=\"ok\"} 1",
             "mcp_proxy_upstream_latency_seconds_bucket{le=\"0.00005\",upstream=\"http://u/mcp\"}",
             "mcp_proxy_sse_streams_open 1",

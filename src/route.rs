@@ -45,6 +45,7 @@
 //! (-32600): no session, the proxy's or an upstream's, can have such an id.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -54,6 +55,7 @@ use serde_json::value::RawValue;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, raw_str};
 use crate::mcp::Method;
+use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{Accepts, MCP_SESSION_ID};
 use crate::mcp::meta::{self, MetaError, Payload, SessionMeta};
 use crate::session::is_issued_shape;
@@ -70,9 +72,16 @@ pub struct Message<'m, 'b> {
     /// object.
     pub payload: Option<(&'b RawValue, &'m Payload<'b>)>,
     pub accepts: Accepts,
+    /// The address the request came from (`None` when it is not known).
+    pub peer: Option<IpAddr>,
 }
 
 impl<'m, 'b> Message<'m, 'b> {
+    /// Whom the per-caller limits count this message against (`fairness`).
+    pub fn caller_key(&self) -> Option<CallerKey> {
+        CallerKey::of(Caller::of(self.headers), self.peer)
+    }
+
     /// The opened `params` (or `result`).
     pub fn params(&self) -> Option<&'m Payload<'b>> {
         self.payload.map(|(_, payload)| payload)

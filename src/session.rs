@@ -5,7 +5,6 @@
 //! Records live in one of three stores (`session.store`): this process's memory, a
 //! Redis server shared by proxy replicas, or nowhere — sealed into the sessionId.
 
-mod bound;
 mod id;
 mod manager;
 mod memory;

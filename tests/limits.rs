@@ -92,11 +92,13 @@ async fn create_session(http: &reqwest::Client, url: &str) -> bool {
 async fn expiring_sessions_are_all_ended_upstream_and_give_their_file_descriptors_back() {
     const SESSIONS: usize = 800;
     // An upstream that keeps its connections alive, and a proxy with few descriptors:
-    // ending every expired session at once would need one upstream connection each.
+    // ending every expired session at once would need one upstream connection each. One
+    // client opens them all: no limit on its creations a minute.
     let demo = DemoServer::start(DemoOptions::default()).await.unwrap();
     let proxy = ProxyProcess::start(
         &format!(
             "[upstream]\nurl = \"{}\"\n[session]\nidle_ttl = \"1s\"\nreap_interval = \"1s\"\n\
+             creations_per_caller_per_minute = 0\n\
              [limits]\nupstream_idle_timeout = \"1s\"\n",
             demo.url()
         ),

@@ -249,6 +249,9 @@ pub fn spawn_proxy_under(
         .args(["--listen", &addr.to_string()])
         .env("MCP_PROXY_LOG__LEVEL", "warn")
         .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
+        // One load generator is one caller: the per-caller limits would measure themselves.
+        .env("MCP_PROXY_SESSION__MAX_SESSIONS_PER_CALLER", "0")
+        .env("MCP_PROXY_SESSION__CREATIONS_PER_CALLER_PER_MINUTE", "0")
         .env("MCP_PROXY_WORKERS", proxy_workers())
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env_remove("RUST_LOG")

@@ -214,6 +214,11 @@ impl Default for RawStateless {
 pub struct RawSession {
     pub idle_ttl: String,
     pub max_sessions: u64,
+    /// Absent: a tenth of `max_sessions`; 0: no cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sessions_per_caller: Option<u64>,
+    /// 0: no limit.
+    pub creations_per_caller_per_minute: u64,
     pub reap_interval: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_key: Option<String>,
@@ -292,6 +297,8 @@ impl Default for RawSession {
         RawSession {
             idle_ttl: "30m".into(),
             max_sessions: 10_000,
+            max_sessions_per_caller: None,
+            creations_per_caller_per_minute: 300,
             reap_interval: "30s".into(),
             state_key: None,
             store: "memory".into(),

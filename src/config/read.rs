@@ -449,7 +449,10 @@ fn wanted(
             "a list; write it in brackets, e.g. [\"a\", \"b\"]".to_owned()
         }
         _ if expected.contains("bool") => "true or false".to_owned(),
-        _ if expected.starts_with('u') || expected.starts_with('i') => "a whole number".to_owned(),
+        // A key with no default (an optional number, such as
+        // session.max_sessions_per_caller).
+        _ if expected.starts_with('u') => "a whole number of 0 or more".to_owned(),
+        _ if expected.starts_with('i') => "a whole number".to_owned(),
         _ => expected.to_owned(),
     }
 }

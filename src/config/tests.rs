@@ -408,7 +408,7 @@ fn every_problem_of_a_file_is_reported_in_key_order() {
         [
             "listen (in FILE): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
             "max_body_bytes (in FILE): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
-            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, reap_interval, state_key, store, redis_url and sealed_keys.",
+            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url and sealed_keys.",
             "session.reap_interval (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
             "upstream.require_session (in FILE): \"yes\" is not true or false; write e.g. false",
             "upstream.timeout (in FILE): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
@@ -772,4 +772,60 @@ fn limits_are_read_and_checked() {
     ] {
         assert!(err.contains(key), "{key} not named in: {err}");
     }
+}
+
+#[test]
+fn the_per_caller_limits_default_below_the_cap_on_every_session() {
+    let defaults = Config::defaults().session;
+    assert_eq!(defaults.max_sessions, 10_000);
+    assert_eq!(
+        defaults.max_sessions_per_caller, 1000,
+        "a tenth of max_sessions"
+    );
+    assert_eq!(defaults.creations_per_caller_per_minute, 300);
+    // Unwritten, the cap follows max_sessions (at least one).
+    let small = load_file("[session]\nmax_sessions = 5\n", Overrides::default()).unwrap();
+    assert_eq!(small.session.max_sessions_per_caller, 1);
+    let set = load_file(
+        "[session]\nmax_sessions = 50\nmax_sessions_per_caller = 50\ncreations_per_caller_per_minute = 0\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(set.session.max_sessions_per_caller, 50);
+    assert_eq!(set.session.creations_per_caller_per_minute, 0, "0: off");
+    let off = load_file(
+        "[session]\nmax_sessions_per_caller = 0\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(off.session.max_sessions_per_caller, 0, "0: off");
+    // The sealed store has no cap on every session: any per-caller cap holds.
+    let sealed = load_file(
+        &format!(
+            "[session]\nstore = \"sealed\"\nsealed_keys = [\"{}\"]\nmax_sessions = 10\nmax_sessions_per_caller = 100\n",
+            "ab".repeat(32)
+        ),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(sealed.session.max_sessions_per_caller, 100);
+}
+
+#[test]
+fn bad_per_caller_limits_name_their_keys() {
+    let problems = problems_of(
+        "[session]\nmax_sessions = 100\nmax_sessions_per_caller = 101\ncreations_per_caller_per_minute = 5000000000\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "session.creations_per_caller_per_minute (in FILE): 5000000000 is too many; at most 4294967295 (0: no limit)",
+            "session.max_sessions_per_caller (in FILE): 101 is more than session.max_sessions (100): one caller could take every session; write at most 100, or 0 for no cap",
+        ]
+    );
+    let problems = problems_of("[session]\nmax_sessions_per_caller = \"lots\"\n");
+    assert_eq!(
+        problems,
+        ["session.max_sessions_per_caller (in FILE): \"lots\" is not a whole number of 0 or more"]
+    );
 }

@@ -136,6 +136,22 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         Duration::from_millis(10),
     );
     let max_sessions = p.size("session.max_sessions", s.max_sessions, 1);
+    let max_sessions_per_caller = match s.max_sessions_per_caller {
+        None => default_per_caller(max_sessions),
+        Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+    };
+    let creations_per_caller_per_minute = u32::try_from(s.creations_per_caller_per_minute)
+        .unwrap_or_else(|_| {
+            p.add(
+                "session.creations_per_caller_per_minute",
+                format!(
+                    "{} is too many; at most {} (0: no limit)",
+                    s.creations_per_caller_per_minute,
+                    u32::MAX
+                ),
+            );
+            0
+        });
     let state_key = s.state_key.as_deref().and_then(|key| match decode_hex(key.trim()) {
         Some(bytes) if bytes.len() >= 32 => Some(Secret(bytes)),
         _ => {
@@ -183,6 +199,16 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     );
     let upstreams = named_upstreams(&mut p, &raw, &target);
     let store = store(&mut p, &raw, &target, on_session_lost, &upstreams);
+    // A cap above the cap on every session would let one caller take them all (a sealed
+    // store has no cap on every session: any value holds there).
+    if max_sessions_per_caller > max_sessions && !matches!(store, StoreConfig::Sealed { .. }) {
+        p.add(
+            "session.max_sessions_per_caller",
+            format!(
+                "{max_sessions_per_caller} is more than session.max_sessions ({max_sessions}): one caller could take every session; write at most {max_sessions}, or 0 for no cap"
+            ),
+        );
+    }
     let advertise = match raw.cluster.advertise.trim() {
         "" => None,
         url => match url.parse::<Uri>() {
@@ -282,6 +308,8 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         session: SessionConfig {
             idle_ttl,
             max_sessions,
+            max_sessions_per_caller,
+            creations_per_caller_per_minute,
             reap_interval,
             state_key,
             store,
@@ -525,6 +553,13 @@ fn overrides(p: &mut Problems, table: &str, def: &RawNamedUpstream) -> UpstreamO
             ms(100),
         ),
     }
+}
+
+/// `session.max_sessions_per_caller` when it is not written: a tenth of the cap on every
+/// session (at least one), so that one caller never holds more than a tenth of them and
+/// it takes ten to fill the proxy.
+fn default_per_caller(max_sessions: usize) -> usize {
+    (max_sessions / 10).max(1)
 }
 
 /// `session.store` and what it needs.

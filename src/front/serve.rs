@@ -1,7 +1,7 @@
 //! Accepting connections and shutting down gracefully.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +38,10 @@ impl Role {
         matches!(self, Role::McpAndOperations | Role::Operations)
     }
 }
+
+/// The address a request's connection came from, in the request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
 
 /// A running listener.
 #[derive(Debug)]
@@ -138,7 +142,8 @@ pub fn serve(
             let front = front.clone();
             let service = service_fn({
                 let activity = activity.clone();
-                move |request| {
+                move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(ClientAddr(peer.ip()));
                     let front = front.clone();
                     let in_flight = activity.request();
                     async move {

@@ -147,6 +147,7 @@ async fn outcome(req: Req, rules: Rules) -> String {
                 envelope: &envelope,
                 payload: raw.zip(payload.as_ref()),
                 accepts,
+                peer: None,
             };
             match classify(&message, rules) {
                 Ok(route) => describe_route(&route),
@@ -264,6 +265,13 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         // The cap is the session store's (tests/lifecycle.rs).
         (
             "max_sessions reached",
+            post(r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#),
+            HTTP,
+            "Create DataLayer".into(),
+        ),
+        // The per-caller limits are the session manager's (tests/fairness.rs).
+        (
+            "a caller over its own limits",
             post(r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#),
             HTTP,
             "Create DataLayer".into(),

@@ -5,8 +5,12 @@
 //! never lets callers with different credentials share an upstream session: pooled
 //! sessions are keyed by it, pinned sessions are keyed by it, and a session handle is
 //! bound to it.
+//!
+//! [`CallerKey`] is whom the per-caller limits (`fairness`) count against: the
+//! credentials when there are any, else the network the request came from.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
 
 use http::HeaderMap;
 use http::header::{AUTHORIZATION, COOKIE, HeaderName};
@@ -99,6 +103,54 @@ impl fmt::Debug for Caller {
     }
 }
 
+/// Whom the per-caller limits count a request against: its credentials' hash when it
+/// carries any ([`Caller`]), else the network it came from — an IPv4 address, or an IPv6
+/// address's /64 (a host is commonly given a whole /64, so its single addresses would be
+/// as many callers). A verified identity, such as a token's subject, would be one more
+/// kind here, taking precedence over both.
+///
+/// Copy and small (at most 17 bytes of key), so a table of them stays cheap.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CallerKey {
+    /// The hash of the credential headers.
+    Credentials([u8; 16]),
+    /// No credentials: the client's network.
+    Network(IpAddr),
+}
+
+impl CallerKey {
+    /// The key of a request from `caller`, received from `peer` (the client's address;
+    /// `None` when unknown). `None`: the request is nobody's to count.
+    pub fn of(caller: Caller, peer: Option<IpAddr>) -> Option<CallerKey> {
+        if let Some(hash) = caller.hash() {
+            return Some(CallerKey::Credentials(hash));
+        }
+        peer.map(|ip| CallerKey::Network(network(ip)))
+    }
+}
+
+/// An IPv4 address as it is; an IPv6 address's /64 (IPv4-mapped ones as IPv4).
+fn network(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(prefix))
+        }
+        v4 => v4,
+    }
+}
+
+impl fmt::Debug for CallerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallerKey::Credentials(hash) => {
+                write!(f, "CallerKey({:?})", Caller::from_hash(Some(*hash)))
+            }
+            CallerKey::Network(ip) => write!(f, "CallerKey({ip})"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,5 +204,27 @@ mod tests {
     fn other_headers_do_not_make_a_caller() {
         let headers = with(HeaderName::from_static("x-conversation-id"), "c1");
         assert!(Caller::of(&headers).is_anonymous());
+    }
+
+    #[test]
+    fn a_caller_key_is_the_credentials_else_the_network() {
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let alice = Caller::of(&with(AUTHORIZATION, "Bearer alice"));
+        assert_eq!(
+            CallerKey::of(alice, Some(v4)),
+            CallerKey::of(alice, Some("198.51.100.1".parse().unwrap())),
+            "credentials count wherever they come from"
+        );
+        assert_eq!(
+            CallerKey::of(Caller::ANONYMOUS, Some(v4)),
+            Some(CallerKey::Network(v4))
+        );
+        assert_eq!(CallerKey::of(Caller::ANONYMOUS, None), None);
+        // One IPv6 host's addresses (its /64) are one caller; another /64 is another.
+        let key = |ip: &str| CallerKey::of(Caller::ANONYMOUS, Some(ip.parse().unwrap()));
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("::ffff:192.0.2.7"), Some(CallerKey::Network(v4)));
+        assert!(!format!("{:?}", CallerKey::of(alice, None)).contains("alice"));
     }
 }

@@ -33,7 +33,7 @@ use super::relay::{Relay, Request};
 use crate::config::OnSessionLost;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, RawObject, range_in, write, write_json_str};
-use crate::mcp::caller::Caller;
+use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::tools::ToolHints;
@@ -161,9 +161,7 @@ impl SessionPath {
         let capabilities = params
             .and_then(|p| p.meta(meta::CLIENT_CAPABILITIES))
             .or_else(|| params.and_then(|p| p.member("capabilities")));
-        let issued = self
-            .open(message.headers, client_info, capabilities, false)
-            .await?;
+        let issued = self.open(message, client_info, capabilities, false).await?;
         let mut session = Vec::with_capacity(256);
         session.extend_from_slice(br#"{"sessionId":"#);
         write_json_str(&mut session, &issued.id);
@@ -208,9 +206,7 @@ impl SessionPath {
             None => {
                 let client_info = params.and_then(|p| p.member("clientInfo"));
                 let capabilities = params.and_then(|p| p.member("capabilities"));
-                let issued = self
-                    .open(message.headers, client_info, capabilities, false)
-                    .await?;
+                let issued = self.open(message, client_info, capabilities, false).await?;
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
@@ -238,9 +234,7 @@ impl SessionPath {
         let params = message.params();
         let client_info = params.and_then(|p| p.member("clientInfo"));
         let capabilities = params.and_then(|p| p.member("capabilities"));
-        let issued = self
-            .open(message.headers, client_info, capabilities, true)
-            .await?;
+        let issued = self.open(message, client_info, capabilities, true).await?;
         let result = initialize_result(&issued.negotiated, None);
         let body = write::result(id.get().as_bytes(), &result);
         Ok(with_session(
@@ -551,8 +545,14 @@ impl SessionPath {
         client_info: Option<&RawValue>,
         capabilities: Option<&RawValue>,
     ) -> Result<Issued, ProxyError> {
-        self.open_in(Some(slot), client_headers, client_info, capabilities, false)
-            .await
+        self.open_in(
+            Place::Taken(slot),
+            client_headers,
+            client_info,
+            capabilities,
+            false,
+        )
+        .await
     }
 
     /// One use of session `id` by `caller` (a handle): renewed, or -32043 when it is
@@ -885,23 +885,25 @@ impl SessionPath {
         Ok(())
     }
 
-    /// Opens an upstream session and records a session for it; counts the outcome.
+    /// Opens an upstream session for the caller of `message` and records a session for
+    /// it; counts the outcome.
     async fn open(
         &self,
-        client_headers: &HeaderMap,
+        message: &Message<'_, '_>,
         client_info: Option<&RawValue>,
         capabilities: Option<&RawValue>,
         legacy: bool,
     ) -> Result<Issued, ProxyError> {
-        self.open_in(None, client_headers, client_info, capabilities, legacy)
+        let place = Place::For(message.caller_key());
+        self.open_in(place, message.headers, client_info, capabilities, legacy)
             .await
     }
 
     /// `open`, in a place already taken (`Sessions::reserve_for` when the session is bound
-    /// to a caller), or one taken now.
+    /// to a caller), or one taken now for a caller (`Sessions::reserve`).
     async fn open_in(
         &self,
-        slot: Option<Slot<'_>>,
+        place: Place<'_>,
         client_headers: &HeaderMap,
         client_info: Option<&RawValue>,
         capabilities: Option<&RawValue>,
@@ -916,11 +918,11 @@ impl SessionPath {
                     return Err(ProxyError::NotAnObject { key });
                 }
             }
-            let slot = match slot {
-                Some(slot) => slot,
-                None => self
+            let slot = match place {
+                Place::Taken(slot) => slot,
+                Place::For(who) => self
                     .sessions
-                    .reserve()
+                    .reserve(who)
                     .map_err(|e| self.session_error(e, ""))?,
             };
             let forwarded = headers::to_upstream_in_session(client_headers);
@@ -981,7 +983,17 @@ impl SessionPath {
                 tracing::Span::current().record("session", log_tag(&issued.id));
                 tracing::info!("session created");
             }
-            Err(e) => self.metrics.rejected(rejection(e)),
+            Err(e) => {
+                self.metrics.rejected(rejection(e));
+                if let ProxyError::CallerLimit(refused) = e {
+                    self.metrics.caller_refused(refused);
+                    tracing::info!(
+                        limit = refused.key(),
+                        max = refused.max(),
+                        "session refused: over a per-caller limit"
+                    );
+                }
+            }
         }
         opened
     }
@@ -1000,6 +1012,14 @@ impl SessionPath {
             route.negotiated.protocol_version,
         )
     }
+}
+
+/// Where a new session's place under the caps comes from.
+enum Place<'a> {
+    /// Taken already.
+    Taken(Slot<'a>),
+    /// To take, for this caller (`None`: nobody's to count).
+    For(Option<CallerKey>),
 }
 
 /// Ends an upstream session on drop (without waiting, through the endings) unless a
@@ -1033,6 +1053,7 @@ impl Drop for EndUnlessAdmitted<'_> {
 pub fn rejection(error: &ProxyError) -> Rejection {
     match error {
         ProxyError::SessionLimit { .. } => Rejection::Limit,
+        ProxyError::CallerLimit(_) => Rejection::CallerLimit,
         ProxyError::Upstream { .. } => Rejection::Upstream,
         ProxyError::Store { .. } => Rejection::Store,
         _ => Rejection::Invalid,
@@ -1047,9 +1068,8 @@ fn session_error(error: SessionError, id: &str, store: &'static str) -> ProxyErr
         SessionError::BadState => ProxyError::BadSessionState {
             session_id: id.to_owned(),
         },
-        SessionError::Full { max } | SessionError::CallerFull { max } => {
-            ProxyError::SessionLimit { max }
-        }
+        SessionError::Full { max } => ProxyError::SessionLimit { max },
+        SessionError::Caller(refused) => ProxyError::CallerLimit(refused),
         SessionError::Store(source) => ProxyError::Store { store, source },
     }
 }

@@ -39,15 +39,17 @@ use super::headers;
 use super::relay::{self, Relay};
 use super::session::{SessionPath, raw_bytes, upstream_error};
 use crate::error::ProxyError;
+use crate::fairness::{Now, Place};
 use crate::jsonrpc::{Kind, RawObject, raw_str, write};
 use crate::mcp::Method;
-use crate::mcp::caller::Caller;
+use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::initialize::Negotiated;
 use crate::metrics::Metrics;
 use crate::response::{self, ProxyBody};
 use crate::rewrite::handles::HandleTools;
 use crate::rewrite::stateless::{bound_params, discover_result, to_upstream};
 use crate::route::Message;
+use crate::session::now_millis;
 use crate::stateless::request_state::Binding as StateBinding;
 use crate::stateless::{Context, Parked, RequestStateError, Sealer, validate};
 use crate::upstream::{Endings, Messages, Pins, Pool, PoolSettings, Upstream, UpstreamError};
@@ -354,7 +356,13 @@ impl StatelessPath {
                 (None, None) => message.body.clone(),
             };
             let started = self
-                .start(context, (&id, upstream_body), forwarded, &target, who)
+                .start(
+                    context,
+                    (&id, upstream_body),
+                    forwarded,
+                    &target,
+                    (who, message.caller_key()),
+                )
                 .await;
             let (session, messages) = match (started, &target) {
                 (Ok(started), _) => started,
@@ -417,7 +425,7 @@ impl StatelessPath {
         (id, body): (&[u8], Bytes),
         forwarded: &HeaderMap,
         target: &Target,
-        caller: Caller,
+        caller: (Caller, Option<CallerKey>),
     ) -> Result<(CallSession, Messages), ProxyError> {
         let mut attempt = 0;
         loop {
@@ -465,13 +473,14 @@ impl StatelessPath {
         }
     }
 
-    /// The upstream session a new call runs in.
+    /// The upstream session a new call runs in. `caller`: its credentials (which a
+    /// handle is bound to) and whom the per-caller limits count a new pin against.
     async fn session_for(
         &self,
         target: &Target,
         context: &Context<'_>,
         forwarded: &HeaderMap,
-        caller: Caller,
+        (caller, key): (Caller, Option<CallerKey>),
     ) -> Result<CallSession, ProxyError> {
         let capabilities = Some(context.capabilities);
         let session = match target {
@@ -485,11 +494,19 @@ impl StatelessPath {
                 .checkout_alone(capabilities, forwarded, context.log_level.is_some())
                 .await
                 .map(CallSession::Pooled),
-            Target::Pin(key) => self
-                .pins
-                .checkout(key, capabilities, forwarded)
-                .await
-                .map(CallSession::Pinned),
+            Target::Pin(pin) => {
+                // A new pin opens an upstream session for the caller: counted like a
+                // data-layer session (held until the pin ends).
+                let place = if self.pins.holds(pin) {
+                    None
+                } else {
+                    Some(self.place_for(key)?)
+                };
+                self.pins
+                    .checkout(pin, capabilities, forwarded, place)
+                    .await
+                    .map(CallSession::Pinned)
+            }
             Target::Handle(handle) => {
                 return self
                     .session_path
@@ -499,6 +516,22 @@ impl StatelessPath {
             }
         };
         session.map_err(|e| self.error(e))
+    }
+
+    /// A place under the per-caller limits for an upstream session kept for `key`.
+    fn place_for(&self, key: Option<CallerKey>) -> Result<Place, ProxyError> {
+        let fairness = self.session_path.sessions().fairness();
+        fairness
+            .take(key, None, Now::current(now_millis()))
+            .map_err(|refused| {
+                self.metrics.caller_refused(&refused);
+                tracing::info!(
+                    limit = refused.key(),
+                    max = refused.max(),
+                    "pinned session refused: over a per-caller limit"
+                );
+                ProxyError::CallerLimit(refused)
+            })
     }
 
     /// Remembers the server's identity, for the results the proxy answers itself.

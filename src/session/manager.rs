@@ -1,19 +1,19 @@
-//! `Sessions`: the store plus the rules around it (idle TTL, the cap on live sessions,
-//! `state` tokens, expiry reaping).
+//! `Sessions`: the store plus the rules around it (idle TTL, the cap on live sessions and
+//! the per-caller limits, `state` tokens, expiry reaping).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::bound::Bound;
 use super::id;
 use super::record::{ClientIdentity, Millis, Route, SessionRecord, now_millis};
 use super::state::StateSigner;
 use super::store::{Renewal, SessionStore, Store, StoreError};
-use crate::mcp::caller::Caller;
+use crate::fairness::{self, BoundAt, Fairness, Now, Place, Refused};
+use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::initialize::Negotiated;
 
 /// Expired sessions claimed from the store at once by the reaper.
@@ -27,6 +27,11 @@ pub struct Settings {
     /// At most this many sessions are live (or being opened) at once: in this process
     /// with the memory store, in the shared store with Redis; a sealed store holds none.
     pub max_sessions: usize,
+    /// At most this many upstream sessions per caller, as this process counts them
+    /// (`fairness`); 0: no cap.
+    pub max_sessions_per_caller: usize,
+    /// New upstream sessions one caller may open a minute here; 0: no limit.
+    pub creations_per_caller_per_minute: u32,
 }
 
 /// A session about to be recorded: its upstream session is open.
@@ -49,8 +54,8 @@ pub enum SessionError {
     BadState,
     #[error("the proxy already holds its maximum of {max} sessions")]
     Full { max: usize },
-    #[error("this caller already holds its maximum of {max} sessions")]
-    CallerFull { max: usize },
+    #[error("a per-caller limit ({}) refused the session", .0.key())]
+    Caller(Refused),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -73,14 +78,15 @@ pub struct Lease {
     pub expires_at: Millis,
 }
 
-/// A place under the `max_sessions` cap, taken before the upstream is asked for a
-/// connection and given back if the session never comes to be.
+/// A place under the `max_sessions` cap and the caller's own limits, taken before the
+/// upstream is asked for a connection and given back if the session never comes to be.
 #[derive(Debug)]
 pub struct Slot<'a> {
     sessions: &'a Sessions,
     admitted: bool,
-    /// The upstream and the caller the session will be bound to (counted against the
-    /// caller's own cap there).
+    /// The caller's place (`fairness`).
+    place: Option<Place>,
+    /// The upstream and the caller the session will be bound to.
     bound: Option<(Arc<str>, Caller)>,
 }
 
@@ -88,9 +94,6 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.admitted {
             self.sessions.forget_one();
-            if let Some((upstream, caller)) = &self.bound {
-                self.sessions.bound.unreserve(upstream, *caller);
-            }
         }
     }
 }
@@ -105,21 +108,27 @@ pub struct Sessions {
     live: AtomicUsize,
     /// Sessions of one upstream nearly always negotiate the same thing; they share it.
     last_negotiated: Mutex<Option<Arc<Negotiated>>>,
-    /// Sessions bound to each caller with credentials, per upstream, as this process
-    /// counts them.
-    bound: Bound,
+    /// What each caller holds and opens, as this process counts it.
+    fairness: Arc<Fairness>,
 }
 
 impl Sessions {
     pub fn new(store: Store, signer: StateSigner, settings: Settings) -> Self {
-        let bound = Bound::new(store.is_shared());
+        let fairness = Fairness::new(
+            fairness::Limits {
+                max_sessions: settings.max_sessions_per_caller,
+                per_minute: settings.creations_per_caller_per_minute,
+                max_callers: settings.max_sessions.max(fairness::MIN_TRACKED_CALLERS),
+            },
+            store.is_shared(),
+        );
         Sessions {
             store,
             signer,
             settings,
             live: AtomicUsize::new(0),
             last_negotiated: Mutex::new(None),
-            bound,
+            fairness,
         }
     }
 
@@ -129,6 +138,11 @@ impl Sessions {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The per-caller limits, for upstream sessions kept without a record (pinned ones).
+    pub fn fairness(&self) -> &Arc<Fairness> {
+        &self.fairness
     }
 
     /// Sessions live or being opened, as this process counts them (see `live`).
@@ -147,10 +161,38 @@ impl Sessions {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 
-    /// Takes a place under the cap, or says the proxy is full. Only the memory store is
-    /// capped here: Redis counts every replica's sessions when one is created, and sealed
-    /// sessions cost this process nothing.
-    pub fn reserve(&self) -> Result<Slot<'_>, SessionError> {
+    /// Takes a place for a session of `who` (`None`: nobody's to count) under the cap of
+    /// every session, then under the caller's own limits; or says which one refused. Only
+    /// the memory store is capped here: Redis counts every replica's sessions when one is
+    /// created, and sealed sessions cost this process nothing.
+    pub fn reserve(&self, who: Option<CallerKey>) -> Result<Slot<'_>, SessionError> {
+        self.reserve_in(who, None)
+    }
+
+    /// Takes a place for a session of `upstream` bound to `caller` (a handle): as
+    /// [`Sessions::reserve`], and under `per_upstream`, the most sessions one caller may
+    /// hold bound to it there.
+    pub fn reserve_for(
+        &self,
+        upstream: &Arc<str>,
+        caller: Caller,
+        who: Option<CallerKey>,
+        per_upstream: usize,
+    ) -> Result<Slot<'_>, SessionError> {
+        let bound_at = BoundAt {
+            upstream: upstream.clone(),
+            max: per_upstream,
+        };
+        let mut slot = self.reserve_in(who, Some(&bound_at))?;
+        slot.bound = Some((upstream.clone(), caller));
+        Ok(slot)
+    }
+
+    fn reserve_in(
+        &self,
+        who: Option<CallerKey>,
+        bound_at: Option<&BoundAt>,
+    ) -> Result<Slot<'_>, SessionError> {
         let max = self.settings.max_sessions;
         let capped = matches!(self.store, Store::Memory(_));
         self.live
@@ -158,38 +200,19 @@ impl Sessions {
                 (!capped || n < max).then_some(n + 1)
             })
             .map_err(|_| SessionError::Full { max })?;
-        Ok(Slot {
+        let mut slot = Slot {
             sessions: self,
             admitted: false,
+            place: None,
             bound: None,
-        })
-    }
-
-    /// Takes a place for a session of `upstream` bound to `caller`: under the cap of
-    /// every session, and under `per_caller`, the most one caller with credentials may
-    /// hold there at once (a caller without credentials is bounded by the first cap only:
-    /// it is nobody in particular). The count is this process's (see `bound`).
-    pub fn reserve_for(
-        &self,
-        upstream: &Arc<str>,
-        caller: Caller,
-        per_caller: usize,
-    ) -> Result<Slot<'_>, SessionError> {
-        let mut slot = self.reserve()?;
-        if !self
-            .bound
-            .reserve(upstream, caller, per_caller, now_millis())
-        {
-            return Err(SessionError::CallerFull { max: per_caller });
-        }
-        slot.bound = Some((upstream.clone(), caller));
+        };
+        let now = Now::current(now_millis());
+        slot.place = Some(
+            self.fairness
+                .take(who, bound_at, now)
+                .map_err(SessionError::Caller)?,
+        );
         Ok(slot)
-    }
-
-    /// Sessions of `upstream` bound to `caller` now, as this process counts them (for a
-    /// caller with credentials).
-    pub fn bound_to(&self, upstream: &Arc<str>, caller: Caller) -> usize {
-        self.bound.count(upstream, caller, now_millis())
     }
 
     /// Records a session whose upstream connection is open (sessions enter the store only
@@ -218,8 +241,8 @@ impl Sessions {
             e => SessionError::Store(e),
         })?;
         slot.admitted = true;
-        if let Some((upstream, caller)) = &slot.bound {
-            self.bound.admitted(upstream, *caller, &id, expires_at);
+        if let Some(place) = slot.place.take() {
+            place.admitted(&id, expires_at);
         }
         let state = self.signer.issue(&id, 0, expires_at);
         Ok(Issued {
@@ -252,9 +275,7 @@ impl Sessions {
             .renew(id, renewal)
             .await?
             .ok_or(SessionError::NotFound)?;
-        if let Some(caller) = record.caller {
-            self.bound.renewed(&record.upstream, caller, id, expires_at);
-        }
+        self.fairness.renewed(id, expires_at);
         let state = self.signer.issue(id, record.seq, expires_at);
         Ok(Lease {
             record,
@@ -283,11 +304,9 @@ impl Sessions {
             return Ok(None);
         }
         let removed = self.store.remove(id).await?;
-        if let Some(record) = &removed {
+        if removed.is_some() {
             self.forget_one();
-            if let Some(caller) = record.caller {
-                self.bound.ended(&record.upstream, caller, id);
-            }
+            self.fairness.ended(id, Instant::now());
         }
         Ok(removed)
     }
@@ -342,14 +361,14 @@ impl Sessions {
         limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, SessionError> {
         let expired = self.store.take_expired(at, limit).await?;
-        for (id, record) in &expired {
+        let now = Now::current(at.min(now_millis()));
+        for (id, _) in &expired {
             self.forget_one();
-            if let Some(caller) = record.caller {
-                self.bound.ended(&record.upstream, caller, id);
-            }
+            self.fairness.ended(id, now.at);
         }
-        // Bound sessions that ended at another replica are let go of by their expiry.
-        self.bound.prune(at.min(now_millis()));
+        // Callers holding nothing are forgotten; with a shared store, sessions that ended
+        // at another replica are let go of by their expiry.
+        self.fairness.sweep(now);
         Ok(expired)
     }
 

@@ -13,6 +13,9 @@
 //! is refused only when every pin is in use. A pin whose session the upstream lost is
 //! forgotten ([`Pinned::lost`]); the next call of its key opens a new one. Pins are
 //! ended through the process's bounded executor ([`Endings`]).
+//!
+//! A pin keeps the caller's [`Place`] it was opened with (the per-caller limits,
+//! `fairness`) until it goes: evicted, reaped, lost or closed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +29,7 @@ use tokio::sync::OnceCell;
 
 use super::pool::hear_every_log;
 use super::{Binding, Ending, Endings, ReplicaId, Upstream, UpstreamError};
+use crate::fairness::Place;
 use crate::mcp::initialize::Negotiated;
 
 /// Limits of the pinned sessions.
@@ -54,6 +58,8 @@ struct Entry {
     /// Calls using the pin now (a pin in use is never evicted or reaped).
     in_use: AtomicUsize,
     last_used: Mutex<Instant>,
+    /// The caller's place, given back when the pin goes (the entry is dropped).
+    _place: Option<Place>,
 }
 
 /// An open upstream session.
@@ -130,15 +136,21 @@ impl Pins {
         self.len() == 0
     }
 
+    /// Whether `key` has a pin (a call of it would open nothing new).
+    pub fn holds(&self, key: &str) -> bool {
+        self.entries.lock().contains_key(key)
+    }
+
     /// The upstream session pinned to `key`, opened now (with `capabilities`) if the key
-    /// has none.
+    /// has none; a new pin keeps `place` (given back at once otherwise).
     pub async fn checkout(
         self: &Arc<Self>,
         key: &str,
         capabilities: Option<&RawValue>,
         forwarded: &HeaderMap,
+        place: Option<Place>,
     ) -> Result<Pinned, UpstreamError> {
-        let entry = Use(self.entry(key)?);
+        let entry = Use(self.entry(key, place)?);
         let opened = entry
             .0
             .session
@@ -181,7 +193,7 @@ impl Pins {
 
     /// The entry of `key`, counted as in use; a new one (making room if the pins are
     /// full) when the key has none.
-    fn entry(&self, key: &str) -> Result<Arc<Entry>, UpstreamError> {
+    fn entry(&self, key: &str, place: Option<Place>) -> Result<Arc<Entry>, UpstreamError> {
         let mut entries = self.entries.lock();
         if let Some(entry) = entries.get(key) {
             entry.in_use.fetch_add(1, Ordering::AcqRel);
@@ -206,6 +218,7 @@ impl Pins {
             session: OnceCell::new(),
             in_use: AtomicUsize::new(1),
             last_used: Mutex::new(Instant::now()),
+            _place: place,
         });
         entries.insert(key.to_owned(), entry.clone());
         Ok(entry)

@@ -22,6 +22,7 @@ use serde_json::value::RawValue;
 use super::super::session::binding;
 use super::StatelessPath;
 use crate::error::ProxyError;
+use crate::fairness::Refused;
 use crate::jsonrpc::{raw_str, write};
 use crate::mcp::Method;
 use crate::mcp::caller::Caller;
@@ -123,14 +124,37 @@ async fn open(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let sessions = path.session_path.sessions();
     let upstream = path.session_path.name();
-    let slot = match sessions.reserve_for(upstream, Caller::of(message.headers), max_per_caller) {
+    let caller = Caller::of(message.headers);
+    let reserved = sessions.reserve_for(upstream, caller, message.caller_key(), max_per_caller);
+    let slot = match reserved {
         Ok(slot) => slot,
-        Err(SessionError::CallerFull { max }) => {
-            let text = format!(
-                "You already have {max} sessions open, the most one caller may hold. Close one \
-                 you no longer need with {close}, then open a new one.",
-                close = tools.close,
-            );
+        // Refusals are tool results the model can read and act on, like a bad handle.
+        Err(SessionError::Caller(refused)) => {
+            path.metrics.caller_refused(&refused);
+            let close = &tools.close;
+            let text = match refused {
+                Refused::Bound { max } => format!(
+                    "You already have {max} sessions open, the most one caller may hold. Close \
+                     one you no longer need with {close}, then open a new one."
+                ),
+                Refused::Sessions { max, .. } => format!(
+                    "You already hold {max} sessions on this server, the most one caller may \
+                     hold (session.max_sessions_per_caller). Close one you no longer need with \
+                     {close}, then open a new one."
+                ),
+                Refused::Rate {
+                    per_minute,
+                    retry_after,
+                } => format!(
+                    "You may open {per_minute} sessions a minute \
+                     (session.creations_per_caller_per_minute) and opened them all. Try again \
+                     in {} seconds, or call without a session.",
+                    retry_after.as_secs()
+                ),
+                Refused::Callers { .. } => "The server cannot open another session now. Try \
+                     again later, or call without a session."
+                    .to_owned(),
+            };
             return Ok(path.tool_answer(id, &text, None, true, None));
         }
         Err(SessionError::Full { max }) => {

@@ -32,6 +32,8 @@ fn sessions(max: usize, ttl: Duration) -> Sessions {
         Settings {
             idle_ttl: ttl,
             max_sessions: max,
+            max_sessions_per_caller: 0,
+            creations_per_caller_per_minute: 0,
         },
     )
 }
@@ -40,7 +42,7 @@ fn sessions(max: usize, ttl: Duration) -> Sessions {
 async fn a_lease_renews_and_advances_the_state() {
     let s = sessions(10, Duration::from_secs(60));
     let issued = s
-        .admit(s.reserve().unwrap(), new(Some("up-1")))
+        .admit(s.reserve(None).unwrap(), new(Some("up-1")))
         .await
         .unwrap();
     let first = s.lease(&issued.id, Some(&issued.state)).await.unwrap();
@@ -57,8 +59,8 @@ async fn a_lease_renews_and_advances_the_state() {
 #[tokio::test]
 async fn a_state_from_another_session_is_refused_without_renewing() {
     let s = sessions(10, Duration::from_secs(60));
-    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
-    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let a = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
     assert!(matches!(
         s.lease(&a.id, Some(&b.state)).await,
         Err(SessionError::BadState)
@@ -74,8 +76,8 @@ async fn a_state_from_another_session_is_refused_without_renewing() {
 #[tokio::test]
 async fn sessions_negotiating_the_same_thing_share_it() {
     let s = sessions(10, Duration::from_secs(60));
-    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
-    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let a = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
     let ra = s.lease(&a.id, None).await.unwrap().record;
     let rb = s.lease(&b.id, None).await.unwrap().record;
     assert!(Arc::ptr_eq(&ra.route.negotiated, &rb.route.negotiated));
@@ -97,16 +99,19 @@ async fn unknown_and_invisible_ids_are_not_found() {
 #[tokio::test]
 async fn the_cap_counts_reserved_and_live_sessions() {
     let s = sessions(2, Duration::from_secs(60));
-    let a = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
-    let pending = s.reserve().unwrap();
-    assert!(matches!(s.reserve(), Err(SessionError::Full { max: 2 })));
+    let a = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
+    let pending = s.reserve(None).unwrap();
+    assert!(matches!(
+        s.reserve(None),
+        Err(SessionError::Full { max: 2 })
+    ));
     drop(pending);
-    let b = s.admit(s.reserve().unwrap(), new(None)).await.unwrap();
+    let b = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
     assert_eq!(s.live(), 2);
     assert!(s.end(&a.id).await.unwrap().is_some());
     assert!(s.end(&a.id).await.unwrap().is_none());
     assert_eq!(s.live(), 1);
-    assert!(s.reserve().is_ok());
+    assert!(s.reserve(None).is_ok());
     drop(b);
 }
 
@@ -114,7 +119,7 @@ async fn the_cap_counts_reserved_and_live_sessions() {
 async fn expired_sessions_are_not_leased_and_are_reaped() {
     let s = sessions(10, Duration::from_millis(1));
     let a = s
-        .admit(s.reserve().unwrap(), new(Some("up")))
+        .admit(s.reserve(None).unwrap(), new(Some("up")))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -131,7 +136,7 @@ async fn expired_sessions_are_not_leased_and_are_reaped() {
 #[tokio::test]
 async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
     let s = Arc::new(sessions(10, Duration::from_millis(1)));
-    s.admit(s.reserve().unwrap(), new(Some("up")))
+    s.admit(s.reserve(None).unwrap(), new(Some("up")))
         .await
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -158,6 +163,11 @@ fn caller(token: &str) -> Caller {
     Caller::of(&headers)
 }
 
+/// The fairness key of a caller with credentials (wherever it calls from).
+fn key(caller: Caller) -> Option<CallerKey> {
+    CallerKey::of(caller, None)
+}
+
 fn upstream() -> Arc<str> {
     "default".into()
 }
@@ -167,39 +177,28 @@ async fn sessions_bound_to_a_caller_are_counted_per_caller_until_they_end() {
     let s = sessions(10, Duration::from_millis(50));
     let up = upstream();
     let (alice, bob) = (caller("Bearer alice"), caller("Bearer bob"));
-    let first = s
-        .admit(s.reserve_for(&up, alice, 2).unwrap(), new(None))
-        .await
-        .unwrap();
+    let bound = |c: Caller| s.reserve_for(&up, c, key(c), 2);
+    let first = s.admit(bound(alice).unwrap(), new(None)).await.unwrap();
     assert_eq!(
         s.lease(&first.id, None).await.unwrap().record.caller,
         Some(alice)
     );
-    let pending = s.reserve_for(&up, alice, 2).unwrap();
+    let pending = bound(alice).unwrap();
     assert!(matches!(
-        s.reserve_for(&up, alice, 2),
-        Err(SessionError::CallerFull { max: 2 })
+        bound(alice),
+        Err(SessionError::Caller(Refused::Bound { max: 2 }))
     ));
-    assert!(
-        s.reserve_for(&up, bob, 2).is_ok(),
-        "another caller has its own count"
-    );
+    assert!(bound(bob).is_ok(), "another caller has its own count");
     drop(pending);
-    assert_eq!(
-        s.bound_to(&up, alice),
-        1,
-        "a place never used is given back"
-    );
-    let second = s
-        .admit(s.reserve_for(&up, alice, 2).unwrap(), new(None))
-        .await
-        .unwrap();
-    assert_eq!(s.bound_to(&up, alice), 2);
+    let held = |c: Caller| s.fairness().held_by(key(c).unwrap(), Some("default"));
+    assert_eq!(held(alice), 1, "a place never used is given back");
+    let second = s.admit(bound(alice).unwrap(), new(None)).await.unwrap();
+    assert_eq!(held(alice), 2);
     s.end(&second.id).await.unwrap();
-    assert_eq!(s.bound_to(&up, alice), 1, "ending one frees its place");
+    assert_eq!(held(alice), 1, "ending one frees its place");
     tokio::time::sleep(Duration::from_millis(80)).await;
     assert_eq!(s.take_expired().await.unwrap().len(), 1);
-    assert_eq!(s.bound_to(&up, alice), 0, "expiry frees it too");
+    assert_eq!(held(alice), 0, "expiry frees it too");
     assert_eq!(s.live(), 0);
 }
 
@@ -209,34 +208,106 @@ async fn a_caller_is_counted_per_upstream() {
     let (alpha, beta): (Arc<str>, Arc<str>) = ("alpha".into(), "beta".into());
     let alice = caller("Bearer alice");
     let mut held = Vec::new();
-    held.push(s.reserve_for(&alpha, alice, 1).unwrap());
+    held.push(s.reserve_for(&alpha, alice, key(alice), 1).unwrap());
     assert!(matches!(
-        s.reserve_for(&alpha, alice, 1),
-        Err(SessionError::CallerFull { max: 1 })
+        s.reserve_for(&alpha, alice, key(alice), 1),
+        Err(SessionError::Caller(Refused::Bound { max: 1 }))
     ));
     held.push(
-        s.reserve_for(&beta, alice, 1)
+        s.reserve_for(&beta, alice, key(alice), 1)
             .expect("another upstream has its own cap"),
     );
-    assert_eq!(s.bound_to(&alpha, alice), 1);
-    assert_eq!(s.bound_to(&beta, alice), 1);
+    let fair = s.fairness();
+    assert_eq!(fair.held_by(key(alice).unwrap(), Some("alpha")), 1);
+    assert_eq!(fair.held_by(key(alice).unwrap(), Some("beta")), 1);
     drop(held);
-    assert_eq!(s.bound_to(&alpha, alice) + s.bound_to(&beta, alice), 0);
+    assert_eq!(fair.callers(), 0);
 }
 
 #[tokio::test]
-async fn callers_without_credentials_are_bounded_by_the_global_cap_only() {
+async fn callers_without_credentials_are_counted_by_their_network() {
     let s = sessions(3, Duration::from_secs(60));
     let up = upstream();
-    for _ in 0..3 {
-        s.admit(s.reserve_for(&up, Caller::ANONYMOUS, 1).unwrap(), new(None))
-            .await
-            .unwrap();
+    let from = |ip: [u8; 4]| CallerKey::of(Caller::ANONYMOUS, Some(ip.into()));
+    for _ in 0..2 {
+        s.admit(
+            s.reserve_for(&up, Caller::ANONYMOUS, from([192, 0, 2, 1]), 2)
+                .unwrap(),
+            new(None),
+        )
+        .await
+        .unwrap();
     }
     assert!(matches!(
-        s.reserve_for(&up, Caller::ANONYMOUS, 1),
+        s.reserve_for(&up, Caller::ANONYMOUS, from([192, 0, 2, 1]), 2),
+        Err(SessionError::Caller(Refused::Bound { max: 2 }))
+    ));
+    let other = s.reserve_for(&up, Caller::ANONYMOUS, from([192, 0, 2, 2]), 2);
+    let other = s.admit(other.unwrap(), new(None)).await.unwrap();
+    assert!(matches!(
+        s.reserve_for(&up, Caller::ANONYMOUS, from([192, 0, 2, 3]), 2),
         Err(SessionError::Full { max: 3 })
     ));
-    let plain = s.peek("mcps_unknown").await.unwrap();
-    assert!(plain.is_none());
+    assert!(s.end(&other.id).await.unwrap().is_some());
+}
+
+fn fair_sessions(max: usize, per_caller: usize, per_minute: u32) -> Sessions {
+    Sessions::new(
+        Store::Memory(MemoryStore::new()),
+        StateSigner::generate(),
+        Settings {
+            idle_ttl: Duration::from_millis(50),
+            max_sessions: max,
+            max_sessions_per_caller: per_caller,
+            creations_per_caller_per_minute: per_minute,
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_caller_at_its_cap_is_refused_while_others_create_and_ends_give_places_back() {
+    let s = fair_sessions(10, 2, 0);
+    let (alice, bob) = (key(caller("Bearer alice")), key(caller("Bearer bob")));
+    let a1 = s.admit(s.reserve(alice).unwrap(), new(None)).await.unwrap();
+    let _a2 = s.admit(s.reserve(alice).unwrap(), new(None)).await.unwrap();
+    assert!(matches!(
+        s.reserve(alice),
+        Err(SessionError::Caller(Refused::Sessions { max: 2, .. }))
+    ));
+    assert_eq!(
+        s.live(),
+        2,
+        "the refused place went back under max_sessions"
+    );
+    s.admit(s.reserve(bob).unwrap(), new(None)).await.unwrap();
+    // A delete gives a place back; so does expiry, once reaped.
+    s.end(&a1.id).await.unwrap();
+    let _a3 = s.admit(s.reserve(alice).unwrap(), new(None)).await.unwrap();
+    assert!(s.reserve(alice).is_err());
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(s.take_expired().await.unwrap().len(), 3);
+    assert!(s.reserve(alice).is_ok());
+    // Nobody's sessions (no key) are bounded by max_sessions only.
+    assert!(s.reserve(None).is_ok());
+}
+
+#[tokio::test]
+async fn creations_beyond_the_rate_are_refused_with_the_wait() {
+    let s = fair_sessions(10, 0, 2);
+    let alice = key(caller("Bearer alice"));
+    for _ in 0..2 {
+        let issued = s.admit(s.reserve(alice).unwrap(), new(None)).await.unwrap();
+        s.end(&issued.id).await.unwrap();
+    }
+    match s.reserve(alice) {
+        Err(SessionError::Caller(Refused::Rate {
+            per_minute: 2,
+            retry_after,
+        })) => assert!(
+            (Duration::from_secs(29)..=Duration::from_secs(30)).contains(&retry_after),
+            "{retry_after:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.live(), 0);
 }
