@@ -31,6 +31,7 @@ pub use admission::{Admission, Admitted, check_open_file_limit};
 pub use ops::Ops;
 pub use serve::{ConnectionLimits, Role, Serving, serve};
 
+use crate::auth::Auth;
 use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
 use crate::fleet::{Fleet, Served};
@@ -50,6 +51,8 @@ pub struct Limits {
     pub body_timeout: std::time::Duration,
     /// Browser origins allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
+    /// Who a request is from (and, with `[auth]`, whether it may come in at all).
+    pub auth: Auth,
 }
 
 /// One MCP endpoint: an upstream's paths, and the checks in front of them.
@@ -162,10 +165,13 @@ impl Endpoint<'_> {
     ) -> (Response<ProxyBody>, &'static str) {
         let (parts, body) = request.into_parts();
         let checked = checks::origin(&parts.headers, &self.limits.allowed_origins)
-            .and_then(|()| checks::content_type(&parts.headers))
-            .and_then(|()| checks::accept(&parts.headers));
-        let accepts = match checked {
-            Ok(accepts) => accepts,
+            .and_then(|()| self.caller(&parts.headers))
+            .and_then(|caller| {
+                checks::content_type(&parts.headers)?;
+                Ok((caller, checks::accept(&parts.headers)?))
+            });
+        let (caller, accepts) = match checked {
+            Ok(checked) => checked,
             Err(e) => return (response::error(&e, None), "other"),
         };
         let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
@@ -203,6 +209,7 @@ impl Endpoint<'_> {
         };
         let message = Message {
             headers: &parts.headers,
+            caller,
             body: &body,
             envelope: &envelope,
             payload: raw.zip(payload.as_ref()),
@@ -260,6 +267,7 @@ impl Endpoint<'_> {
     async fn bare(self, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
         let headers = request.headers();
         checks::origin(headers, &self.limits.allowed_origins)?;
+        let caller = self.caller(headers)?;
         let served = self.served;
         let bare = if request.method() == Method::GET {
             Bare::Get
@@ -267,9 +275,12 @@ impl Endpoint<'_> {
             Bare::Delete
         };
         match route::classify_bare(bare, headers, served.rules)? {
-            BareRoute::Listen { session } => served.session.listen(headers, &session).await,
+            BareRoute::Listen { session } => served.session.listen(headers, caller, &session).await,
             BareRoute::EndByHeader { session } => {
-                served.session.end_by_header(headers, &session).await
+                served
+                    .session
+                    .end_by_header(headers, caller, &session)
+                    .await
             }
             BareRoute::PassThrough => {
                 served
@@ -278,6 +289,14 @@ impl Endpoint<'_> {
                     .await
             }
         }
+    }
+}
+
+impl Endpoint<'_> {
+    /// Who the request is from; with `[auth]`, a request without a valid token goes no
+    /// further (401).
+    fn caller(self, headers: &http::HeaderMap) -> Result<crate::mcp::caller::Caller, ProxyError> {
+        self.limits.auth.caller(headers).map_err(|e| match e {})
     }
 }
 

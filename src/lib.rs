@@ -8,6 +8,7 @@
 //! `rewrite` edits messages, `upstream` reaches the legacy server — and `response` is
 //! what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
 
+pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -174,6 +175,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.limits.request_body_timeout,
             allowed_origins: config.allowed_origins.clone(),
+            auth: crate::auth::Auth::default(),
         },
         fleet: fleet.clone(),
         ops: Ops {

@@ -51,6 +51,7 @@ use serde_json::value::RawValue;
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, raw_str};
 use crate::mcp::Method;
+use crate::mcp::caller::Caller;
 use crate::mcp::headers::{Accepts, MCP_SESSION_ID};
 use crate::mcp::meta::{self, MetaError, Payload, SessionMeta};
 use crate::session::is_issued_shape;
@@ -60,6 +61,8 @@ use crate::stateless;
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'m, 'b> {
     pub headers: &'m HeaderMap,
+    /// Who sent it (decided by the front: `auth`).
+    pub caller: Caller,
     /// The body as received.
     pub body: &'m Bytes,
     pub envelope: &'m Envelope<'b>,

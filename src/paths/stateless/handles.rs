@@ -24,7 +24,6 @@ use super::StatelessPath;
 use crate::error::ProxyError;
 use crate::jsonrpc::{raw_str, write};
 use crate::mcp::Method;
-use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::response::{self, ProxyBody};
 use crate::rewrite::handles::{
@@ -123,7 +122,7 @@ async fn open(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let sessions = path.session_path.sessions();
     let upstream = path.session_path.name();
-    let slot = match sessions.reserve_for(upstream, Caller::of(message.headers), max_per_caller) {
+    let slot = match sessions.reserve_for(upstream, message.caller, max_per_caller) {
         Ok(slot) => slot,
         Err(SessionError::CallerFull { max }) => {
             let text = format!(
@@ -147,6 +146,7 @@ async fn open(
         .open_bound(
             slot,
             message.headers,
+            message.caller,
             context.client_info,
             Some(context.capabilities),
         )
@@ -212,8 +212,7 @@ async fn close(
     {
         return forwarded;
     }
-    let caller = Caller::of(message.headers);
-    match path.session_path.end_as(handle, caller).await {
+    match path.session_path.end_as(handle, message.caller).await {
         Ok(()) => {
             tracing::info!(handle = %log_tag(handle), "session handle closed");
             let text = format!("Session {} closed.", shown(handle));
