@@ -37,7 +37,7 @@ use crate::error::ProxyError;
 use crate::fleet::{Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::meta::Payload;
-use crate::metrics::{Metrics, Outcome, Rejection, method_label};
+use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, method_label};
 use crate::response::{self, ProxyBody};
 use crate::route::{self, Bare, BareRoute, Message, Route};
 
@@ -129,7 +129,7 @@ async fn mcp(
                     "DELETE"
                 };
                 let response = endpoint
-                    .bare(request)
+                    .bare(request, &front.metrics)
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
                 (response, label)
@@ -165,7 +165,7 @@ impl Endpoint<'_> {
     ) -> (Response<ProxyBody>, &'static str) {
         let (parts, body) = request.into_parts();
         let checked = checks::origin(&parts.headers, &self.limits.allowed_origins)
-            .and_then(|()| self.caller(&parts.headers))
+            .and_then(|()| self.caller(&parts.headers, metrics))
             .and_then(|caller| {
                 checks::content_type(&parts.headers)?;
                 Ok((caller, checks::accept(&parts.headers)?))
@@ -264,10 +264,14 @@ impl Endpoint<'_> {
     }
 
     /// `GET` or `DELETE` of the endpoint: no message, only headers.
-    async fn bare(self, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
+    async fn bare(
+        self,
+        request: Request<Incoming>,
+        metrics: &Metrics,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
         let headers = request.headers();
         checks::origin(headers, &self.limits.allowed_origins)?;
-        let caller = self.caller(headers)?;
+        let caller = self.caller(headers, metrics)?;
         let served = self.served;
         let bare = if request.method() == Method::GET {
             Bare::Get
@@ -294,9 +298,25 @@ impl Endpoint<'_> {
 
 impl Endpoint<'_> {
     /// Who the request is from; with `[auth]`, a request without a valid token goes no
-    /// further (401).
-    fn caller(self, headers: &http::HeaderMap) -> Result<crate::mcp::caller::Caller, ProxyError> {
-        self.limits.auth.caller(headers).map_err(|e| match e {})
+    /// further (401, counted by reason).
+    fn caller(
+        self,
+        headers: &http::HeaderMap,
+        metrics: &Metrics,
+    ) -> Result<crate::mcp::caller::Caller, ProxyError> {
+        let auth = &self.limits.auth;
+        auth.caller(headers).map_err(|reason| {
+            metrics
+                .auth_refused
+                .get_or_create(&AuthLabels {
+                    reason: reason.label(),
+                })
+                .inc();
+            ProxyError::Unauthorized {
+                challenge: auth.challenge(&reason),
+                reason,
+            }
+        })
     }
 }
 
