@@ -2,7 +2,8 @@
 //! handing each MCP message to the path its route names.
 //!
 //! The phases of one `POST {path}`, each refusing before the next costs anything:
-//! 1. headers: `Origin` (403), `Content-Type` (415), `Accept` (406);
+//! 1. headers: `Origin` (403), who the caller is (`auth`: with `[auth]`, a valid bearer
+//!    token or 401), `Content-Type` (415), `Accept` (406);
 //! 2. the body, capped at `max_body_bytes` (413);
 //! 3. the JSON-RPC envelope (-32700 / -32600) and its `params` (or `result`);
 //! 4. classify → a [`Route`] (`route::classify`, pure);

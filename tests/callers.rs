@@ -1,5 +1,6 @@
 //! Every session is bound to the caller that opened it: a data-layer session
-//! (`sessions/create`), SEP-1364's `initialize` with a `sessionId`. Another caller —
+//! (`sessions/create`), SEP-1364's `initialize` with a `sessionId`, an old client's
+//! session of a stdio server (the proxy is its transport). Another caller —
 //! other credentials, or none — gets exactly the answer an unknown session gets, for
 //! every way of naming it (a request, a notification, `GET`, `DELETE`,
 //! `sessions/delete`), with the memory store and with sealed ids; nothing it sends
@@ -261,4 +262,53 @@ async fn sep1364_sessions_are_bound_too() {
         "2"
     );
     h.stop().await;
+}
+
+#[tokio::test]
+async fn an_old_clients_session_of_a_stdio_server_is_bound_too() {
+    use common::procs::{Marker, assert_nothing_left};
+    use common::stdio::{StdioProxy, misbehaving, stdio_config};
+    let marker = Marker::new("callers-legacy");
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let http = common::http_client();
+    let mut alice = HeaderMap::new();
+    alice.insert("authorization", "Bearer alice".parse().unwrap());
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "1"}}});
+    let opened = post_json(&http, &proxy.url(), &initialize, &alice).await;
+    assert_eq!(opened.status, 200, "{}", opened.text);
+    let id = opened.header("mcp-session-id").unwrap().to_owned();
+    alice.insert("mcp-session-id", id.parse().unwrap());
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "mine"}}});
+    let mine = post_json(&http, &proxy.url(), &call, &alice).await;
+    assert_eq!(
+        common::final_message(&mine)["result"]["content"][0]["text"],
+        "mine"
+    );
+    let mut bob = alice.clone();
+    bob.insert("authorization", "Bearer bob".parse().unwrap());
+    let mut nobody = alice.clone();
+    nobody.remove("authorization");
+    for stranger in [&bob, &nobody] {
+        assert::assert_session_not_found(
+            &post_json(&http, &proxy.url(), &call, stranger).await,
+            &id,
+        );
+        let ended = http
+            .delete(proxy.url())
+            .headers(stranger.clone())
+            .send()
+            .await
+            .unwrap();
+        assert::assert_session_not_found(&Reply::read(ended).await, &id);
+    }
+    let still = post_json(&http, &proxy.url(), &call, &alice).await;
+    assert_eq!(
+        common::final_message(&still)["result"]["content"][0]["text"],
+        "mine"
+    );
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
 }
