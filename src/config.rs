@@ -19,7 +19,7 @@ use read::Origin;
 pub use crate::paths::{Affinity, Fallback};
 pub use crate::upstream::CommandSpec;
 
-pub use raw::RawConfig;
+pub use raw::{RawAuth, RawConfig};
 
 /// The health endpoint: the process is alive and serving. The MCP path may not take it.
 pub const HEALTH_PATH: &str = "/healthz";
@@ -53,6 +53,23 @@ pub struct Config {
     pub upstreams: Vec<UpstreamDef>,
     pub cluster: ClusterConfig,
     pub limits: LimitsConfig,
+    /// `[auth]`: bearer tokens verified; `None`: callers told apart by their credential
+    /// headers, nothing verified.
+    pub auth: Option<AuthConfig>,
+}
+
+/// `[auth]`: verified bearer JWTs.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The keys that verify tokens: the HS256 secret, or the JWKS file's signing keys.
+    pub keys: Vec<crate::auth::Key>,
+    /// Keys of the JWKS file left out, and why (logged at start-up).
+    pub skipped: Vec<String>,
+    pub rules: crate::auth::Rules,
+    /// The client's `Authorization` goes on to the upstream.
+    pub forward_token: bool,
+    /// Named in every challenge (RFC 9728's `resource_metadata`).
+    pub resource_metadata: Option<String>,
 }
 
 /// What bounds the proxy's resources against many, slow or idle clients and a busy

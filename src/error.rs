@@ -70,6 +70,12 @@ pub enum ProxyError {
     PayloadTooLarge { limit: usize },
     #[error("Forbidden: origin {origin:?} is not allowed")]
     OriginForbidden { origin: String },
+    /// `[auth]` refused the request; `challenge` is its `WWW-Authenticate`.
+    #[error("Unauthorized: {reason}")]
+    Unauthorized {
+        reason: crate::auth::AuthError,
+        challenge: http::HeaderValue,
+    },
     #[error(
         "Request Timeout: the request body did not arrive in full within {}",
         humantime::format_duration(*.after)
@@ -222,6 +228,12 @@ impl ProxyError {
                 StatusCode::FORBIDDEN,
                 code::INVALID_REQUEST,
                 Some(json!({ "origin": origin })),
+                Fault::Client,
+            ),
+            E::Unauthorized { reason, .. } => (
+                StatusCode::UNAUTHORIZED,
+                code::INVALID_REQUEST,
+                Some(json!({ "reason": reason.label() })),
                 Fault::Client,
             ),
             E::Meta(MetaError::MetaNotObject) => (
@@ -454,6 +466,14 @@ impl ProxyError {
             data,
         };
         (status, error, fault)
+    }
+
+    /// The `WWW-Authenticate` challenge of a 401.
+    pub fn challenge(&self) -> Option<&http::HeaderValue> {
+        match self {
+            ProxyError::Unauthorized { challenge, .. } => Some(challenge),
+            _ => None,
+        }
     }
 
     /// How long a client should wait before retrying, for errors that pass.

@@ -48,6 +48,9 @@ pub struct Shared {
     pub upstream_idle_timeout: Duration,
     /// Idle connections kept open per upstream replica, at most.
     pub upstream_idle_connections: usize,
+    /// Clients' `Authorization` headers stay at the proxy (`[auth]` without
+    /// `forward_token`).
+    pub withhold_authorization: bool,
 }
 
 /// One upstream, served.
@@ -450,6 +453,7 @@ fn http(shared: &Shared, u: &crate::config::UpstreamConfig, urls: &[Uri]) -> Ups
                     max_message_bytes: u.max_message_bytes,
                     idle_timeout: shared.upstream_idle_timeout,
                     max_idle: shared.upstream_idle_connections,
+                    withhold_authorization: shared.withhold_authorization,
                 },
                 Some(latency),
             )

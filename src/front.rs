@@ -2,7 +2,8 @@
 //! handing each MCP message to the path its route names.
 //!
 //! The phases of one `POST {path}`, each refusing before the next costs anything:
-//! 1. headers: `Origin` (403), `Content-Type` (415), `Accept` (406);
+//! 1. headers: `Origin` (403), who the caller is (`auth`: with `[auth]`, a valid bearer
+//!    token or 401), `Content-Type` (415), `Accept` (406);
 //! 2. the body, capped at `max_body_bytes` (413);
 //! 3. the JSON-RPC envelope (-32700 / -32600) and its `params` (or `result`);
 //! 4. classify → a [`Route`] (`route::classify`, pure);
@@ -31,12 +32,13 @@ pub use admission::{Admission, Admitted, check_open_file_limit};
 pub use ops::Ops;
 pub use serve::{ClientAddr, ConnectionLimits, Role, Serving, serve};
 
+use crate::auth::Auth;
 use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
 use crate::fleet::{Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::meta::Payload;
-use crate::metrics::{Metrics, Outcome, Rejection, method_label};
+use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, method_label};
 use crate::response::{self, ProxyBody};
 use crate::route::{self, Bare, BareRoute, Message, Route};
 
@@ -50,6 +52,8 @@ pub struct Limits {
     pub body_timeout: std::time::Duration,
     /// Browser origins allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
+    /// Who a request is from (and, with `[auth]`, whether it may come in at all).
+    pub auth: Auth,
 }
 
 /// One MCP endpoint: an upstream's paths, and the checks in front of them.
@@ -126,7 +130,7 @@ async fn mcp(
                     "DELETE"
                 };
                 let response = endpoint
-                    .bare(request)
+                    .bare(request, &front.metrics)
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
                 (response, label)
@@ -162,10 +166,13 @@ impl Endpoint<'_> {
     ) -> (Response<ProxyBody>, &'static str) {
         let (parts, body) = request.into_parts();
         let checked = checks::origin(&parts.headers, &self.limits.allowed_origins)
-            .and_then(|()| checks::content_type(&parts.headers))
-            .and_then(|()| checks::accept(&parts.headers));
-        let accepts = match checked {
-            Ok(accepts) => accepts,
+            .and_then(|()| self.caller(&parts.headers, metrics))
+            .and_then(|caller| {
+                checks::content_type(&parts.headers)?;
+                Ok((caller, checks::accept(&parts.headers)?))
+            });
+        let (caller, accepts) = match checked {
+            Ok(checked) => checked,
             Err(e) => return (response::error(&e, None), "other"),
         };
         let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
@@ -203,6 +210,7 @@ impl Endpoint<'_> {
         };
         let message = Message {
             headers: &parts.headers,
+            caller,
             body: &body,
             envelope: &envelope,
             payload: raw.zip(payload.as_ref()),
@@ -258,9 +266,14 @@ impl Endpoint<'_> {
     }
 
     /// `GET` or `DELETE` of the endpoint: no message, only headers.
-    async fn bare(self, request: Request<Incoming>) -> Result<Response<ProxyBody>, ProxyError> {
+    async fn bare(
+        self,
+        request: Request<Incoming>,
+        metrics: &Metrics,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
         let headers = request.headers();
         checks::origin(headers, &self.limits.allowed_origins)?;
+        let caller = self.caller(headers, metrics)?;
         let served = self.served;
         let bare = if request.method() == Method::GET {
             Bare::Get
@@ -268,9 +281,12 @@ impl Endpoint<'_> {
             Bare::Delete
         };
         match route::classify_bare(bare, headers, served.rules)? {
-            BareRoute::Listen { session } => served.session.listen(headers, &session).await,
+            BareRoute::Listen { session } => served.session.listen(headers, caller, &session).await,
             BareRoute::EndByHeader { session } => {
-                served.session.end_by_header(headers, &session).await
+                served
+                    .session
+                    .end_by_header(headers, caller, &session)
+                    .await
             }
             BareRoute::PassThrough => {
                 served
@@ -279,6 +295,30 @@ impl Endpoint<'_> {
                     .await
             }
         }
+    }
+}
+
+impl Endpoint<'_> {
+    /// Who the request is from; with `[auth]`, a request without a valid token goes no
+    /// further (401, counted by reason).
+    fn caller(
+        self,
+        headers: &http::HeaderMap,
+        metrics: &Metrics,
+    ) -> Result<crate::mcp::caller::Caller, ProxyError> {
+        let auth = &self.limits.auth;
+        auth.caller(headers).map_err(|reason| {
+            metrics
+                .auth_refused
+                .get_or_create(&AuthLabels {
+                    reason: reason.label(),
+                })
+                .inc();
+            ProxyError::Unauthorized {
+                challenge: auth.challenge(&reason),
+                reason,
+            }
+        })
     }
 }
 

@@ -8,6 +8,7 @@
 //! `rewrite` edits messages, `upstream` reaches the legacy server — and `response` is
 //! what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
 
+pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -162,6 +163,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             endings: endings.clone(),
             upstream_idle_timeout: config.limits.upstream_idle_timeout,
             upstream_idle_connections: config.limits.upstream_idle_connections,
+            withhold_authorization: config.auth.as_ref().is_some_and(|a| !a.forward_token),
             sessions: sessions.clone(),
             metrics: metrics.clone(),
             cluster,
@@ -177,6 +179,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.limits.request_body_timeout,
             allowed_origins: config.allowed_origins.clone(),
+            auth: auth(&config),
         },
         fleet: fleet.clone(),
         ops: Ops {
@@ -450,4 +453,19 @@ async fn next_hangup(hangups: &mut Hangups) -> Option<()> {
 #[cfg(not(unix))]
 async fn next_hangup(_: &mut Hangups) -> Option<()> {
     std::future::pending().await
+}
+
+/// Who requests are from: `[auth]`'s verifier, or the credential headers' hash.
+fn auth(config: &Config) -> crate::auth::Auth {
+    use crate::auth::{Auth, Jwt, Verifier};
+    let Some(auth) = &config.auth else {
+        return Auth::Credentials;
+    };
+    for skipped in &auth.skipped {
+        tracing::warn!("auth.jwks_file: key {skipped} is not used");
+    }
+    Auth::Jwt(Box::new(Jwt {
+        verifier: Verifier::new(auth.keys.clone(), &auth.rules),
+        resource_metadata: auth.resource_metadata.clone(),
+    }))
 }

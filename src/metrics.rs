@@ -150,6 +150,12 @@ pub struct ReplicaLabels {
     pub replica: String,
 }
 
+/// Why `[auth]` refused a request: a fixed set (`auth::AuthError::label`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabels {
     pub pool: &'static str,
@@ -165,6 +171,8 @@ pub struct Metrics {
     pub sessions_expired: Counter,
     pub sessions_lost: Counter,
     pub sessions_reinitialized: Counter,
+    pub sessions_other_caller: Counter,
+    pub auth_refused: Family<AuthLabels, Counter>,
     pub replica_healthy: Family<ReplicaLabels, Gauge>,
     pub replica_sessions: Family<ReplicaLabels, Gauge>,
     pub sessions_rejected: Family<RejectionLabels, Counter>,
@@ -197,6 +205,8 @@ impl Metrics {
             sessions_expired: Counter::default(),
             sessions_lost: Counter::default(),
             sessions_reinitialized: Counter::default(),
+            sessions_other_caller: Counter::default(),
+            auth_refused: Family::default(),
             replica_healthy: Family::default(),
             replica_sessions: Family::default(),
             sessions_rejected: Family::default(),
@@ -243,6 +253,16 @@ impl Metrics {
             "sessions_reinitialized",
             "Data-layer sessions whose lost upstream session was replaced (on_session_lost = reinitialize)",
             m.sessions_reinitialized.clone(),
+        );
+        registry.register(
+            "sessions_other_caller",
+            "Requests naming a live session bound to another caller (answered as an unknown session)",
+            m.sessions_other_caller.clone(),
+        );
+        registry.register(
+            "auth_refused",
+            "Requests refused by [auth] (HTTP 401), by reason",
+            m.auth_refused.clone(),
         );
         registry.register(
             "upstream_replica_healthy",

@@ -29,6 +29,11 @@ pub fn error(error: &ProxyError, id: Option<&[u8]>) -> Response<ProxyBody> {
         }
     }
     let mut response = json(status, write::error(id, &object));
+    if let Some(challenge) = error.challenge() {
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, challenge.clone());
+    }
     if let Some(after) = error.retry_after() {
         response
             .headers_mut()

@@ -65,6 +65,8 @@ use crate::stateless;
 #[derive(Debug, Clone, Copy)]
 pub struct Message<'m, 'b> {
     pub headers: &'m HeaderMap,
+    /// Who sent it (decided by the front: `auth`).
+    pub caller: Caller,
     /// The body as received.
     pub body: &'m Bytes,
     pub envelope: &'m Envelope<'b>,
@@ -79,7 +81,7 @@ pub struct Message<'m, 'b> {
 impl<'m, 'b> Message<'m, 'b> {
     /// Whom the per-caller limits count this message against (`fairness`).
     pub fn caller_key(&self) -> Option<CallerKey> {
-        CallerKey::of(Caller::of(self.headers), self.peer)
+        CallerKey::of(self.caller, self.peer)
     }
 
     /// The opened `params` (or `result`).

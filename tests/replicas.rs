@@ -76,7 +76,38 @@ fn via(client: &SessionClient, url: String) -> SessionClient {
     let mut other = SessionClient::new(url);
     other.session_id = client.session_id.clone();
     other.state = client.state.clone();
+    other.extra = client.extra.clone();
     other
+}
+
+#[tokio::test]
+async fn a_redis_session_is_bound_to_its_caller_at_every_replica() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        let session = redis_session(&redis);
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let mut alice =
+            SessionClient::new(a.url("/mcp")).with_header("authorization", "Bearer alice");
+        alice.create().await;
+        assert_eq!(counter(&alice.call_tool("counter", json!({})).await), 1);
+        let id = alice.session_id().to_owned();
+        for url in [b.url("/mcp"), a.url("/mcp")] {
+            let mut bob = via(&alice, url).with_header("authorization", "Bearer bob");
+            // With alice's own state too: the binding, not the state, decides.
+            let used = bob
+                .request("tools/call", json!({"name": "counter", "arguments": {}}))
+                .await;
+            assert::assert_session_not_found(&used, &id);
+            assert::assert_session_not_found(&bob.delete().await, &id);
+        }
+        // Alice at B carries on: nothing bob sent renewed, used or ended it.
+        let mut alice_b = via(&alice, b.url("/mcp"));
+        assert_eq!(counter(&alice_b.call_tool("counter", json!({})).await), 2);
+        assert_eq!(alice_b.delete().await.status, 200);
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -343,6 +343,19 @@ async fn a_tampered_or_misapplied_request_state_is_refused() {
     );
     let stolen = post_json(&c.http, &c.url, &body, &headers).await;
     assert_eq!((stolen.status, stolen.error_code()), (400, Some(-32602)));
+    // Nor one told apart by its other credentials (the caller every session and pooled
+    // session is bound to), not only by its Authorization.
+    for (name, value) in [("cookie", "sid=someone-else"), ("x-api-key", "k")] {
+        let mut headers = StatelessClient::headers("tools/call", &body["params"]);
+        headers.insert(name, HeaderValue::from_static(value));
+        let stolen = post_json(&c.http, &c.url, &body, &headers).await;
+        assert_eq!(
+            (stolen.status, stolen.error_code()),
+            (400, Some(-32602)),
+            "{name}: {}",
+            stolen.text
+        );
+    }
     // The rightful retry still works: the refusals did not use the state up.
     let ok = c
         .request("tools/call", json!({"name": "sample", "arguments": {"prompt": "a"}, "inputResponses": answer, "requestState": state}))

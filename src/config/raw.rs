@@ -22,6 +22,43 @@ pub struct RawConfig {
     pub upstreams: std::collections::BTreeMap<String, RawNamedUpstream>,
     pub cluster: RawCluster,
     pub limits: RawLimits,
+    pub auth: RawAuth,
+}
+
+/// `[auth]`: off unless `hs256_secret` or `jwks_file` is set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAuth {
+    /// An HS256 shared secret (at least 32 bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hs256_secret: Option<String>,
+    /// A local JWKS file with RS256 / ES256 public keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks_file: Option<String>,
+    /// The `iss` tokens must carry.
+    pub issuer: String,
+    /// The `aud` tokens must name.
+    pub audience: String,
+    /// Clock skew allowed on `exp` and `nbf`.
+    pub leeway: String,
+    /// Pass the client's `Authorization` on to the upstream.
+    pub forward_token: bool,
+    /// RFC 9728 protected resource metadata URL, named in `WWW-Authenticate`.
+    pub resource_metadata: String,
+}
+
+impl Default for RawAuth {
+    fn default() -> Self {
+        RawAuth {
+            hs256_secret: None,
+            jwks_file: None,
+            issuer: String::new(),
+            audience: String::new(),
+            leeway: "30s".into(),
+            forward_token: false,
+            resource_metadata: String::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -288,6 +325,7 @@ impl Default for RawConfig {
             upstreams: std::collections::BTreeMap::new(),
             cluster: RawCluster::default(),
             limits: RawLimits::default(),
+            auth: RawAuth::default(),
         }
     }
 }

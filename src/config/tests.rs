@@ -421,7 +421,7 @@ fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
     let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
     let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
                shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, \
-               cluster and limits.";
+               cluster, limits and auth.";
     assert_eq!(
         problems,
         [
@@ -827,5 +827,86 @@ fn bad_per_caller_limits_name_their_keys() {
     assert_eq!(
         problems,
         ["session.max_sessions_per_caller (in FILE): \"lots\" is not a whole number of 0 or more"]
+    );
+}
+
+#[test]
+fn auth_is_off_by_default_and_on_with_a_key() {
+    assert!(Config::defaults().auth.is_none());
+    let jwks = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/jwt/jwks.json");
+    let config = load_file(
+        &format!(
+            "[auth]\njwks_file = {jwks:?}\nissuer = \"https://auth.example.com/\"\naudience = \"https://mcp.example.com/mcp\"\nleeway = \"10s\"\n"
+        ),
+        Overrides::default(),
+    )
+    .unwrap();
+    let auth = config.auth.unwrap();
+    assert_eq!(auth.keys.len(), 2);
+    assert_eq!(auth.skipped.len(), 2);
+    assert_eq!(auth.rules.leeway, Duration::from_secs(10));
+    assert_eq!(auth.rules.audience, ["https://mcp.example.com/mcp"]);
+    assert!(
+        !auth.forward_token,
+        "the token stays at the proxy unless asked"
+    );
+    let secret = load_file(
+        "[auth]\nhs256_secret = \"0123456789abcdef0123456789abcdef\"\nissuer = \"i\"\naudience = \"a\"\nforward_token = true\n",
+        Overrides::default(),
+    )
+    .unwrap()
+    .auth
+    .unwrap();
+    assert!(secret.forward_token);
+    assert!(
+        !format!("{secret:?}").contains("0123456789abcdef"),
+        "the secret is not shown"
+    );
+}
+
+#[test]
+fn auth_problems_are_each_named_by_key() {
+    let problems = problems_of(
+        "[auth]\nhs256_secret = \"short\"\nleeway = \"1h\"\nresource_metadata = \"not a url\"\n",
+    );
+    for key in [
+        "auth.hs256_secret",
+        "auth.issuer",
+        "auth.audience",
+        "auth.leeway",
+        "auth.resource_metadata",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.starts_with(key)),
+            "{key} missing from {problems:?}"
+        );
+    }
+    let both = problems_of(
+        "[auth]\nhs256_secret = \"0123456789abcdef0123456789abcdef\"\njwks_file = \"x\"\nissuer = \"i\"\naudience = \"a\"\n",
+    );
+    assert!(both.iter().any(|p| p.contains("not both")), "{both:?}");
+    let missing = problems_of(
+        "[auth]\njwks_file = \"/nonexistent/jwks.json\"\nissuer = \"i\"\naudience = \"a\"\n",
+    );
+    assert!(
+        missing
+            .iter()
+            .any(|p| p.starts_with("auth.jwks_file") && p.contains("cannot be read")),
+        "{missing:?}"
+    );
+    let off = problems_of("[auth]\nissuer = \"i\"\nforward_token = true\n");
+    assert!(
+        off.iter()
+            .any(|p| p.starts_with("auth.issuer") && p.contains("no effect")),
+        "{off:?}"
+    );
+    assert!(
+        off.iter().any(|p| p.starts_with("auth.forward_token")),
+        "{off:?}"
+    );
+    let typo = problems_of("[auth]\naudiance = \"a\"\n");
+    assert!(
+        typo.iter().any(|p| p.contains("did you mean audience")),
+        "{typo:?}"
     );
 }

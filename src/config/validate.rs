@@ -10,8 +10,8 @@ use http::header::HeaderName;
 use super::HEALTH_PATH;
 use super::raw::{RawConfig, RawNamedUpstream, RawStateless};
 use super::{
-    AdminConfig, Affinity, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM, Fallback,
-    LimitsConfig, LogConfig, LogFormat, OnSessionLost, Problem, Secret, SessionConfig,
+    AdminConfig, Affinity, AuthConfig, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM,
+    Fallback, LimitsConfig, LogConfig, LogFormat, OnSessionLost, Problem, Secret, SessionConfig,
     StatelessConfig, StoreConfig, Target, UpstreamConfig, UpstreamDef, UpstreamOverrides,
 };
 use crate::rewrite::handles::HandleTools;
@@ -295,6 +295,8 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         ),
     };
 
+    let auth = auth(&mut p, &raw.auth);
+
     if !p.0.is_empty() {
         return Err(p.0);
     }
@@ -340,6 +342,104 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         upstreams,
         cluster: ClusterConfig { advertise },
         limits,
+        auth,
+    })
+}
+
+/// The most clock skew `auth.leeway` allows: more would keep expired tokens alive.
+const MAX_LEEWAY: Duration = Duration::from_secs(300);
+
+/// `[auth]`: on when a key is given (`hs256_secret` or `jwks_file`, not both); then
+/// `issuer` and `audience` are required, and the JWKS file is read now, so that `check`
+/// and start-up report what is wrong with it.
+fn auth(p: &mut Problems, a: &super::RawAuth) -> Option<AuthConfig> {
+    let secret = a.hs256_secret.as_deref().filter(|s| !s.is_empty());
+    let file = a
+        .jwks_file
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty());
+    let leeway = p.duration("auth.leeway", &a.leeway, Duration::ZERO);
+    if leeway > MAX_LEEWAY {
+        p.add(
+            "auth.leeway",
+            format!(
+                "{:?} is too long; at most 5m (a few seconds of clock skew is usual)",
+                a.leeway
+            ),
+        );
+    }
+    let resource_metadata = match a.resource_metadata.trim() {
+        "" => None,
+        url if (url.starts_with("https://") || url.starts_with("http://"))
+            && url.parse::<Uri>().is_ok()
+            && !url.contains(['"', '\\', ' ']) =>
+        {
+            Some(url.to_owned())
+        }
+        url => {
+            p.add("auth.resource_metadata", format!("{url:?} must be the URL of this server's protected resource metadata, e.g. \"https://mcp.example.com/.well-known/oauth-protected-resource\""));
+            None
+        }
+    };
+    let keys = match (secret, file) {
+        (None, None) => {
+            let set: [(&str, bool); 4] = [
+                ("auth.issuer", !a.issuer.trim().is_empty()),
+                ("auth.audience", !a.audience.trim().is_empty()),
+                ("auth.forward_token", a.forward_token),
+                ("auth.resource_metadata", resource_metadata.is_some()),
+            ];
+            for (key, _) in set.iter().filter(|(_, set)| *set) {
+                p.add(key, "has no effect while [auth] is off; set auth.jwks_file (or auth.hs256_secret) to verify bearer tokens");
+            }
+            return None;
+        }
+        (Some(_), Some(_)) => {
+            p.add(
+                "auth.jwks_file",
+                "set auth.jwks_file or auth.hs256_secret, not both",
+            );
+            return None;
+        }
+        (Some(secret), None) => {
+            if secret.len() < 32 {
+                p.add("auth.hs256_secret", "must be at least 32 bytes (256 bits, RFC 7518 §3.2), e.g. the output of `openssl rand -hex 32`");
+            }
+            (vec![crate::auth::Key::hs256(secret.as_bytes())], Vec::new())
+        }
+        (None, Some(path)) => match std::fs::read_to_string(path) {
+            Err(e) => {
+                p.add("auth.jwks_file", format!("{path:?} cannot be read: {e}"));
+                (Vec::new(), Vec::new())
+            }
+            Ok(text) => match crate::auth::jwt::read_jwks(&text) {
+                Ok(read) => (read.keys, read.skipped),
+                Err(why) => {
+                    p.add("auth.jwks_file", format!("{path:?} {why}"));
+                    (Vec::new(), Vec::new())
+                }
+            },
+        },
+    };
+    let issuer = a.issuer.trim();
+    if issuer.is_empty() {
+        p.add("auth.issuer", "is required with [auth]: the iss every token must carry, e.g. \"https://auth.example.com/\"");
+    }
+    let audience = a.audience.trim();
+    if audience.is_empty() {
+        p.add("auth.audience", "is required with [auth]: the aud a token for this server names, e.g. \"https://mcp.example.com/mcp\"");
+    }
+    Some(AuthConfig {
+        keys: keys.0,
+        skipped: keys.1,
+        rules: crate::auth::Rules {
+            issuer: issuer.to_owned(),
+            audience: vec![audience.to_owned()],
+            leeway: leeway.min(MAX_LEEWAY),
+        },
+        forward_token: a.forward_token,
+        resource_metadata,
     })
 }
 

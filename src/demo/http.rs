@@ -255,6 +255,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<DemoB
         session_id: header(&MCP_SESSION_ID),
         protocol_version: header(&MCP_PROTOCOL_VERSION),
         host: header(&HOST),
+        authorization: header(&http::header::AUTHORIZATION),
         body: None,
         status: 0,
     };

@@ -11,6 +11,8 @@ pub struct Received {
     pub session_id: Option<String>,
     pub protocol_version: Option<String>,
     pub host: Option<String>,
+    /// The `Authorization` header it came with, if any.
+    pub authorization: Option<String>,
     /// The JSON body of a POST (when it was JSON).
     pub body: Option<Value>,
     /// The HTTP status the demo server answered.

@@ -143,6 +143,7 @@ async fn outcome(req: Req, rules: Rules) -> String {
             };
             let message = Message {
                 headers: &headers,
+                caller: crate::mcp::caller::Caller::of(&headers),
                 body: &body,
                 envelope: &envelope,
                 payload: raw.zip(payload.as_ref()),

@@ -3,11 +3,16 @@
 //!
 //! An upstream may tie a session to the credentials it was opened with, so the proxy
 //! never lets callers with different credentials share an upstream session: pooled
-//! sessions are keyed by it, pinned sessions are keyed by it, and a session handle is
-//! bound to it.
+//! sessions are keyed by it, pinned sessions are keyed by it, every session (data-layer,
+//! SEP-1364, a legacy client's, a handle) is bound to it, and so is a `requestState`.
+//!
+//! With `[auth]` on, the caller is the verified token's subject instead
+//! ([`Caller::subject`]): the same hash shape, so everything keyed by a caller works
+//! unchanged, and two tokens of one subject are one caller.
 //!
 //! [`CallerKey`] is whom the per-caller limits (`fairness`) count against: the
-//! credentials when there are any, else the network the request came from.
+//! caller when it has credentials (or a verified subject), else the network the request
+//! came from.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
@@ -45,6 +50,19 @@ impl Caller {
         if !any {
             return Caller::ANONYMOUS;
         }
+        let mut hash = [0u8; 16];
+        hash.copy_from_slice(&hasher.finalize()[..16]);
+        Caller(Some(hash))
+    }
+
+    /// The subject `sub` of issuer `iss` (a verified token's): its own hash domain, so a
+    /// subject never equals a set of credential headers.
+    pub fn subject(issuer: &str, subject: &str) -> Caller {
+        let mut hasher = Sha256::new();
+        hasher.update(b"mcp-session-proxy/subject\0");
+        hasher.update(issuer.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(subject.as_bytes());
         let mut hash = [0u8; 16];
         hash.copy_from_slice(&hasher.finalize()[..16]);
         Caller(Some(hash))
@@ -198,6 +216,17 @@ mod tests {
         for bad in ["0", "zz".repeat(16).as_str(), "é".repeat(16).as_str()] {
             assert_eq!(Caller::from_hex(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_subject_is_its_issuer_and_name_and_nothing_else() {
+        let alice = Caller::subject("https://idp", "alice");
+        assert_eq!(alice, Caller::subject("https://idp", "alice"));
+        assert_ne!(alice, Caller::subject("https://idp", "bob"));
+        assert_ne!(alice, Caller::subject("https://other", "alice"));
+        assert_ne!(alice, Caller::subject("https://idpa", "lice"));
+        assert_ne!(alice, Caller::of(&with(AUTHORIZATION, "alice")));
+        assert!(!alice.is_anonymous());
     }
 
     #[test]

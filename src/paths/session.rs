@@ -161,7 +161,9 @@ impl SessionPath {
         let capabilities = params
             .and_then(|p| p.meta(meta::CLIENT_CAPABILITIES))
             .or_else(|| params.and_then(|p| p.member("capabilities")));
-        let issued = self.open(message, client_info, capabilities, false).await?;
+        let issued = self
+            .open(Opening::of(message, client_info, capabilities))
+            .await?;
         let mut session = Vec::with_capacity(256);
         session.extend_from_slice(br#"{"sessionId":"#);
         write_json_str(&mut session, &issued.id);
@@ -206,11 +208,13 @@ impl SessionPath {
             None => {
                 let client_info = params.and_then(|p| p.member("clientInfo"));
                 let capabilities = params.and_then(|p| p.member("capabilities"));
-                let issued = self.open(message, client_info, capabilities, false).await?;
+                let issued = self
+                    .open(Opening::of(message, client_info, capabilities))
+                    .await?;
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
-                let lease = self.lease(session, message.headers).await?;
+                let lease = self.lease(session, message.caller).await?;
                 (session.id.to_string(), lease.record.route.negotiated)
             }
         };
@@ -234,7 +238,12 @@ impl SessionPath {
         let params = message.params();
         let client_info = params.and_then(|p| p.member("clientInfo"));
         let capabilities = params.and_then(|p| p.member("capabilities"));
-        let issued = self.open(message, client_info, capabilities, true).await?;
+        let issued = self
+            .open(Opening {
+                legacy: true,
+                ..Opening::of(message, client_info, capabilities)
+            })
+            .await?;
         let result = initialize_result(&issued.negotiated, None);
         let body = write::result(id.get().as_bytes(), &result);
         Ok(with_session(
@@ -262,7 +271,7 @@ impl SessionPath {
         {
             return forwarded;
         }
-        self.end_named(session, message.headers).await?;
+        self.end_named(session, message.caller).await?;
         Ok(response::json(
             StatusCode::OK,
             write::result(id.get().as_bytes(), b"{}"),
@@ -274,6 +283,7 @@ impl SessionPath {
     pub async fn end_by_header(
         &self,
         client_headers: &HeaderMap,
+        caller: Caller,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         if let Some(forwarded) = self
@@ -287,7 +297,7 @@ impl SessionPath {
         {
             return forwarded;
         }
-        self.end_named(session, client_headers).await?;
+        self.end_named(session, caller).await?;
         Ok(response::status(StatusCode::NO_CONTENT))
     }
 
@@ -300,7 +310,7 @@ impl SessionPath {
         dialect: Dialect,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
-        let mut lease = self.lease(session, message.headers).await?;
+        let mut lease = self.lease(session, message.caller).await?;
         let body = message.body;
         let post = http::Method::POST;
         if let Some(there) = self
@@ -391,9 +401,10 @@ impl SessionPath {
     pub async fn listen(
         &self,
         client_headers: &HeaderMap,
+        caller: Caller,
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let mut lease = self.lease(session, client_headers).await?;
+        let mut lease = self.lease(session, caller).await?;
         let get = http::Method::GET;
         if let Some(there) = self
             .elsewhere(&mut lease, session, get, client_headers, &Bytes::new())
@@ -542,29 +553,26 @@ impl SessionPath {
         &self,
         slot: Slot<'_>,
         client_headers: &HeaderMap,
+        caller: Caller,
         client_info: Option<&RawValue>,
         capabilities: Option<&RawValue>,
     ) -> Result<Issued, ProxyError> {
-        self.open_in(
-            Place::Taken(slot),
+        let opening = Opening {
             client_headers,
+            caller,
+            counted_as: None,
             client_info,
             capabilities,
-            false,
-        )
-        .await
+            legacy: false,
+        };
+        self.open_in(Place::Taken(slot), opening).await
     }
 
     /// One use of session `id` by `caller` (a handle): renewed, or -32043 when it is
     /// unknown, expired, of another upstream, or bound to another caller (then it is not
     /// renewed).
     pub async fn lease_as(&self, id: &str, caller: Caller) -> Result<Lease, ProxyError> {
-        self.check_caller(id, caller).await?;
-        let lease = self
-            .sessions
-            .lease(id, None)
-            .await
-            .map_err(|e| self.session_error(e, id))?;
+        let lease = self.lease_id(id, None, caller).await?;
         self.used_locally(&lease.record.route);
         Ok(lease)
     }
@@ -597,9 +605,15 @@ impl SessionPath {
             .await
             .map_err(|e| self.session_error(e, id))?;
         match record {
-            Some(record) if !self.serves(&record, caller) => Err(ProxyError::SessionNotFound {
+            Some(record) if record.upstream != self.name => Err(ProxyError::SessionNotFound {
                 session_id: id.to_owned(),
             }),
+            Some(SessionRecord {
+                caller: Some(bound),
+                ..
+            }) if bound != caller => {
+                Err(self.session_error(SessionError::OtherCaller { bound, caller }, id))
+            }
             _ => Ok(()),
         }
     }
@@ -625,35 +639,48 @@ impl SessionPath {
         }
     }
 
-    /// One use of a session of this upstream. A session of another upstream is not found
-    /// here; nor is a session bound to a caller (a handle) by anyone else: -32043, as if it
-    /// did not exist (its expiry is renewed all the same — checking first would cost every
-    /// session a second store read — which gives a caller that knows another's id nothing
-    /// but that).
-    async fn lease(
+    /// One use of a session of this upstream by `caller`. A session bound to another
+    /// caller is not found (-32043, exactly as if it did not exist, whatever `state` came
+    /// with it) and not renewed; nor is a session of another upstream.
+    async fn lease(&self, session: &SessionRef<'_>, caller: Caller) -> Result<Lease, ProxyError> {
+        self.lease_id(&session.id, session.state.as_deref(), caller)
+            .await
+    }
+
+    async fn lease_id(
         &self,
-        session: &SessionRef<'_>,
-        client_headers: &HeaderMap,
+        id: &str,
+        state: Option<&str>,
+        caller: Caller,
     ) -> Result<Lease, ProxyError> {
         let lease = self
             .sessions
-            .lease(&session.id, session.state.as_deref())
+            .lease(id, state, caller)
             .await
-            .map_err(|e| self.session_error(e, &session.id))?;
-        if !self.serves(&lease.record, Caller::of(client_headers)) {
+            .map_err(|e| self.session_error(e, id))?;
+        // A session of another upstream: its expiry moved (checking first would cost every
+        // session a second store read), which tells a client that knows its id nothing.
+        if lease.record.upstream != self.name {
             return Err(ProxyError::SessionNotFound {
-                session_id: session.id.to_string(),
+                session_id: id.to_owned(),
             });
         }
         Ok(lease)
     }
 
-    /// Whether `record` is a session of this upstream that `caller` may use.
-    fn serves(&self, record: &SessionRecord, caller: Caller) -> bool {
-        record.upstream == self.name && record.caller.is_none_or(|bound| bound == caller)
-    }
-
+    /// The client's answer to a session error. A session bound to another caller gets
+    /// -32043 like an unknown one — nothing in the answer tells them apart — and is logged
+    /// (hashed: the session's tag, the callers' first hash digits) and counted.
     pub(super) fn session_error(&self, error: SessionError, id: &str) -> ProxyError {
+        if let SessionError::OtherCaller { bound, caller } = &error {
+            self.metrics.sessions_other_caller.inc();
+            tracing::info!(
+                session = %log_tag(id),
+                bound = ?bound,
+                caller = ?caller,
+                "a request named a session bound to another caller; answered as an unknown session"
+            );
+        }
         session_error(error, id, self.sessions.store_kind())
     }
 
@@ -861,18 +888,14 @@ impl SessionPath {
     }
 
     /// Ends the session a client named, checking the `state` it sent; -32043 when there
-    /// is no such session.
-    async fn end_named(
-        &self,
-        session: &SessionRef<'_>,
-        client_headers: &HeaderMap,
-    ) -> Result<(), ProxyError> {
+    /// is no such session (or it is bound to another caller).
+    async fn end_named(&self, session: &SessionRef<'_>, caller: Caller) -> Result<(), ProxyError> {
         let id = &session.id;
         // A session of another upstream, or bound to another caller, is not found here.
-        self.check_caller(id, Caller::of(client_headers)).await?;
+        self.check_caller(id, caller).await?;
         if let Some(state) = &session.state {
             self.sessions
-                .check_state(id, state)
+                .check_state(id, state, caller)
                 .await
                 .map_err(|e| self.session_error(e, id))?;
         }
@@ -885,30 +908,24 @@ impl SessionPath {
         Ok(())
     }
 
-    /// Opens an upstream session for the caller of `message` and records a session for
-    /// it; counts the outcome.
-    async fn open(
-        &self,
-        message: &Message<'_, '_>,
-        client_info: Option<&RawValue>,
-        capabilities: Option<&RawValue>,
-        legacy: bool,
-    ) -> Result<Issued, ProxyError> {
-        let place = Place::For(message.caller_key());
-        self.open_in(place, message.headers, client_info, capabilities, legacy)
-            .await
+    /// Opens an upstream session for the caller of the opening, in a place taken now
+    /// under the caps (its own and the proxy's), and records a session for it; counts the
+    /// outcome.
+    async fn open(&self, opening: Opening<'_>) -> Result<Issued, ProxyError> {
+        self.open_in(Place::For(opening.counted_as), opening).await
     }
 
     /// `open`, in a place already taken (`Sessions::reserve_for` when the session is bound
     /// to a caller), or one taken now for a caller (`Sessions::reserve`).
-    async fn open_in(
-        &self,
-        place: Place<'_>,
-        client_headers: &HeaderMap,
-        client_info: Option<&RawValue>,
-        capabilities: Option<&RawValue>,
-        legacy: bool,
-    ) -> Result<Issued, ProxyError> {
+    async fn open_in(&self, place: Place<'_>, opening: Opening<'_>) -> Result<Issued, ProxyError> {
+        let Opening {
+            client_headers,
+            caller,
+            client_info,
+            capabilities,
+            legacy,
+            ..
+        } = opening;
         let opened = async {
             for (key, value) in [
                 (meta::CLIENT_INFO, client_info),
@@ -959,6 +976,7 @@ impl SessionPath {
                         owner: self.owner(),
                         legacy,
                         client,
+                        caller,
                     },
                 )
                 .await
@@ -1022,6 +1040,35 @@ enum Place<'a> {
     For(Option<CallerKey>),
 }
 
+/// What a new session is opened with: the client's request, and who it is bound to.
+struct Opening<'a> {
+    client_headers: &'a HeaderMap,
+    caller: Caller,
+    /// Whom the per-caller limits count it against (`None`: nobody's to count).
+    counted_as: Option<CallerKey>,
+    client_info: Option<&'a RawValue>,
+    capabilities: Option<&'a RawValue>,
+    /// An old client's `initialize` (its answers carry no session `_meta`).
+    legacy: bool,
+}
+
+impl<'a> Opening<'a> {
+    fn of(
+        message: &Message<'a, '_>,
+        client_info: Option<&'a RawValue>,
+        capabilities: Option<&'a RawValue>,
+    ) -> Self {
+        Opening {
+            client_headers: message.headers,
+            caller: message.caller,
+            counted_as: message.caller_key(),
+            client_info,
+            capabilities,
+            legacy: false,
+        }
+    }
+}
+
 /// Ends an upstream session on drop (without waiting, through the endings) unless a
 /// session took it.
 struct EndUnlessAdmitted<'a> {
@@ -1062,7 +1109,7 @@ pub fn rejection(error: &ProxyError) -> Rejection {
 
 fn session_error(error: SessionError, id: &str, store: &'static str) -> ProxyError {
     match error {
-        SessionError::NotFound => ProxyError::SessionNotFound {
+        SessionError::NotFound | SessionError::OtherCaller { .. } => ProxyError::SessionNotFound {
             session_id: id.to_owned(),
         },
         SessionError::BadState => ProxyError::BadSessionState {

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::AUTHORIZATION;
 use http::{HeaderMap, Response, StatusCode};
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
@@ -212,7 +211,10 @@ impl StatelessPath {
         let id = raw_bytes(message.body, id);
         let forwarded = headers::to_upstream_in_session(message.headers);
         match message.method() {
-            Some(Method::ServerDiscover) => self.discover(&context, &id, &forwarded).await,
+            Some(Method::ServerDiscover) => {
+                self.discover(&context, message.caller, &id, &forwarded)
+                    .await
+            }
             Some(Method::SubscriptionsListen) => {
                 listen::open(self, message, &context, id, &forwarded).await
             }
@@ -225,13 +227,14 @@ impl StatelessPath {
     async fn discover(
         &self,
         context: &Context<'_>,
+        caller: Caller,
         id: &[u8],
         forwarded: &HeaderMap,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let negotiated = {
             let checkout = self
                 .pool
-                .checkout(Some(context.capabilities), forwarded)
+                .checkout(Some(context.capabilities), caller, forwarded)
                 .await
                 .map_err(|e| self.error(e))?;
             checkout.negotiated().clone()
@@ -256,14 +259,10 @@ impl StatelessPath {
         let method = message.envelope.method();
         let params = message.params();
         let provided = input_responses(params)?;
-        let caller = message
-            .headers
-            .get(AUTHORIZATION)
-            .map(|v| v.as_bytes().to_vec())
-            .unwrap_or_default();
+        let caller = message.caller;
         let bound = bound_params(params);
         let binding = StateBinding {
-            caller: &caller,
+            caller,
             method,
             params: &bound,
         };
@@ -303,7 +302,7 @@ impl StatelessPath {
                 return Err(RequestStateError::Unknown.into());
             }
         } else {
-            let who = Caller::of(message.headers);
+            let who = message.caller;
             let mut target = self.affinity.target(message.headers, who);
             let mut stripped = None;
             let mut list = None;
@@ -486,7 +485,7 @@ impl StatelessPath {
         let session = match target {
             Target::Pooled => self
                 .pool
-                .checkout(capabilities, forwarded)
+                .checkout(capabilities, caller, forwarded)
                 .await
                 .map(CallSession::Pooled),
             Target::Alone => self

@@ -44,12 +44,19 @@ pub struct NewSession {
     pub owner: Option<Arc<str>>,
     pub legacy: bool,
     pub client: Option<Arc<ClientIdentity>>,
+    /// The caller opening it, which it is bound to.
+    pub caller: Caller,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("session not found")]
     NotFound,
+    /// The session is live but bound to another caller; its client is told it does not
+    /// exist (`NotFound`'s answer), so that nobody learns whether someone else's session
+    /// is live.
+    #[error("the session is bound to another caller")]
+    OtherCaller { bound: Caller, caller: Caller },
     #[error("the session state token was not issued by this proxy for this session")]
     BadState,
     #[error("the proxy already holds its maximum of {max} sessions")]
@@ -234,7 +241,7 @@ impl Sessions {
             seq: 0,
             legacy: new.legacy,
             client: new.client,
-            caller: slot.bound.as_ref().map(|(_, caller)| *caller),
+            caller: Some(new.caller),
         };
         let id = self.store.create(record).await.map_err(|e| match e {
             StoreError::Full { max } => SessionError::Full { max },
@@ -253,14 +260,21 @@ impl Sessions {
         })
     }
 
-    /// One use of session `id`, presenting `state` if the client sent one. A state that
-    /// this proxy did not issue for this session is refused before anything is renewed.
-    pub async fn lease(&self, id: &str, state: Option<&str>) -> Result<Lease, SessionError> {
+    /// One use of session `id` by `caller`, presenting `state` if the client sent one. A
+    /// state that this proxy did not issue for this session is refused before anything
+    /// is renewed; so is a session bound to another caller (`OtherCaller`, whatever the
+    /// state), which is not renewed either.
+    pub async fn lease(
+        &self,
+        id: &str,
+        state: Option<&str>,
+        caller: Caller,
+    ) -> Result<Lease, SessionError> {
         if !id::is_visible_ascii(id) {
             return Err(SessionError::NotFound);
         }
         let presented = match state {
-            Some(state) => Some(self.check_state(id, state).await?),
+            Some(state) => Some(self.check_state(id, state, caller).await?),
             None => None,
         };
         let now = now_millis();
@@ -269,12 +283,16 @@ impl Sessions {
             now,
             expires_at,
             presented,
+            caller,
         };
         let record = self
             .store
             .renew(id, renewal)
             .await?
             .ok_or(SessionError::NotFound)?;
+        if let (false, Some(bound)) = (record.serves(caller), record.caller) {
+            return Err(SessionError::OtherCaller { bound, caller });
+        }
         self.fairness.renewed(id, expires_at);
         let state = self.signer.issue(id, record.seq, expires_at);
         Ok(Lease {
@@ -287,13 +305,23 @@ impl Sessions {
     /// Whether `state` was issued by this proxy for session `id`. A state that does not
     /// verify for a session this proxy does not know is `NotFound`, not `BadState`: after
     /// a restart with a fresh key, or once the session is gone, the client must hear
-    /// -32043 and start over, not be told its state is malformed.
-    pub async fn check_state(&self, id: &str, state: &str) -> Result<(u64, Millis), SessionError> {
+    /// -32043 and start over, not be told its state is malformed. Nor is it `BadState` for
+    /// a session bound to another caller than `caller` (that would tell it the session
+    /// exists): `OtherCaller`.
+    pub async fn check_state(
+        &self,
+        id: &str,
+        state: &str,
+        caller: Caller,
+    ) -> Result<(u64, Millis), SessionError> {
         if let Some(presented) = self.signer.verify(id, state) {
             return Ok(presented);
         }
         match self.store.get(id, now_millis()).await? {
-            Some(_) => Err(SessionError::BadState),
+            Some(record) => match (record.serves(caller), record.caller) {
+                (false, Some(bound)) => Err(SessionError::OtherCaller { bound, caller }),
+                _ => Err(SessionError::BadState),
+            },
             None => Err(SessionError::NotFound),
         }
     }

@@ -34,6 +34,9 @@ impl SessionStore for MemoryStore {
             // Expired: left for the reaper, which also ends it upstream.
             return Ok(None);
         }
+        if !record.serves(renewal.caller) {
+            return Ok(Some(record.clone()));
+        }
         record.expires_at = renewal.expires_at;
         record.seq += 1;
         Ok(Some(record.clone()))

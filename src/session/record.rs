@@ -40,12 +40,20 @@ pub struct SessionRecord {
     /// The client's `initialize` identity, kept when the upstream's policy is to
     /// replay it on a lost session.
     pub client: Option<Arc<ClientIdentity>>,
-    /// Whose session it is, when it is bound to a caller (a session handle opened by a
-    /// stateless client's `session_open` tool): only requests with the same credentials
-    /// may use or end it. `None`: whoever names the session (a data-layer session).
-    /// Every store keeps it (Redis and sealed ids too), so the binding holds at every
-    /// proxy replica.
+    /// Whose session it is: the caller that opened it (its credentials hashed, or with
+    /// `[auth]` its token's subject). Only that caller may use or end it; anyone else is
+    /// told the session does not exist. Every session the proxy opens is bound; `None`
+    /// is a record written before sessions were (served to whoever names it, until it
+    /// expires). Every store keeps it (Redis and sealed ids too), so the binding holds at
+    /// every proxy replica.
     pub caller: Option<Caller>,
+}
+
+impl SessionRecord {
+    /// Whether `caller` may use this session.
+    pub fn serves(&self, caller: Caller) -> bool {
+        self.caller.is_none_or(|bound| bound == caller)
+    }
 }
 
 /// The upstream session behind a session; replaced as a whole when a lost one is

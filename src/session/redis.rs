@@ -4,7 +4,8 @@
 //!
 //! Layout (every key under [`PREFIX`]):
 //! - `s:<sessionId>`, a hash: `r` the record (compact JSON), `q` the use sequence, `u`
-//!   the upstream session id (compared when a lost one is replaced). Its TTL is the idle
+//!   the upstream session id (compared when a lost one is replaced), `w` the caller the
+//!   session is bound to (a hash; compared before a use renews it). Its TTL is the idle
 //!   expiry plus [`REAP_GRACE`], renewed by every use, so Redis drops what no proxy
 //!   reaped (all of them down) after the grace.
 //! - `expiry`, a sorted set of sessionIds by idle expiry (ms). Reapers claim expired
@@ -44,6 +45,7 @@ pub const REAP_GRACE: Duration = Duration::from_secs(600);
 const CREATE: &str = r"
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
 redis.call('HSET', KEYS[1], 'r', ARGV[1], 'q', 0, 'u', ARGV[2])
+if ARGV[7] ~= '-' then redis.call('HSET', KEYS[1], 'w', ARGV[7]) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
 return 1
@@ -54,6 +56,8 @@ local exp = redis.call('ZSCORE', KEYS[2], ARGV[4])
 if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return false end
 local blob = redis.call('HGET', KEYS[1], 'r')
 if not blob then return false end
+local w = redis.call('HGET', KEYS[1], 'w')
+if w and w ~= ARGV[5] then return {blob, tonumber(redis.call('HGET', KEYS[1], 'q')) or 0} end
 local seq = redis.call('HINCRBY', KEYS[1], 'q', 1)
 redis.call('PEXPIREAT', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
@@ -330,6 +334,11 @@ impl SessionStore for RedisStore {
             .arg(self.key_expiry(record.expires_at))
             .arg(self.max_sessions)
             .arg(&id)
+            .arg(
+                record
+                    .caller
+                    .map_or_else(|| "-".to_owned(), |caller| caller.hex()),
+            )
             .invoke_async(&mut self.connection())
             .await
             .map_err(unavailable)?;
@@ -351,6 +360,7 @@ impl SessionStore for RedisStore {
             .arg(renewal.expires_at)
             .arg(self.key_expiry(renewal.expires_at))
             .arg(id)
+            .arg(renewal.caller.hex())
             .invoke_async(&mut self.connection())
             .await
             .map_err(unavailable)?;

@@ -447,6 +447,7 @@ mod tests {
             now: 2_000,
             expires_at: 9_000,
             presented,
+            caller: Caller::ANONYMOUS,
         };
         assert!(sealer.renew(&id, renewal(None)).await.unwrap().is_none());
         let renewed = sealer

@@ -12,6 +12,7 @@ use super::memory::MemoryStore;
 use super::record::{Millis, Route, SessionRecord};
 use super::redis::RedisStore;
 use super::sealed::SealedStore;
+use crate::mcp::caller::Caller;
 
 /// A store could not do what was asked; the request that needed it fails, the store is
 /// never bypassed.
@@ -37,6 +38,10 @@ pub struct Renewal {
     pub expires_at: Millis,
     /// The sequence and expiry sealed in the `state` the client presented, if verified.
     pub presented: Option<(u64, Millis)>,
+    /// Who is using it. A session bound to another caller is not renewed (another
+    /// caller's use must not keep it alive); the store returns its record as it is, and
+    /// the caller of the store refuses it.
+    pub caller: Caller,
 }
 
 /// Keeps session records by sessionId.
@@ -48,7 +53,9 @@ pub trait SessionStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
     /// One use of a session: if it exists and has not expired, moves its expiry to
-    /// `renewal.expires_at`, bumps its sequence, and returns the updated record.
+    /// `renewal.expires_at`, bumps its sequence, and returns the updated record — unless
+    /// it is bound to a caller other than `renewal.caller`: then its record comes back
+    /// unchanged (stores that keep nothing, sealed ids, have nothing to leave unchanged).
     fn renew(
         &self,
         id: &str,

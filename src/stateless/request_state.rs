@@ -3,8 +3,9 @@
 //!
 //! A retry names the parked call only through its `requestState`, which clients control,
 //! so the token is sealed: HMAC-SHA256 over a random park id, an expiry, a hash of the
-//! caller (its `Authorization` header) and a digest of the method and params of the
-//! original request. A token that was changed, has expired, comes from another caller, or
+//! caller (the [`Caller`] every session is bound to: its `Authorization`, `Cookie` and
+//! `X-Api-Key` headers, or with `[auth]` its token's subject) and a digest of the method
+//! and params of the original request. A token that was changed, has expired, comes from another caller, or
 //! arrives with another request is refused; a good token can be used once (the parked
 //! call is taken out of the table).
 //!
@@ -21,6 +22,7 @@ use dashmap::DashMap;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
+use crate::mcp::caller::Caller;
 use crate::session::keyed_hmac;
 
 const VERSION: u8 = 2;
@@ -64,8 +66,8 @@ impl std::fmt::Debug for Sealer {
 /// What a token binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Binding<'a> {
-    /// Who may use it: e.g. the request's `Authorization` header, or empty.
-    pub caller: &'a [u8],
+    /// Who may use it.
+    pub caller: Caller,
     pub method: &'a str,
     /// The request's params, canonical, without `_meta`, `inputResponses` and
     /// `requestState`.
@@ -79,10 +81,15 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn first_bytes<const N: usize>(data: &[u8]) -> [u8; N] {
-    let digest = Sha256::digest(data);
-    let mut out = [0u8; N];
-    out.copy_from_slice(&digest[..N]);
+/// 64 bits naming the caller (a caller without credentials is one caller).
+fn caller_digest(caller: Caller) -> [u8; 8] {
+    let mut hasher = Sha256::new();
+    hasher.update(b"caller\0");
+    if let Some(hash) = caller.hash() {
+        hasher.update(hash);
+    }
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&hasher.finalize()[..8]);
     out
 }
 
@@ -114,7 +121,7 @@ impl Sealer {
         raw.push(VERSION);
         raw.extend_from_slice(&id);
         raw.extend_from_slice(&(now_ms() + self.ttl.as_millis() as u64).to_be_bytes());
-        raw.extend_from_slice(&first_bytes::<8>(binding.caller));
+        raw.extend_from_slice(&caller_digest(binding.caller));
         raw.extend_from_slice(&request_digest(binding));
         raw.push(owner.len() as u8);
         raw.extend_from_slice(owner);
@@ -161,7 +168,7 @@ impl Sealer {
         if u64::from_be_bytes(expiry) < now_ms() {
             return Err(RequestStateError::Expired);
         }
-        if body[25..33] != first_bytes::<8>(binding.caller) {
+        if body[25..33] != caller_digest(binding.caller) {
             return Err(RequestStateError::OtherCaller);
         }
         if body[33..49] != request_digest(binding) {
@@ -234,11 +241,24 @@ impl<T> Parked<T> {
 mod tests {
     use super::*;
 
-    fn binding<'a>(caller: &'a [u8], params: &'a str) -> Binding<'a> {
+    fn binding<'a>(credentials: &[u8], params: &'a str) -> Binding<'a> {
+        let mut headers = http::HeaderMap::new();
+        if !credentials.is_empty() {
+            let value = http::HeaderValue::from_bytes(credentials).unwrap();
+            headers.insert(http::header::AUTHORIZATION, value);
+        }
+        Binding {
+            caller: Caller::of(&headers),
+            method: "tools/call",
+            params,
+        }
+    }
+
+    fn by(caller: Caller) -> Binding<'static> {
         Binding {
             caller,
             method: "tools/call",
-            params,
+            params: "{}",
         }
     }
 
@@ -274,6 +294,37 @@ mod tests {
         assert_eq!(
             other_key.open(&token, binding(b"Bearer a", r#"{"name":"x"}"#)),
             Err(RequestStateError::Tampered)
+        );
+    }
+
+    #[test]
+    fn a_token_is_bound_to_the_whole_caller_not_only_its_authorization() {
+        let sealer = Sealer::new(b"k", Duration::from_secs(60));
+        let with = |name: &'static str, value: &'static str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(name, http::HeaderValue::from_static(value));
+            Caller::of(&headers)
+        };
+        let (alice, bob) = (with("cookie", "sid=alice"), with("cookie", "sid=bob"));
+        let token = sealer.seal([3; 16], "", by(alice));
+        assert!(sealer.open(&token, by(alice)).is_ok());
+        for other in [
+            bob,
+            with("x-api-key", "k"),
+            Caller::ANONYMOUS,
+            Caller::subject("iss", "alice"),
+        ] {
+            assert_eq!(
+                sealer.open(&token, by(other)),
+                Err(RequestStateError::OtherCaller),
+                "{other:?}"
+            );
+        }
+        let anonymous = sealer.seal([4; 16], "", by(Caller::ANONYMOUS));
+        assert!(sealer.open(&anonymous, by(Caller::ANONYMOUS)).is_ok());
+        assert_eq!(
+            sealer.open(&anonymous, by(alice)),
+            Err(RequestStateError::OtherCaller)
         );
     }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::histogram::Histogram;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -37,6 +37,9 @@ pub struct Settings {
     pub idle_timeout: Duration,
     /// Idle pooled connections kept open, at most.
     pub max_idle: usize,
+    /// The client's `Authorization` never goes upstream (`[auth]` verified it, and
+    /// `auth.forward_token` is off): the token was for the proxy.
+    pub withhold_authorization: bool,
 }
 
 /// The upstream session a request is sent in.
@@ -258,6 +261,9 @@ impl HttpUpstream {
         let headers = request.headers_mut();
         headers.reserve(forwarded.len() + 4);
         for (name, value) in forwarded {
+            if self.settings.withhold_authorization && name == AUTHORIZATION {
+                continue;
+            }
             headers.append(name.clone(), value.clone());
         }
         if let Some(binding) = binding {

@@ -161,10 +161,10 @@ impl Drop for Checkout {
     }
 }
 
-/// The pool key: the capabilities and the caller (its credentials hashed, never kept).
-pub fn pool_key(capabilities: Option<&RawValue>, forwarded: &HeaderMap) -> String {
+/// The pool key: the capabilities and the caller (its credentials hashed, never kept;
+/// with `[auth]`, its token's subject).
+pub fn pool_key(capabilities: Option<&RawValue>, caller: Caller) -> String {
     let mut key = capabilities_key(capabilities);
-    let caller = Caller::of(forwarded);
     if !caller.is_anonymous() {
         key.push('\n');
         key.push_str(&caller.hex());
@@ -202,13 +202,15 @@ impl Pool {
         self.idle.lock().values().map(Vec::len).sum()
     }
 
-    /// An upstream session opened with `capabilities`: an idle one, or a new one.
+    /// An upstream session of `caller`'s opened with `capabilities`: an idle one, or a
+    /// new one.
     pub async fn checkout(
         self: &Arc<Self>,
         capabilities: Option<&RawValue>,
+        caller: Caller,
         forwarded: &HeaderMap,
     ) -> Result<Checkout, UpstreamError> {
-        let key = pool_key(capabilities, forwarded);
+        let key = pool_key(capabilities, caller);
         let reused = {
             let mut pools = self.idle.lock();
             pools.get_mut(&key).and_then(Vec::pop)
@@ -435,9 +437,9 @@ mod tests {
         let mut bob = HeaderMap::new();
         bob.insert(AUTHORIZATION, "Bearer bob".parse().unwrap());
         let keys = [
-            pool_key(None, &none),
-            pool_key(None, &alice),
-            pool_key(None, &bob),
+            pool_key(None, Caller::of(&none)),
+            pool_key(None, Caller::of(&alice)),
+            pool_key(None, Caller::of(&bob)),
         ];
         assert_ne!(keys[0], keys[1]);
         assert_ne!(keys[1], keys[2]);

@@ -215,6 +215,7 @@ mod tests {
                             max_message_bytes: 1024,
                             idle_timeout: Duration::from_secs(30),
                             max_idle: 8,
+                            withhold_authorization: false,
                         },
                         None,
                     )

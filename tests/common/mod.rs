@@ -140,6 +140,15 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// A whole response, read.
+    pub async fn read(response: reqwest::Response) -> Reply {
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            text: response.text().await.unwrap(),
+        }
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.text)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.text))
@@ -200,11 +209,7 @@ pub async fn post_raw(
         request = request.header(name, value);
     }
     let response = request.body(body).send().await.unwrap();
-    Reply {
-        status: response.status().as_u16(),
-        headers: response.headers().clone(),
-        text: response.text().await.unwrap(),
-    }
+    Reply::read(response).await
 }
 
 /// Just `Mcp-Session-Id: <session_id>`.
@@ -239,6 +244,8 @@ pub struct SessionClient {
     pub http: reqwest::Client,
     pub session_id: Option<String>,
     pub state: Option<String>,
+    /// Headers sent with every request (credentials: `Authorization`, `Cookie`, …).
+    pub extra: HeaderMap,
     next_id: u64,
 }
 
@@ -249,8 +256,16 @@ impl SessionClient {
             http: http_client(),
             session_id: None,
             state: None,
+            extra: HeaderMap::new(),
             next_id: 100,
         }
+    }
+
+    /// The same client sending `name: value` with every request (e.g. its credentials).
+    pub fn with_header(mut self, name: &'static str, value: &str) -> Self {
+        self.extra
+            .insert(name, HeaderValue::from_str(value).unwrap());
+        self
     }
 
     fn id(&mut self) -> u64 {
@@ -277,7 +292,7 @@ impl SessionClient {
     }
 
     async fn create_from(&mut self, request: Value) -> Value {
-        let reply = post_json(&self.http, &self.url, &request, &HeaderMap::new()).await;
+        let reply = post_json(&self.http, &self.url, &request, &self.extra).await;
         assert_eq!(reply.status, 200, "sessions/create failed: {}", reply.text);
         let body = reply.json();
         let session = body["result"]["session"].clone();
@@ -292,10 +307,14 @@ impl SessionClient {
 
     /// `Mcp-Session-Id` of the session, once there is one.
     pub fn headers(&self) -> HeaderMap {
-        match &self.session_id {
+        let mut headers = match &self.session_id {
             Some(id) => session_header(id),
             None => HeaderMap::new(),
+        };
+        for (name, value) in &self.extra {
+            headers.insert(name, value.clone());
         }
+        headers
     }
 
     /// A request in the session with an id of the caller's choosing, carrying the

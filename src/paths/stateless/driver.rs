@@ -24,6 +24,7 @@ use super::{GATHER, StatelessPath, declares};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, write};
 use crate::mcp::Method;
+use crate::mcp::caller::Caller;
 use crate::rewrite::handles::{HandleTools, tools_list};
 use crate::rewrite::stateless::{
     complete, error_for_client, input_request, input_required, key_of,
@@ -65,7 +66,8 @@ pub struct Call {
     pub log_level: Option<LogLevel>,
     /// Input responses the client gave before being asked, by key.
     pub provided: HashMap<String, Box<RawValue>>,
-    pub caller: Vec<u8>,
+    /// Who made the call: the only caller its `requestState` tokens open for.
+    pub caller: Caller,
     /// The canonical params the call's `requestState` tokens are bound to.
     pub bound: String,
     /// `params.uri` of a `resources/read` (for the 2026 not-found error).
@@ -290,7 +292,7 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
         park_id,
         path.cluster.me(),
         StateBinding {
-            caller: &call.caller,
+            caller: call.caller,
             method: &call.method,
             params: &call.bound,
         },

@@ -25,7 +25,6 @@ use crate::error::ProxyError;
 use crate::fairness::Refused;
 use crate::jsonrpc::{raw_str, write};
 use crate::mcp::Method;
-use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::response::{self, ProxyBody};
 use crate::rewrite::handles::{
@@ -124,8 +123,12 @@ async fn open(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let sessions = path.session_path.sessions();
     let upstream = path.session_path.name();
-    let caller = Caller::of(message.headers);
-    let reserved = sessions.reserve_for(upstream, caller, message.caller_key(), max_per_caller);
+    let reserved = sessions.reserve_for(
+        upstream,
+        message.caller,
+        message.caller_key(),
+        max_per_caller,
+    );
     let slot = match reserved {
         Ok(slot) => slot,
         // Refusals are tool results the model can read and act on, like a bad handle.
@@ -171,6 +174,7 @@ async fn open(
         .open_bound(
             slot,
             message.headers,
+            message.caller,
             context.client_info,
             Some(context.capabilities),
         )
@@ -236,8 +240,7 @@ async fn close(
     {
         return forwarded;
     }
-    let caller = Caller::of(message.headers);
-    match path.session_path.end_as(handle, caller).await {
+    match path.session_path.end_as(handle, message.caller).await {
         Ok(()) => {
             tracing::info!(handle = %log_tag(handle), "session handle closed");
             let text = format!("Session {} closed.", shown(handle));

@@ -15,6 +15,7 @@ fn negotiated() -> Negotiated {
 
 fn new(upstream_session: Option<&str>) -> NewSession {
     NewSession {
+        caller: Caller::ANONYMOUS,
         upstream: "default".into(),
         replica: 1,
         upstream_session: upstream_session.map(str::to_owned),
@@ -22,6 +23,14 @@ fn new(upstream_session: Option<&str>) -> NewSession {
         owner: None,
         legacy: false,
         client: None,
+    }
+}
+
+/// A session `caller` opens.
+fn new_by(caller: Caller) -> NewSession {
+    NewSession {
+        caller,
+        ..new(None)
     }
 }
 
@@ -45,15 +54,25 @@ async fn a_lease_renews_and_advances_the_state() {
         .admit(s.reserve(None).unwrap(), new(Some("up-1")))
         .await
         .unwrap();
-    let first = s.lease(&issued.id, Some(&issued.state)).await.unwrap();
+    let first = s
+        .lease(&issued.id, Some(&issued.state), Caller::ANONYMOUS)
+        .await
+        .unwrap();
     assert_eq!(first.record.seq, 1);
     assert_eq!(first.record.route.upstream_session.as_deref(), Some("up-1"));
-    let second = s.lease(&issued.id, Some(&first.state)).await.unwrap();
+    let second = s
+        .lease(&issued.id, Some(&first.state), Caller::ANONYMOUS)
+        .await
+        .unwrap();
     assert_eq!(second.record.seq, 2);
     assert_ne!(first.state, second.state);
     assert!(second.expires_at >= first.expires_at);
     // An older state of the same session is still good (last write wins, as the data-layer sessions draft says).
-    assert!(s.lease(&issued.id, Some(&issued.state)).await.is_ok());
+    assert!(
+        s.lease(&issued.id, Some(&issued.state), Caller::ANONYMOUS)
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -62,15 +81,22 @@ async fn a_state_from_another_session_is_refused_without_renewing() {
     let a = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
     let b = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
     assert!(matches!(
-        s.lease(&a.id, Some(&b.state)).await,
+        s.lease(&a.id, Some(&b.state), Caller::ANONYMOUS).await,
         Err(SessionError::BadState)
     ));
     assert!(matches!(
-        s.lease(&a.id, Some("garbage")).await,
+        s.lease(&a.id, Some("garbage"), Caller::ANONYMOUS).await,
         Err(SessionError::BadState)
     ));
     // Nothing was renewed by the refused attempts.
-    assert_eq!(s.lease(&a.id, None).await.unwrap().record.seq, 1);
+    assert_eq!(
+        s.lease(&a.id, None, Caller::ANONYMOUS)
+            .await
+            .unwrap()
+            .record
+            .seq,
+        1
+    );
 }
 
 #[tokio::test]
@@ -78,8 +104,16 @@ async fn sessions_negotiating_the_same_thing_share_it() {
     let s = sessions(10, Duration::from_secs(60));
     let a = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
     let b = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
-    let ra = s.lease(&a.id, None).await.unwrap().record;
-    let rb = s.lease(&b.id, None).await.unwrap().record;
+    let ra = s
+        .lease(&a.id, None, Caller::ANONYMOUS)
+        .await
+        .unwrap()
+        .record;
+    let rb = s
+        .lease(&b.id, None, Caller::ANONYMOUS)
+        .await
+        .unwrap()
+        .record;
     assert!(Arc::ptr_eq(&ra.route.negotiated, &rb.route.negotiated));
 }
 
@@ -87,11 +121,11 @@ async fn sessions_negotiating_the_same_thing_share_it() {
 async fn unknown_and_invisible_ids_are_not_found() {
     let s = sessions(10, Duration::from_secs(60));
     assert!(matches!(
-        s.lease("sess-invalid", None).await,
+        s.lease("sess-invalid", None, Caller::ANONYMOUS).await,
         Err(SessionError::NotFound)
     ));
     assert!(matches!(
-        s.lease("a b", None).await,
+        s.lease("a b", None, Caller::ANONYMOUS).await,
         Err(SessionError::NotFound)
     ));
 }
@@ -124,7 +158,7 @@ async fn expired_sessions_are_not_leased_and_are_reaped() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(matches!(
-        s.lease(&a.id, None).await,
+        s.lease(&a.id, None, Caller::ANONYMOUS).await,
         Err(SessionError::NotFound)
     ));
     let reaped = s.take_expired().await.unwrap();
@@ -178,9 +212,9 @@ async fn sessions_bound_to_a_caller_are_counted_per_caller_until_they_end() {
     let up = upstream();
     let (alice, bob) = (caller("Bearer alice"), caller("Bearer bob"));
     let bound = |c: Caller| s.reserve_for(&up, c, key(c), 2);
-    let first = s.admit(bound(alice).unwrap(), new(None)).await.unwrap();
+    let first = s.admit(bound(alice).unwrap(), new_by(alice)).await.unwrap();
     assert_eq!(
-        s.lease(&first.id, None).await.unwrap().record.caller,
+        s.lease(&first.id, None, alice).await.unwrap().record.caller,
         Some(alice)
     );
     let pending = bound(alice).unwrap();
@@ -192,7 +226,7 @@ async fn sessions_bound_to_a_caller_are_counted_per_caller_until_they_end() {
     drop(pending);
     let held = |c: Caller| s.fairness().held_by(key(c).unwrap(), Some("default"));
     assert_eq!(held(alice), 1, "a place never used is given back");
-    let second = s.admit(bound(alice).unwrap(), new(None)).await.unwrap();
+    let second = s.admit(bound(alice).unwrap(), new_by(alice)).await.unwrap();
     assert_eq!(held(alice), 2);
     s.end(&second.id).await.unwrap();
     assert_eq!(held(alice), 1, "ending one frees its place");
@@ -310,4 +344,86 @@ async fn creations_beyond_the_rate_are_refused_with_the_wait() {
         other => panic!("{other:?}"),
     }
     assert_eq!(s.live(), 0);
+}
+
+#[tokio::test]
+async fn every_session_is_bound_to_its_caller_and_another_caller_renews_nothing() {
+    let s = sessions(10, Duration::from_secs(60));
+    let (alice, bob) = (caller("Bearer alice"), caller("Bearer bob"));
+    let a = s
+        .admit(s.reserve(None).unwrap(), new_by(alice))
+        .await
+        .unwrap();
+    let first = s.lease(&a.id, Some(&a.state), alice).await.unwrap();
+    assert_eq!(first.record.caller, Some(alice));
+    for (caller, state) in [
+        (bob, Some(a.state.as_str())),
+        (bob, Some("garbage")),
+        (bob, None),
+        (Caller::ANONYMOUS, None),
+    ] {
+        assert!(
+            matches!(
+                s.lease(&a.id, state, caller).await,
+                Err(SessionError::OtherCaller { bound, caller: c }) if bound == alice && c == caller
+            ),
+            "{caller:?} with {state:?}"
+        );
+    }
+    // Nothing was renewed by the refused uses; alice carries on.
+    assert_eq!(s.lease(&a.id, None, alice).await.unwrap().record.seq, 2);
+    // A session opened without credentials is bound too: to callers without any.
+    let anonymous = s.admit(s.reserve(None).unwrap(), new(None)).await.unwrap();
+    assert!(matches!(
+        s.lease(&anonymous.id, None, alice).await,
+        Err(SessionError::OtherCaller { .. })
+    ));
+    assert!(
+        s.lease(&anonymous.id, None, Caller::ANONYMOUS)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_sealed_id_is_bound_to_its_caller_at_every_replica() {
+    let keys = [[9u8; 32].to_vec()];
+    let replica = || {
+        Sessions::new(
+            Store::Sealed(crate::session::SealedStore::new(&keys).unwrap()),
+            StateSigner::new(&[5u8; 32]),
+            Settings {
+                idle_ttl: Duration::from_secs(60),
+                max_sessions: 10,
+                max_sessions_per_caller: 0,
+                creations_per_caller_per_minute: 0,
+            },
+        )
+    };
+    let (a, b) = (replica(), replica());
+    let (alice, bob) = (caller("Bearer alice"), caller("Bearer bob"));
+    let issued = a
+        .admit(a.reserve(None).unwrap(), new_by(alice))
+        .await
+        .unwrap();
+    // Another replica sharing only the keys knows whose it is.
+    assert!(
+        b.lease(&issued.id, Some(&issued.state), alice)
+            .await
+            .is_ok()
+    );
+    for replica in [&a, &b] {
+        assert!(matches!(
+            replica.lease(&issued.id, Some(&issued.state), bob).await,
+            Err(SessionError::OtherCaller { .. })
+        ));
+        assert!(matches!(
+            replica.check_state(&issued.id, "garbage", bob).await,
+            Err(SessionError::OtherCaller { .. })
+        ));
+        assert!(matches!(
+            replica.check_state(&issued.id, "garbage", alice).await,
+            Err(SessionError::BadState)
+        ));
+    }
 }

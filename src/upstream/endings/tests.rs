@@ -63,6 +63,7 @@ fn upstream(url: &str) -> Upstream {
             max_message_bytes: 1024,
             idle_timeout: Duration::from_secs(5),
             max_idle: 64,
+            withhold_authorization: false,
         },
         None,
     )])))
