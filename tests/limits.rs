@@ -94,16 +94,15 @@ async fn expiring_sessions_are_all_ended_upstream_and_give_their_file_descriptor
     // An upstream that keeps its connections alive, and a proxy with few descriptors:
     // ending every expired session at once would need one upstream connection each.
     let demo = DemoServer::start(DemoOptions::default()).await.unwrap();
-    let proxy = ProxyProcess::start(
-        &format!(
+    let proxy = ProxyProcess::launch()
+        .toml(&format!(
             "[upstream]\nurl = \"{}\"\n[session]\nidle_ttl = \"1s\"\nreap_interval = \"1s\"\n\
              [limits]\nupstream_idle_timeout = \"1s\"\n",
             demo.url()
-        ),
-        Some(128),
-        &[],
-    )
-    .await;
+        ))
+        .nofile(128)
+        .start()
+        .await;
     let baseline = proxy.open_fds();
     let url = proxy.url("/mcp");
     let http = http_client();
@@ -168,8 +167,11 @@ fn tail(log: &str, lines: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded_rate() {
-    let proxy =
-        ProxyProcess::start("[limits]\nheader_read_timeout = \"30s\"\n", Some(64), &[]).await;
+    let proxy = ProxyProcess::launch()
+        .toml("[limits]\nheader_read_timeout = \"30s\"\n")
+        .nofile(64)
+        .start()
+        .await;
     // Told at start-up: the cap on connections does not fit under this limit.
     let told = proxy.logged("WARN", "open-file limit (64) is too low");
     assert_eq!(told.len(), 1, "{}", tail(&proxy.log(), 5));
@@ -227,12 +229,9 @@ async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_slow_to_send_a_head_are_closed_at_the_header_read_timeout() {
-    let proxy = ProxyProcess::start(
-        "[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"30s\"\n",
-        None,
-        &[],
-    )
-    .await;
+    let proxy =
+        ProxyProcess::start("[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"30s\"\n")
+            .await;
     // Writes `start`, then one more byte of `then` (round and round) every 200 ms, for
     // up to 6 s.
     let dribble = |start: &'static [u8], then: &'static [u8]| {
@@ -308,12 +307,9 @@ async fn connections_slow_to_send_a_head_are_closed_at_the_header_read_timeout()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_kept_alive_connection_is_closed_but_a_long_request_is_not() {
-    let proxy = ProxyProcess::start(
-        "[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"1s\"\n",
-        None,
-        &[],
-    )
-    .await;
+    let proxy =
+        ProxyProcess::start("[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"1s\"\n")
+            .await;
     let mut stream = TcpStream::connect(proxy.listen).await.unwrap();
     assert!(healthz_on(&mut stream).await.contains("200"));
     let idle = Instant::now();
@@ -340,7 +336,7 @@ async fn an_idle_kept_alive_connection_is_closed_but_a_long_request_is_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_slower_than_the_body_timeout_gets_408() {
-    let proxy = ProxyProcess::start("[limits]\nrequest_body_timeout = \"1s\"\n", None, &[]).await;
+    let proxy = ProxyProcess::start("[limits]\nrequest_body_timeout = \"1s\"\n").await;
     let mut stream = TcpStream::connect(proxy.listen).await.unwrap();
     stream
         .write_all(
@@ -378,8 +374,6 @@ async fn connections_over_the_caps_are_closed_and_other_clients_are_still_served
     let proxy = ProxyProcess::start(
         "[limits]\nmax_connections = 6\nmax_connections_per_address = 3\n\
          header_read_timeout = \"30s\"\nidle_timeout = \"30s\"\n",
-        None,
-        &[],
     )
     .await;
     let to = proxy.listen;

@@ -6,8 +6,10 @@
 //! Beside it: [`assert`] (checks of the proxy's answers shared by every suite),
 //! [`interop`] (third-party servers as child processes, and the proxy in front of them),
 //! [`stdio`] (the proxy in front of a stdio command), [`procs`] (processes read from
-//! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured) and
-//! [`binary`] (the real binary as a process: its file descriptors, its open-file limit).
+//! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured),
+//! [`binary`] (the real binary as a process, for every suite that runs it: its
+//! configuration, signals, exit, file descriptors, open-file limit) and [`fleet`]
+//! (replicas, Redis, nginx).
 
 #![allow(
     dead_code,
