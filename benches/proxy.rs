@@ -184,38 +184,22 @@ impl Options {
 }
 
 fn main() {
-    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
-        support::upstream::main();
-    }
+    support::upstream::serve_if_asked();
     let options = Options::parse();
     install_signal_handler();
     let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let report = run(&options, &runtime);
     let elapsed = started.elapsed();
     let markdown = report.render(&options, elapsed);
     println!("\n{markdown}");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = target_dir.join("bench-results.md");
-    match std::fs::write(&path, &markdown) {
-        Ok(()) => eprintln!("written to {}", path.display()),
-        Err(e) => eprintln!("could not write {}: {e}", path.display()),
-    }
+    support::write_report("bench-results.md", &markdown);
 }
 
 /// Ctrl-C / SIGTERM / SIGHUP: stop every child before exiting (guards do not run then).
 fn install_signal_handler() {
     std::thread::spawn(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("signal runtime");
-        runtime.block_on(async {
+        support::runtime().block_on(async {
             use tokio::signal::unix::{SignalKind, signal};
             let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
             let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
