@@ -75,6 +75,18 @@ async fn healthz_on(stream: &mut TcpStream) -> String {
         .to_owned()
 }
 
+/// Whether `GET /healthz` answers 200 within `within`, each try given up after `each`.
+async fn healthz_within(proxy: &ProxyProcess, within: Duration, each: Duration) -> bool {
+    eventually_async(within, || async {
+        let http = reqwest::Client::builder().timeout(each).build().unwrap();
+        http.get(proxy.url("/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await
+}
+
 async fn create_session(http: &reqwest::Client, url: &str) -> bool {
     let reply = post_json(
         http,
@@ -132,17 +144,7 @@ async fn expiring_sessions_are_all_ended_upstream_and_give_their_file_descriptor
         demo.live_sessions(),
         tail(&proxy.log(), 20)
     );
-    let healthy = eventually_async(Duration::from_secs(5), || async {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        http.get(proxy.url("/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    let healthy = healthz_within(&proxy, Duration::from_secs(5), Duration::from_secs(1)).await;
     assert!(healthy, "/healthz does not answer");
     // Idle upstream connections close after limits.upstream_idle_timeout; the client's
     // are gone: the descriptors come back to what the proxy had at start.
@@ -207,17 +209,7 @@ async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded
     // Once descriptors are free again, the proxy serves within its longest back-off.
     drop(held);
     let started = Instant::now();
-    let answered = eventually_async(Duration::from_secs(5), || async {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(500))
-            .build()
-            .unwrap();
-        http.get(proxy.url("/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    let answered = healthz_within(&proxy, Duration::from_secs(5), Duration::from_millis(500)).await;
     assert!(
         answered,
         "/healthz never answered after the descriptors came back"
@@ -282,23 +274,8 @@ async fn connections_slow_to_send_a_head_are_closed_at_the_header_read_timeout()
         );
     }
     // Others are served all along.
-    let http = http_client();
-    assert_eq!(
-        http.get(proxy.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    let metrics = http
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    assert_eq!(proxy.get("/healthz").await.0, 200);
+    let (_, metrics) = proxy.get("/metrics").await;
     assert!(
         metrics.contains("mcp_proxy_connections_closed_total{reason=\"header_timeout\"} 3"),
         "{metrics}"

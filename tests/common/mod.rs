@@ -103,6 +103,11 @@ impl Harness {
         SessionClient::new(self.url())
     }
 
+    /// A 2026-07-28 client of the proxy.
+    pub fn stateless_client(&self) -> StatelessClient {
+        StatelessClient::new(self.url())
+    }
+
     /// POSTs a JSON value with the headers a 2025-11-25 client sends.
     pub async fn post(&self, body: &Value) -> Reply {
         post_json(&self.http, &self.url(), body, &HeaderMap::new()).await
@@ -347,12 +352,7 @@ impl SessionClient {
         let reply = self
             .request("tools/call", json!({"name": name, "arguments": arguments}))
             .await;
-        assert_eq!(
-            reply.status, 200,
-            "tools/call {name} failed: {}",
-            reply.text
-        );
-        final_message(&reply)
+        tool_result(name, &reply)
     }
 
     /// Text of the first content item of a tool result.
@@ -432,12 +432,27 @@ where
     check().await
 }
 
+/// `http://<the proxy's main listener><path>` (`/metrics`, `/readyz`…).
+pub fn listener_url(proxy: &Running, path: &str) -> String {
+    format!("http://{}{path}", proxy.local_addr())
+}
+
+/// GET `url`: the body, whatever the status.
+pub async fn get_text(url: &str) -> String {
+    let response = http_client().get(url).send().await.unwrap();
+    response.text().await.unwrap()
+}
+
+/// GET `url`: the body as JSON, whatever the status.
+pub async fn get_json(url: &str) -> Value {
+    serde_json::from_str(&get_text(url).await).unwrap()
+}
+
 /// A gauge of the proxy's `/metrics` (on its main listener), e.g.
 /// `mcp_proxy_stdio_children`; `None` if it cannot be read.
 pub async fn gauge(proxy: &Running, name: &str) -> Option<i64> {
-    let url = format!("http://{}/metrics", proxy.local_addr());
     let text = http_client()
-        .get(url)
+        .get(listener_url(proxy, "/metrics"))
         .send()
         .await
         .ok()?
@@ -734,6 +749,25 @@ impl StatelessClient {
             text: response.text().await.unwrap(),
         }
     }
+
+    /// `tools/call`, which must be answered 200; the final response message (JSON or
+    /// from the stream).
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Value {
+        let reply = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        tool_result(name, &reply)
+    }
+}
+
+/// The final response message of the answer to `tools/call` `name`, which must be 200.
+fn tool_result(name: &str, reply: &Reply) -> Value {
+    assert_eq!(
+        reply.status, 200,
+        "tools/call {name} failed: {}",
+        reply.text
+    );
+    final_message(reply)
 }
 
 /// A 200 answer whose body is an event stream.
