@@ -17,33 +17,13 @@ mod common;
 
 use std::time::Duration;
 
+use common::affinity::{handles, pinned};
 use common::assert::{text_of, tool_names};
 use common::*;
 use mcp_session_proxy::config::{Affinity, Config, Fallback};
 use mcp_session_proxy::rewrite::handles::HandleTools;
 use mcp_session_proxy::upstream::PinSettings;
 use serde_json::{Value, json};
-
-fn handles(c: &mut Config) {
-    c.stateless.affinity = Affinity::Handles {
-        tools: HandleTools::default(),
-        fallback: Fallback::Isolated,
-        max_per_caller: 16,
-    };
-}
-
-fn pinned(header: Option<&'static str>) -> impl FnOnce(&mut Config) {
-    move |c: &mut Config| {
-        c.stateless.affinity = Affinity::Pinned {
-            header: header.map(http::HeaderName::from_static),
-            fallback: Fallback::Isolated,
-            limits: PinSettings {
-                max_pinned: 100,
-                idle_ttl: Duration::from_secs(60),
-            },
-        };
-    }
-}
 
 /// The counter's value: the calls its upstream session has seen.
 async fn count(c: &mut StatelessClient) -> String {
@@ -700,12 +680,7 @@ async fn tools_list_changed_still_reaches_listeners_in_handles_mode() {
         json!({"toolsListChanged": true})
     );
     let mut trigger = h.stateless_client();
-    trigger
-        .request(
-            "tools/call",
-            json!({"name": "change_tools", "arguments": {}}),
-        )
-        .await;
+    trigger.call_tool("change_tools", json!({})).await;
     let change = stream.next().await.unwrap();
     assert_eq!(change["method"], "notifications/tools/list_changed");
     // Listing again after the change still shows the handle tools.

@@ -19,32 +19,28 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
+use common::affinity::{handles, pinned};
 use common::eventually;
 use common::interop::{Interop, Sdk2Client, fastmcp};
 use common::procs::Marker;
 use common::stdio::{StdioProxy, fastmcp as fastmcp_stdio, stdio_config};
-use mcp_session_proxy::config::{Affinity, Config, Fallback};
-use mcp_session_proxy::rewrite::handles::HandleTools;
-use mcp_session_proxy::upstream::PinSettings;
+use mcp_session_proxy::config::Affinity;
 use serde_json::{Value, json};
 
-fn handles(c: &mut Config) {
-    c.stateless.affinity = Affinity::Handles {
-        tools: HandleTools::default(),
-        fallback: Fallback::Isolated,
-        max_per_caller: 16,
-    };
-}
-
-fn pinned_by_conversation(c: &mut Config) {
-    c.stateless.affinity = Affinity::Pinned {
-        header: Some(http::HeaderName::from_static("x-conversation-id")),
-        fallback: Fallback::Isolated,
-        limits: PinSettings {
-            max_pinned: 100,
-            idle_ttl: Duration::from_secs(300),
-        },
-    };
+/// Opens a handle for `client` (`session_open`): its tool result names it, in its
+/// structured content and in its text.
+async fn open_handle(client: &mut Sdk2Client) -> String {
+    let opened = client.call("session_open", json!({})).await;
+    assert_eq!(opened["isError"], false, "{opened}");
+    let handle = opened["structured"]["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{opened}"))
+        .to_owned();
+    assert!(
+        opened["text"].as_str().unwrap().contains(&handle),
+        "{opened}"
+    );
+    handle
 }
 
 /// `rounds` counter calls of `a` and `b`, strictly alternating (a, b, a, b, …); what
@@ -115,7 +111,7 @@ async fn isolated_gives_every_call_a_fresh_upstream_session() {
 
 #[tokio::test]
 async fn pinned_keeps_one_upstream_session_per_conversation() {
-    let i = Interop::start_with(fastmcp(&[]).await, pinned_by_conversation).await;
+    let i = Interop::start_with(fastmcp(&[]).await, pinned(Some("x-conversation-id"))).await;
     let mut a = Sdk2Client::connect(&i.url(), &["X-Conversation-Id: conversation-a"]).await;
     let mut b = Sdk2Client::connect(&i.url(), &["X-Conversation-Id: conversation-b"]).await;
     let (seen_a, seen_b) = interleaved(&mut a, &mut b, 3, (json!({}), json!({}))).await;
@@ -171,12 +167,8 @@ async fn handles_keep_state_survive_calls_are_refused_to_others_close_and_expire
     assert_eq!(counter["required"], json!([]));
     assert_eq!(find("echo")["required"], json!(["msg"]));
 
-    let opened = a.call("session_open", json!({})).await;
-    assert_eq!(opened["isError"], false, "{opened}");
-    let handle_a = opened["structured"]["session"].as_str().unwrap().to_owned();
-    assert!(opened["text"].as_str().unwrap().contains(&handle_a));
-    let opened = b.call("session_open", json!({})).await;
-    let handle_b = opened["structured"]["session"].as_str().unwrap().to_owned();
+    let handle_a = open_handle(&mut a).await;
+    let handle_b = open_handle(&mut b).await;
 
     let (seen_a, seen_b) = interleaved(
         &mut a,
@@ -227,7 +219,7 @@ async fn stdio_upstreams_get_a_child_per_call_pin_and_handle() {
 
     // Pinned: a child per conversation (plus the one server/discover reads, pooled).
     let mut config = stdio_config(fastmcp_stdio(&marker));
-    pinned_by_conversation(&mut config);
+    pinned(Some("x-conversation-id"))(&mut config);
     let proxy = StdioProxy::start(config, &marker).await;
     let mut a = Sdk2Client::connect(&proxy.url(), &["X-Conversation-Id: a"]).await;
     let mut b = Sdk2Client::connect(&proxy.url(), &["X-Conversation-Id: b"]).await;
@@ -250,14 +242,8 @@ async fn stdio_upstreams_get_a_child_per_call_pin_and_handle() {
     let proxy = StdioProxy::start(config, &marker).await;
     let mut a = Sdk2Client::connect(&proxy.url(), &[]).await;
     let mut b = Sdk2Client::connect(&proxy.url(), &[]).await;
-    let handle_a = a.call("session_open", json!({})).await["structured"]["session"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let handle_b = b.call("session_open", json!({})).await["structured"]["session"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let handle_a = open_handle(&mut a).await;
+    let handle_b = open_handle(&mut b).await;
     let (seen_a, seen_b) = interleaved(
         &mut a,
         &mut b,

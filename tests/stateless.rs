@@ -437,12 +437,7 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
         1
     );
     let mut trigger = h.stateless_client();
-    trigger
-        .request(
-            "tools/call",
-            json!({"name": "change_tools", "arguments": {}}),
-        )
-        .await;
+    trigger.call_tool("change_tools", json!({})).await;
     let change = stream.next().await.unwrap();
     assert_eq!(change["method"], "notifications/tools/list_changed");
     assert_eq!(
@@ -463,12 +458,7 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
         narrow.next().await.unwrap()["params"]["notifications"],
         json!({})
     );
-    trigger
-        .request(
-            "tools/call",
-            json!({"name": "change_tools", "arguments": {}}),
-        )
-        .await;
+    trigger.call_tool("change_tools", json!({})).await;
     let leaked = tokio::time::timeout(Duration::from_millis(400), narrow.next()).await;
     assert!(leaked.is_err(), "a tools notification leaked: {leaked:?}");
 

@@ -22,6 +22,7 @@
     reason = "test harness: a failure must stop the test loudly"
 )]
 
+pub mod affinity;
 pub mod assert;
 pub mod binary;
 pub mod fleet;
