@@ -219,6 +219,26 @@ fn install_signal_handler() {
 /// The proxy with a legacy client: pass-through, no data-layer session.
 const PASS_THROUGH: &str = "proxy pass-through";
 
+/// A measured window on stderr: its rate, p50, p99 and errors, and where the CPU went.
+fn progress_line(outcome: &Outcome) {
+    eprintln!(
+        "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
+        outcome.rate(),
+        micros(outcome.p(0.5)),
+        micros(outcome.p(0.99)),
+        outcome.errors,
+        cpu_line(outcome)
+    );
+}
+
+/// Adds a round's `outcome` to what was measured of its target so far.
+fn merge_into(slot: &mut Option<Outcome>, outcome: Outcome) {
+    match slot {
+        Some(merged) => merged.merge(outcome),
+        None => *slot = Some(outcome),
+    }
+}
+
 fn progress(what: &str) {
     eprintln!("[bench] {what}");
 }
@@ -384,20 +404,9 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
                     },
                     &probe,
                 ));
-                eprintln!(
-                    "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
-                    outcome.rate(),
-                    micros(outcome.p(0.5)),
-                    micros(outcome.p(0.99)),
-                    outcome.errors,
-                    cpu_line(&outcome)
-                );
+                progress_line(&outcome);
                 rates.insert(target.label, outcome.rate());
-                let slot = &mut merged[i].1;
-                match slot {
-                    Some(m) => m.merge(outcome),
-                    None => *slot = Some(outcome),
-                }
+                merge_into(&mut merged[i].1, outcome);
             }
             if let (Some(p), Some(n)) = (rates.get("proxy"), rates.get("nginx")) {
                 report.round_ratios.push(p / n);
@@ -600,19 +609,8 @@ fn stores(
                 options.duration,
                 &probe,
             );
-            eprintln!(
-                "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
-                outcome.rate(),
-                micros(outcome.p(0.5)),
-                micros(outcome.p(0.99)),
-                outcome.errors,
-                cpu_line(&outcome)
-            );
-            let slot = &mut merged[i].1;
-            match slot {
-                Some(m) => m.merge(outcome),
-                None => *slot = Some(outcome),
-            }
+            progress_line(&outcome);
+            merge_into(&mut merged[i].1, outcome);
         }
     }
     report.stores = merged
