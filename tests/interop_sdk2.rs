@@ -43,6 +43,23 @@ async fn open_handle(client: &mut Sdk2Client) -> String {
     handle
 }
 
+/// `a` and `b` each open a handle and count on it, their calls strictly interleaved:
+/// each sees its own calls only. Their handles.
+async fn each_counts_on_its_own_handle(a: &mut Sdk2Client, b: &mut Sdk2Client) -> (String, String) {
+    let handle_a = open_handle(a).await;
+    let handle_b = open_handle(b).await;
+    let (seen_a, seen_b) = interleaved(
+        a,
+        b,
+        3,
+        (json!({"session": handle_a}), json!({"session": handle_b})),
+    )
+    .await;
+    assert_eq!(seen_a, ["1", "2", "3"]);
+    assert_eq!(seen_b, ["1", "2", "3"]);
+    (handle_a, handle_b)
+}
+
 /// `rounds` counter calls of `a` and `b`, strictly alternating (a, b, a, b, …); what
 /// each saw.
 async fn interleaved(
@@ -167,18 +184,7 @@ async fn handles_keep_state_survive_calls_are_refused_to_others_close_and_expire
     assert_eq!(counter["required"], json!([]));
     assert_eq!(find("echo")["required"], json!(["msg"]));
 
-    let handle_a = open_handle(&mut a).await;
-    let handle_b = open_handle(&mut b).await;
-
-    let (seen_a, seen_b) = interleaved(
-        &mut a,
-        &mut b,
-        3,
-        (json!({"session": handle_a}), json!({"session": handle_b})),
-    )
-    .await;
-    assert_eq!(seen_a, ["1", "2", "3"]);
-    assert_eq!(seen_b, ["1", "2", "3"]);
+    let (handle_a, handle_b) = each_counts_on_its_own_handle(&mut a, &mut b).await;
     // Without a handle the call runs on its own; the handle's state survives it.
     assert_eq!(a.text("counter", json!({})).await, "1");
     assert_eq!(a.text("counter", json!({"session": handle_a})).await, "4");
@@ -242,17 +248,7 @@ async fn stdio_upstreams_get_a_child_per_call_pin_and_handle() {
     let proxy = StdioProxy::start(config, &marker).await;
     let mut a = Sdk2Client::connect(&proxy.url(), &[]).await;
     let mut b = Sdk2Client::connect(&proxy.url(), &[]).await;
-    let handle_a = open_handle(&mut a).await;
-    let handle_b = open_handle(&mut b).await;
-    let (seen_a, seen_b) = interleaved(
-        &mut a,
-        &mut b,
-        3,
-        (json!({"session": handle_a}), json!({"session": handle_b})),
-    )
-    .await;
-    assert_eq!(seen_a, ["1", "2", "3"]);
-    assert_eq!(seen_b, ["1", "2", "3"]);
+    let (handle_a, handle_b) = each_counts_on_its_own_handle(&mut a, &mut b).await;
     // Without a handle, a child of its own per call.
     assert_eq!(a.text("counter", json!({})).await, "1");
     assert_eq!(a.text("counter", json!({})).await, "1");
