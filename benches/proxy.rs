@@ -184,38 +184,22 @@ impl Options {
 }
 
 fn main() {
-    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
-        support::upstream::main();
-    }
+    support::upstream::serve_if_asked();
     let options = Options::parse();
     install_signal_handler();
     let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let report = run(&options, &runtime);
     let elapsed = started.elapsed();
     let markdown = report.render(&options, elapsed);
     println!("\n{markdown}");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = target_dir.join("bench-results.md");
-    match std::fs::write(&path, &markdown) {
-        Ok(()) => eprintln!("written to {}", path.display()),
-        Err(e) => eprintln!("could not write {}: {e}", path.display()),
-    }
+    support::write_report("bench-results.md", &markdown);
 }
 
 /// Ctrl-C / SIGTERM / SIGHUP: stop every child before exiting (guards do not run then).
 fn install_signal_handler() {
     std::thread::spawn(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("signal runtime");
-        runtime.block_on(async {
+        support::runtime().block_on(async {
             use tokio::signal::unix::{SignalKind, signal};
             let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
             let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
@@ -234,6 +218,26 @@ fn install_signal_handler() {
 
 /// The proxy with a legacy client: pass-through, no data-layer session.
 const PASS_THROUGH: &str = "proxy pass-through";
+
+/// A measured window on stderr: its rate, p50, p99 and errors, and where the CPU went.
+fn progress_line(outcome: &Outcome) {
+    eprintln!(
+        "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
+        outcome.rate(),
+        micros(outcome.p(0.5)),
+        micros(outcome.p(0.99)),
+        outcome.errors,
+        cpu_line(outcome)
+    );
+}
+
+/// Adds a round's `outcome` to what was measured of its target so far.
+fn merge_into(slot: &mut Option<Outcome>, outcome: Outcome) {
+    match slot {
+        Some(merged) => merged.merge(outcome),
+        None => *slot = Some(outcome),
+    }
+}
 
 fn progress(what: &str) {
     eprintln!("[bench] {what}");
@@ -400,20 +404,9 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
                     },
                     &probe,
                 ));
-                eprintln!(
-                    "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
-                    outcome.rate(),
-                    micros(outcome.p(0.5)),
-                    micros(outcome.p(0.99)),
-                    outcome.errors,
-                    cpu_line(&outcome)
-                );
+                progress_line(&outcome);
                 rates.insert(target.label, outcome.rate());
-                let slot = &mut merged[i].1;
-                match slot {
-                    Some(m) => m.merge(outcome),
-                    None => *slot = Some(outcome),
-                }
+                merge_into(&mut merged[i].1, outcome);
             }
             if let (Some(p), Some(n)) = (rates.get("proxy"), rates.get("nginx")) {
                 report.round_ratios.push(p / n);
@@ -616,19 +609,8 @@ fn stores(
                 options.duration,
                 &probe,
             );
-            eprintln!(
-                "         {:>9.0} req/s  p50 {:>7.1} µs  p99 {:>7.1} µs  errors {}\n         {}",
-                outcome.rate(),
-                micros(outcome.p(0.5)),
-                micros(outcome.p(0.99)),
-                outcome.errors,
-                cpu_line(&outcome)
-            );
-            let slot = &mut merged[i].1;
-            match slot {
-                Some(m) => m.merge(outcome),
-                None => *slot = Some(outcome),
-            }
+            progress_line(&outcome);
+            merge_into(&mut merged[i].1, outcome);
         }
     }
     report.stores = merged

@@ -10,24 +10,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v nginx >/dev/null 2>&1; then
-    echo "benches/run.sh: installing nginx-light (the yardstick for one HTTP hop)" >&2
-    SUDO=()
-    if [ "$(id -u)" -ne 0 ]; then SUDO=(sudo); fi
-    if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y nginx-light; then
-        "${SUDO[@]}" apt-get update
-        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y nginx-light
+# Installs Debian's package $2 (for $3) when the command $1 is missing.
+need() {
+    command -v "$1" >/dev/null 2>&1 && return
+    echo "benches/run.sh: installing $2 ($3)" >&2
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
+    if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "$2"; then
+        "${sudo[@]}" apt-get update
+        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "$2"
     fi
-fi
+}
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "benches/run.sh: installing redis-server (the Redis session store's rows)" >&2
-    SUDO=()
-    if [ "$(id -u)" -ne 0 ]; then SUDO=(sudo); fi
-    if ! "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; then
-        "${SUDO[@]}" apt-get update
-        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server
-    fi
-fi
+need nginx nginx-light "the yardstick for one HTTP hop"
+need redis-server redis-server "the Redis session store's rows"
 
 exec cargo bench --bench proxy -- "$@"

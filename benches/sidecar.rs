@@ -19,10 +19,6 @@
     reason = "benchmark harness"
 )]
 
-#[allow(
-    dead_code,
-    reason = "the sidecar bench uses the HTTP client and /proc helpers only"
-)]
 mod support;
 
 use std::fmt::Write as _;
@@ -138,22 +134,11 @@ impl Gateway {
         let port = procs::free_port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let dir = procs::scratch(&format!("sidecar-proxy-{pool}"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_mcp-session-proxy"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("MCP_PROXY_") {
-                command.env_remove(key);
-            }
-        }
-        let child = command
+        let child = procs::proxy_command(&dir, None)
             .args(["--listen", &addr.to_string(), "--"])
             .args(tools.stdio_server())
-            .env("MCP_PROXY_LOG__LEVEL", "warn")
             .env("MCP_PROXY_UPSTREAM__POOL_SIZE", pool.to_string())
-            .env("MCP_PROXY_WORKERS", procs::proxy_workers())
-            .env_remove("RUST_LOG")
-            .current_dir(&dir)
             .process_group(0)
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -732,11 +717,7 @@ async fn main() {
         began.elapsed(),
     );
     println!("{table}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-sidecar.md");
-    match std::fs::write(&out, &table) {
-        Ok(()) => eprintln!("written to {}", out.display()),
-        Err(e) => eprintln!("could not write {}: {e}", out.display()),
-    }
+    support::write_report("bench-sidecar.md", &table);
 }
 
 struct Results {

@@ -18,10 +18,6 @@
     reason = "benchmark harness"
 )]
 
-#[allow(
-    dead_code,
-    reason = "the soak bench uses the processes, the HTTP client and the upstream only"
-)]
 mod support;
 
 use std::net::SocketAddr;
@@ -97,14 +93,9 @@ struct Snapshot {
 }
 
 fn main() {
-    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
-        support::upstream::main();
-    }
+    support::upstream::serve_if_asked();
     let options = Options::parse();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let (upstream_guard, upstream) = procs::spawn_upstream();
     let (proxy_guard, proxy) = procs::spawn_proxy_under(
         upstream,
@@ -120,14 +111,7 @@ fn main() {
     drop(proxy_guard);
     drop(upstream_guard);
     println!("\n{report}");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = target_dir.join("bench-soak.md");
-    match std::fs::write(&path, &report) {
-        Ok(()) => eprintln!("written to {}", path.display()),
-        Err(e) => eprintln!("could not write {}: {e}", path.display()),
-    }
+    support::write_report("bench-soak.md", &report);
 }
 
 async fn soak(options: &Options, pid: u32, proxy: SocketAddr, upstream: SocketAddr) -> String {

@@ -18,10 +18,6 @@
     reason = "benchmark harness"
 )]
 
-#[allow(
-    dead_code,
-    reason = "this bench uses the upstream, the closed loop and the /proc helpers only"
-)]
 mod support;
 
 use std::fmt::Write as _;
@@ -152,15 +148,10 @@ fn cpu_probe(proxy: u32, upstream: u32, ticks: u64) -> impl Fn() -> Vec<u64> {
 }
 
 fn main() {
-    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
-        support::upstream::main();
-    }
+    support::upstream::serve_if_asked();
     let options = Options::parse();
     let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let ticks = procs::clock_ticks();
     let (upstream, upstream_addr) = procs::spawn_upstream();
     let stop = Stop::Timed {
@@ -205,14 +196,7 @@ fn main() {
     drop(upstream);
     let table = render(&measured, &options, started.elapsed());
     println!("\n{table}");
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
-    let path = target_dir.join("bench-stateless.md");
-    match std::fs::write(&path, &table) {
-        Ok(()) => eprintln!("written to {}", path.display()),
-        Err(e) => eprintln!("could not write {}: {e}", path.display()),
-    }
+    support::write_report("bench-stateless.md", &table);
 }
 
 fn ms(d: Duration) -> String {

@@ -1,6 +1,6 @@
 //! MCP vocabulary shared by every era the proxy joins: the `_meta` keys, the HTTP header
-//! names, the protocol versions, what an `initialize` result tells about an upstream, and
-//! what its tools say of themselves.
+//! names, the protocol versions, the log levels, what an `initialize` result tells about
+//! an upstream, and what its tools say of themselves.
 //!
 //! Nothing here does I/O or knows about sessions' storage; it reads and writes the
 //! places in a message where MCP keeps its metadata.
@@ -8,6 +8,7 @@
 pub mod caller;
 pub mod headers;
 pub mod initialize;
+pub mod logging;
 pub mod meta;
 pub mod method;
 pub mod tools;

@@ -17,6 +17,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::affinity::{handles, pinned};
 use common::assert::{text_of, tool_names};
 use common::*;
 use mcp_session_proxy::config::{Affinity, Config, Fallback};
@@ -24,46 +25,9 @@ use mcp_session_proxy::rewrite::handles::HandleTools;
 use mcp_session_proxy::upstream::PinSettings;
 use serde_json::{Value, json};
 
-fn client(h: &Harness) -> StatelessClient {
-    StatelessClient::new(h.url())
-}
-
-fn handles(c: &mut Config) {
-    c.stateless.affinity = Affinity::Handles {
-        tools: HandleTools::default(),
-        fallback: Fallback::Isolated,
-        max_per_caller: 16,
-    };
-}
-
-fn pinned(header: Option<&'static str>) -> impl FnOnce(&mut Config) {
-    move |c: &mut Config| {
-        c.stateless.affinity = Affinity::Pinned {
-            header: header.map(http::HeaderName::from_static),
-            fallback: Fallback::Isolated,
-            limits: PinSettings {
-                max_pinned: 100,
-                idle_ttl: Duration::from_secs(60),
-            },
-        };
-    }
-}
-
-/// Calls `counter` (with `arguments`) and returns the whole answer.
-async fn counter(c: &mut StatelessClient, arguments: Value) -> Value {
-    let reply = c
-        .request(
-            "tools/call",
-            json!({"name": "counter", "arguments": arguments}),
-        )
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    reply.json()
-}
-
 /// The counter's value: the calls its upstream session has seen.
 async fn count(c: &mut StatelessClient) -> String {
-    text_of(&counter(c, json!({})).await).to_owned()
+    text_of(&c.call_tool("counter", json!({})).await).to_owned()
 }
 
 fn deletes(h: &Harness) -> usize {
@@ -79,8 +43,8 @@ fn deletes(h: &Harness) -> usize {
 #[tokio::test]
 async fn isolated_is_the_default_and_gives_every_call_its_own_upstream_session() {
     let h = Harness::start().await;
-    let mut a = client(&h);
-    let mut b = client(&h);
+    let mut a = h.stateless_client();
+    let mut b = h.stateless_client();
     for _ in 0..3 {
         assert_eq!(count(&mut a).await, "1");
         assert_eq!(count(&mut b).await, "1");
@@ -110,14 +74,10 @@ async fn isolated_is_the_default_and_gives_every_call_its_own_upstream_session()
 #[tokio::test]
 async fn an_isolated_call_keeps_its_session_until_its_last_round() {
     let h = Harness::start().await;
-    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
-    let first = c
-        .request(
-            "tools/call",
-            json!({"name": "sample", "arguments": {"prompt": "Say cheese"}}),
-        )
-        .await
-        .json();
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
+    let first = c.call_tool("sample", json!({"prompt": "Say cheese"})).await;
     assert_eq!(first["result"]["resultType"], "input_required", "{first}");
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -154,7 +114,7 @@ async fn an_isolated_call_keeps_its_session_until_its_last_round() {
 #[tokio::test]
 async fn an_isolated_call_that_wants_logs_asks_the_upstream_for_them() {
     let h = Harness::start().await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     c.log_level = Some("debug");
     let reply = c
         .request(
@@ -176,7 +136,7 @@ async fn an_isolated_call_that_wants_logs_asks_the_upstream_for_them() {
 #[tokio::test]
 async fn isolated_sessions_are_bounded_by_max_pooled() {
     let h = Harness::with_config(|c| c.stateless.max_pooled = 1).await;
-    let mut slow = client(&h);
+    let mut slow = h.stateless_client();
     let busy = tokio::spawn(async move {
         slow.request(
             "tools/call",
@@ -188,7 +148,8 @@ async fn isolated_sessions_are_bounded_by_max_pooled() {
         eventually(Duration::from_secs(5), || h.demo.live_sessions() == 1).await,
         "the slow call holds its session"
     );
-    let refused = client(&h)
+    let refused = h
+        .stateless_client()
         .request("tools/call", json!({"name": "counter", "arguments": {}}))
         .await;
     assert_eq!(
@@ -221,8 +182,12 @@ async fn isolated_sessions_are_bounded_by_max_pooled() {
 #[tokio::test]
 async fn pinned_by_a_conversation_header_keeps_state_per_conversation() {
     let h = Harness::with_config(pinned(Some("x-conversation-id"))).await;
-    let mut a = client(&h).with_header("x-conversation-id", "conversation-a");
-    let mut b = client(&h).with_header("x-conversation-id", "conversation-b");
+    let mut a = h
+        .stateless_client()
+        .with_header("x-conversation-id", "conversation-a");
+    let mut b = h
+        .stateless_client()
+        .with_header("x-conversation-id", "conversation-b");
     // Strictly interleaved: a shared session would count 1, 2, 3, … across both.
     for expected in ["1", "2", "3"] {
         assert_eq!(count(&mut a).await, expected);
@@ -235,14 +200,15 @@ async fn pinned_by_a_conversation_header_keeps_state_per_conversation() {
     );
 
     // The same conversation id from another caller is another conversation.
-    let mut a_elsewhere = client(&h)
+    let mut a_elsewhere = h
+        .stateless_client()
         .with_header("x-conversation-id", "conversation-a")
         .with_header("authorization", "Bearer mallory");
     assert_eq!(count(&mut a_elsewhere).await, "1");
     assert_eq!(count(&mut a).await, "4", "a's own state is untouched");
 
     // Without the header: the fallback, a session of its own per call.
-    let mut anonymous = client(&h);
+    let mut anonymous = h.stateless_client();
     assert_eq!(count(&mut anonymous).await, "1");
     assert_eq!(count(&mut anonymous).await, "1");
     h.stop().await;
@@ -251,9 +217,13 @@ async fn pinned_by_a_conversation_header_keeps_state_per_conversation() {
 #[tokio::test]
 async fn pinned_by_credentials_when_no_header_is_configured() {
     let h = Harness::with_config(pinned(None)).await;
-    let mut alice = client(&h).with_header("authorization", "Bearer alice");
-    let mut alice_again = client(&h).with_header("authorization", "Bearer alice");
-    let mut bob = client(&h).with_header("x-api-key", "bob-key");
+    let mut alice = h
+        .stateless_client()
+        .with_header("authorization", "Bearer alice");
+    let mut alice_again = h
+        .stateless_client()
+        .with_header("authorization", "Bearer alice");
+    let mut bob = h.stateless_client().with_header("x-api-key", "bob-key");
     assert_eq!(count(&mut alice).await, "1");
     assert_eq!(count(&mut bob).await, "1");
     assert_eq!(
@@ -262,7 +232,7 @@ async fn pinned_by_credentials_when_no_header_is_configured() {
         "the same credentials, the same pin"
     );
     assert_eq!(count(&mut bob).await, "2");
-    let mut nobody = client(&h);
+    let mut nobody = h.stateless_client();
     assert_eq!(count(&mut nobody).await, "1");
     assert_eq!(
         count(&mut nobody).await,
@@ -276,7 +246,9 @@ async fn pinned_by_credentials_when_no_header_is_configured() {
 async fn concurrent_calls_of_one_conversation_share_its_session() {
     let h = Harness::with_config(pinned(Some("x-conversation-id"))).await;
     let calls = (0..8).map(|_| {
-        let mut c = client(&h).with_header("x-conversation-id", "busy");
+        let mut c = h
+            .stateless_client()
+            .with_header("x-conversation-id", "busy");
         async move { count(&mut c).await }
     });
     let mut seen: Vec<u64> = futures_util::future::join_all(calls)
@@ -307,8 +279,8 @@ async fn pins_are_bounded_and_expire() {
         };
     })
     .await;
-    let mut a = client(&h).with_header("x-conversation-id", "a");
-    let mut b = client(&h).with_header("x-conversation-id", "b");
+    let mut a = h.stateless_client().with_header("x-conversation-id", "a");
+    let mut b = h.stateless_client().with_header("x-conversation-id", "b");
     assert_eq!(count(&mut a).await, "1");
     assert_eq!(count(&mut a).await, "2");
     assert_eq!(
@@ -331,7 +303,7 @@ async fn pins_are_bounded_and_expire() {
 #[tokio::test]
 async fn a_pinned_session_the_upstream_lost_is_replaced() {
     let h = Harness::with_config(pinned(Some("x-conversation-id"))).await;
-    let mut a = client(&h).with_header("x-conversation-id", "a");
+    let mut a = h.stateless_client().with_header("x-conversation-id", "a");
     assert_eq!(count(&mut a).await, "1");
     assert_eq!(count(&mut a).await, "2");
     h.demo.forget_sessions();
@@ -348,14 +320,8 @@ async fn a_pinned_session_the_upstream_lost_is_replaced() {
 
 /// Calls the open tool; returns the handle.
 async fn open(c: &mut StatelessClient) -> String {
-    let reply = c
-        .request(
-            "tools/call",
-            json!({"name": "session_open", "arguments": {}}),
-        )
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    let result = &reply.json()["result"];
+    let answer = c.call_tool("session_open", json!({})).await;
+    let result = &answer["result"];
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["resultType"], "complete");
     let handle = result["structuredContent"]["session"].as_str().unwrap();
@@ -371,14 +337,8 @@ async fn open(c: &mut StatelessClient) -> String {
 }
 
 async fn close(c: &mut StatelessClient, handle: &str) -> Value {
-    let reply = c
-        .request(
-            "tools/call",
-            json!({"name": "session_close", "arguments": {"session": handle}}),
-        )
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    reply.json()
+    c.call_tool("session_close", json!({"session": handle}))
+        .await
 }
 
 /// A tool error result (not a protocol error), whose text says `needle`.
@@ -393,7 +353,7 @@ fn assert_tool_error(answer: &Value, needle: &str) {
 #[tokio::test]
 async fn tools_list_gains_the_handle_tools_and_argument_in_handles_mode_only() {
     let h = Harness::with_config(handles).await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     let list = c.request("tools/list", json!({})).await.json();
     let names = tool_names(&list);
     assert_eq!(&names[names.len() - 2..], ["session_open", "session_close"]);
@@ -456,7 +416,11 @@ async fn tools_list_gains_the_handle_tools_and_argument_in_handles_mode_only() {
 
     // Other affinities leave the list alone.
     let h = Harness::start().await;
-    let plain = client(&h).request("tools/list", json!({})).await.json();
+    let plain = h
+        .stateless_client()
+        .request("tools/list", json!({}))
+        .await
+        .json();
     assert!(!tool_names(&plain).iter().any(|n| n.starts_with("session_")));
     h.stop().await;
 }
@@ -464,21 +428,21 @@ async fn tools_list_gains_the_handle_tools_and_argument_in_handles_mode_only() {
 #[tokio::test]
 async fn a_handle_keeps_state_across_calls_and_never_reaches_the_upstream() {
     let h = Harness::with_config(handles).await;
-    let mut a = client(&h);
-    let mut b = client(&h);
+    let mut a = h.stateless_client();
+    let mut b = h.stateless_client();
     let handle_a = open(&mut a).await;
     let handle_b = open(&mut b).await;
     assert_ne!(handle_a, handle_b);
     assert!(handle_a.starts_with("mcps_"), "a data-layer sessionId");
     for expected in ["1", "2", "3"] {
-        let got = counter(&mut a, json!({"session": handle_a})).await;
+        let got = a.call_tool("counter", json!({"session": handle_a})).await;
         assert_eq!(text_of(&got), expected, "{got}");
         assert_eq!(got["result"]["resultType"], "complete");
-        let got = counter(&mut b, json!({"session": handle_b})).await;
+        let got = b.call_tool("counter", json!({"session": handle_b})).await;
         assert_eq!(text_of(&got), expected);
     }
     // Without a handle: the fallback, a session of its own.
-    assert_eq!(text_of(&counter(&mut a, json!({})).await), "1");
+    assert_eq!(text_of(&a.call_tool("counter", json!({})).await), "1");
     for call in h.upstream_saw("tools/call") {
         let arguments = &call.body.unwrap()["params"]["arguments"];
         assert!(arguments.get("session").is_none(), "{arguments}");
@@ -499,20 +463,24 @@ async fn a_handle_keeps_state_across_calls_and_never_reaches_the_upstream() {
 #[tokio::test]
 async fn a_handle_is_refused_to_another_caller_closes_and_then_is_unknown() {
     let h = Harness::with_config(handles).await;
-    let mut alice = client(&h).with_header("authorization", "Bearer alice");
-    let mut bob = client(&h).with_header("authorization", "Bearer bob");
+    let mut alice = h
+        .stateless_client()
+        .with_header("authorization", "Bearer alice");
+    let mut bob = h
+        .stateless_client()
+        .with_header("authorization", "Bearer bob");
     let handle = open(&mut alice).await;
     assert_eq!(
-        text_of(&counter(&mut alice, json!({"session": handle})).await),
+        text_of(&alice.call_tool("counter", json!({"session": handle})).await),
         "1"
     );
 
-    let stolen = counter(&mut bob, json!({"session": handle})).await;
+    let stolen = bob.call_tool("counter", json!({"session": handle})).await;
     assert_tool_error(&stolen, "does not exist");
     assert_tool_error(&stolen, "session_open");
     assert_tool_error(&close(&mut bob, &handle).await, "does not exist");
     assert_eq!(
-        text_of(&counter(&mut alice, json!({"session": handle})).await),
+        text_of(&alice.call_tool("counter", json!({"session": handle})).await),
         "2",
         "bob neither used nor closed it"
     );
@@ -531,7 +499,7 @@ async fn a_handle_is_refused_to_another_caller_closes_and_then_is_unknown() {
         "the handle's upstream session is ended"
     );
     assert_tool_error(
-        &counter(&mut alice, json!({"session": handle})).await,
+        &alice.call_tool("counter", json!({"session": handle})).await,
         "does not exist",
     );
     assert_tool_error(&close(&mut alice, &handle).await, "does not exist");
@@ -542,10 +510,12 @@ async fn a_handle_is_refused_to_another_caller_closes_and_then_is_unknown() {
 #[tokio::test]
 async fn its_caller_may_also_name_a_handle_as_a_data_layer_session() {
     let h = Harness::with_config(handles).await;
-    let mut alice = client(&h).with_header("authorization", "Bearer alice");
+    let mut alice = h
+        .stateless_client()
+        .with_header("authorization", "Bearer alice");
     let handle = open(&mut alice).await;
     assert_eq!(
-        text_of(&counter(&mut alice, json!({"session": handle})).await),
+        text_of(&alice.call_tool("counter", json!({"session": handle})).await),
         "1"
     );
     let mut headers = reqwest::header::HeaderMap::new();
@@ -561,7 +531,7 @@ async fn its_caller_may_also_name_a_handle_as_a_data_layer_session() {
     let refused = h.post(&delete).await;
     assert_eq!(refused.error_code(), Some(-32043), "{}", refused.text);
     assert_eq!(
-        text_of(&counter(&mut alice, json!({"session": handle})).await),
+        text_of(&alice.call_tool("counter", json!({"session": handle})).await),
         "3"
     );
     h.stop().await;
@@ -575,13 +545,13 @@ async fn a_handle_expires_like_a_session() {
         c.session.reap_interval = Duration::from_millis(100);
     })
     .await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     let handle = open(&mut c).await;
     // Use renews it.
     for expected in ["1", "2", "3"] {
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(
-            text_of(&counter(&mut c, json!({"session": handle})).await),
+            text_of(&c.call_tool("counter", json!({"session": handle})).await),
             expected
         );
     }
@@ -593,12 +563,12 @@ async fn a_handle_expires_like_a_session() {
         eventually(Duration::from_secs(5), || h.demo.live_sessions() == 0).await,
         "its upstream session was not ended"
     );
-    let expired = counter(&mut c, json!({"session": handle})).await;
+    let expired = c.call_tool("counter", json!({"session": handle})).await;
     assert_tool_error(&expired, "does not exist");
     assert_tool_error(&expired, "1s without use");
     let again = open(&mut c).await;
     assert_eq!(
-        text_of(&counter(&mut c, json!({"session": again})).await),
+        text_of(&c.call_tool("counter", json!({"session": again})).await),
         "1"
     );
     h.stop().await;
@@ -607,33 +577,28 @@ async fn a_handle_expires_like_a_session() {
 #[tokio::test]
 async fn bad_handle_arguments_are_tool_errors() {
     let h = Harness::with_config(handles).await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     assert_tool_error(
-        &counter(&mut c, json!({"session": 42})).await,
+        &c.call_tool("counter", json!({"session": 42})).await,
         "must be a session handle",
     );
     assert_tool_error(
-        &counter(&mut c, json!({"session": "mcps_never-issued"})).await,
+        &c.call_tool("counter", json!({"session": "mcps_never-issued"}))
+            .await,
         "does not exist",
     );
     let long = "x".repeat(10_000);
-    let answer = counter(&mut c, json!({"session": long})).await;
+    let answer = c.call_tool("counter", json!({"session": long})).await;
     assert_tool_error(&answer, "does not exist");
     assert!(
         text_of(&answer).len() < 1000,
         "the handle is not echoed whole"
     );
-    let missing = c
-        .request(
-            "tools/call",
-            json!({"name": "session_close", "arguments": {}}),
-        )
-        .await
-        .json();
+    let missing = c.call_tool("session_close", json!({})).await;
     assert_tool_error(&missing, "needs the \"session\" argument");
     // `null` is no handle: the call runs on its own.
     assert_eq!(
-        text_of(&counter(&mut c, json!({"session": null})).await),
+        text_of(&c.call_tool("counter", json!({"session": null})).await),
         "1"
     );
     assert!(h.upstream_saw("tools/call").len() == 1);
@@ -650,18 +615,16 @@ async fn a_caller_holds_a_bounded_number_of_handles() {
         };
     })
     .await;
-    let mut alice = client(&h).with_header("authorization", "Bearer alice");
+    let mut alice = h
+        .stateless_client()
+        .with_header("authorization", "Bearer alice");
     let first = open(&mut alice).await;
     open(&mut alice).await;
-    let third = alice
-        .request(
-            "tools/call",
-            json!({"name": "session_open", "arguments": {}}),
-        )
-        .await
-        .json();
+    let third = alice.call_tool("session_open", json!({})).await;
     assert_tool_error(&third, "2 sessions open");
-    let mut bob = client(&h).with_header("authorization", "Bearer bob");
+    let mut bob = h
+        .stateless_client()
+        .with_header("authorization", "Bearer bob");
     open(&mut bob).await;
     close(&mut alice, &first).await;
     open(&mut alice).await;
@@ -672,14 +635,14 @@ async fn a_caller_holds_a_bounded_number_of_handles() {
 #[tokio::test]
 async fn a_handle_the_upstream_lost_is_a_tool_error_and_is_forgotten() {
     let h = Harness::with_config(handles).await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     let handle = open(&mut c).await;
     assert_eq!(
-        text_of(&counter(&mut c, json!({"session": handle})).await),
+        text_of(&c.call_tool("counter", json!({"session": handle})).await),
         "1"
     );
     h.demo.forget_sessions();
-    let lost = counter(&mut c, json!({"session": handle})).await;
+    let lost = c.call_tool("counter", json!({"session": handle})).await;
     assert_tool_error(&lost, "the server lost it");
     assert_eq!(h.proxy.live_sessions(), 0, "the handle is forgotten");
     h.stop().await;
@@ -689,7 +652,8 @@ async fn a_handle_the_upstream_lost_is_a_tool_error_and_is_forgotten() {
 async fn other_affinities_pass_the_handle_tools_to_the_upstream() {
     // Without handles mode the names mean nothing to the proxy: the upstream answers.
     let h = Harness::start().await;
-    let reply = client(&h)
+    let reply = h
+        .stateless_client()
         .request(
             "tools/call",
             json!({"name": "session_open", "arguments": {}}),
@@ -702,7 +666,7 @@ async fn other_affinities_pass_the_handle_tools_to_the_upstream() {
 #[tokio::test]
 async fn tools_list_changed_still_reaches_listeners_in_handles_mode() {
     let h = Harness::with_config(handles).await;
-    let mut listener = client(&h);
+    let mut listener = h.stateless_client();
     let response = listener
         .send(
             "subscriptions/listen",
@@ -715,13 +679,8 @@ async fn tools_list_changed_still_reaches_listeners_in_handles_mode() {
         ack["params"]["notifications"],
         json!({"toolsListChanged": true})
     );
-    let mut trigger = client(&h);
-    trigger
-        .request(
-            "tools/call",
-            json!({"name": "change_tools", "arguments": {}}),
-        )
-        .await;
+    let mut trigger = h.stateless_client();
+    trigger.call_tool("change_tools", json!({})).await;
     let change = stream.next().await.unwrap();
     assert_eq!(change["method"], "notifications/tools/list_changed");
     // Listing again after the change still shows the handle tools.
@@ -741,7 +700,10 @@ async fn discover_announces_data_layer_sessions_whatever_the_affinity() {
     ];
     for configure in modes {
         let h = Harness::with_config(configure).await;
-        let reply = client(&h).request("server/discover", json!({})).await;
+        let reply = h
+            .stateless_client()
+            .request("server/discover", json!({}))
+            .await;
         assert_eq!(reply.status, 200, "{}", reply.text);
         assert_eq!(
             reply.json()["result"]["capabilities"]["sessions"],

@@ -16,28 +16,22 @@
 mod common;
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::binary::{ProxyProcess, SERVING, WorkDir, catches_sigterm, command, signal};
 use common::*;
 use futures_util::StreamExt;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mcp-session-proxy");
 /// No test may take longer.
 const TEST_LIMIT: Duration = Duration::from_secs(10);
 /// How long the binary may take to print its start-up line.
 const STARTUP_LIMIT: Duration = Duration::from_secs(5);
-const SERVING: &str = "mcp-session-proxy is serving";
 
 /// Runs a test body, failing it when it takes longer than [`TEST_LIMIT`].
 async fn bounded<F: Future>(body: F) -> F::Output {
@@ -46,68 +40,7 @@ async fn bounded<F: Future>(body: F) -> F::Output {
         .unwrap_or_else(|_| panic!("the test took longer than {TEST_LIMIT:?}"))
 }
 
-// === the child process ===
-
-/// A fresh, empty working directory, removed on drop.
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new() -> WorkDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "mcp-session-proxy-binary-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        WorkDir(dir)
-    }
-
-    /// A directory holding `proxy.toml` with `contents` (read by default from there).
-    fn with_proxy_toml(contents: &str) -> WorkDir {
-        let dir = WorkDir::new();
-        dir.write("proxy.toml", contents);
-        dir
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn write(&self, name: &str, contents: &str) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents).unwrap();
-        path
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The binary in `dir` with `args` and `env`, and nothing of the test's own
-/// configuration environment. Killed when dropped.
-fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(BIN);
-    command
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("MCP_PROXY_") || key == "RUST_LOG" {
-            command.env_remove(key.as_ref());
-        }
-    }
-    command.envs(env.iter().copied());
-    command
-}
+// === the child process (`common::binary`) ===
 
 /// Runs the binary to its end (it must end within [`STARTUP_LIMIT`]).
 async fn run_to_exit(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -134,173 +67,31 @@ async fn refused(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     stderr
 }
 
-/// A serving binary. Its stderr is collected as it is written.
-struct Proxy {
-    // Declared first: dropped (killed) before its working directory is removed.
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    /// Collects stderr; ends when the process closes it.
-    reader: Option<JoinHandle<()>>,
-    /// The start-up line's fields.
-    message: String,
-    listen: SocketAddr,
-    endpoint: String,
-    upstream: String,
-    http: reqwest::Client,
-    _dir: Option<WorkDir>,
+/// The binary serving in `dir` (its own) with `args` and `env`, JSON logs unless `env`
+/// says otherwise; started within [`STARTUP_LIMIT`].
+async fn serve(dir: WorkDir, args: &[&str], env: &[(&str, &str)]) -> ProxyProcess {
+    ProxyProcess::launch()
+        .dir(dir)
+        .args(args)
+        .env(env)
+        .startup_within(STARTUP_LIMIT)
+        .start()
+        .await
 }
 
-impl Proxy {
-    /// Starts the binary in `dir` with JSON logs (unless `env` says otherwise) and waits
-    /// for the start-up line.
-    async fn start(dir: WorkDir, args: &[&str], env: &[(&str, &str)]) -> Proxy {
-        let cwd = dir.path().to_owned();
-        Proxy::start_in(&cwd, args, env, Some(dir)).await
-    }
-
-    /// Starts the binary in `cwd`; `dir`, if given, lives as long as the proxy.
-    async fn start_in(
-        cwd: &Path,
-        args: &[&str],
-        env: &[(&str, &str)],
-        dir: Option<WorkDir>,
-    ) -> Proxy {
-        let mut command = command(cwd, args, &[("MCP_PROXY_LOG__FORMAT", "json")]);
-        command.envs(env.iter().copied()).stdout(Stdio::null());
-        let mut child = command.spawn().unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (lines_tx, mut lines) = mpsc::unbounded_channel();
-        let mut reader = BufReader::new(child.stderr.take().unwrap()).lines();
-        let collected = stderr.clone();
-        let reader = tokio::spawn(async move {
-            while let Ok(Some(line)) = reader.next_line().await {
-                collected.lock().unwrap().push_str(&format!("{line}\n"));
-                let _ = lines_tx.send(line);
-            }
-        });
-        let started = tokio::time::timeout(STARTUP_LIMIT, async {
-            while let Some(line) = lines.recv().await {
-                if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                    && entry["fields"]["message"]
-                        .as_str()
-                        .is_some_and(|m| m.starts_with(SERVING))
-                {
-                    return Some(entry["fields"].clone());
-                }
-            }
-            None
-        })
-        .await;
-        let fields = match started {
-            Ok(Some(fields)) => fields,
-            Ok(None) => {
-                let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
-                panic!(
-                    "{args:?} {env:?} exited before serving ({status:?}); stderr:\n{}",
-                    stderr.lock().unwrap()
-                )
-            }
-            Err(_) => panic!(
-                "{args:?} {env:?} printed no start-up line within {STARTUP_LIMIT:?}; stderr:\n{}",
-                stderr.lock().unwrap()
-            ),
-        };
-        let field = |name: &str| {
-            fields[name]
-                .as_str()
-                .unwrap_or_else(|| panic!("no {name} in the start-up line {fields}"))
-                .to_owned()
-        };
-        Proxy {
-            child,
-            message: field("message"),
-            listen: field("listen").parse().unwrap(),
-            endpoint: field("endpoint"),
-            upstream: field("upstream"),
-            stderr,
-            reader: Some(reader),
-            http: http_client(),
-            _dir: dir,
-        }
-    }
-
-    /// `http://<listen><path>`.
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.listen)
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> Reply {
-        post_json(&self.http, &self.url(path), body, &HeaderMap::new()).await
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        let response = self.http.get(self.url(path)).send().await.unwrap();
-        (response.status().as_u16(), response.text().await.unwrap())
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Sends SIGTERM, the way a process manager stops it.
-    fn terminate(&self) {
-        sigterm(self.child.id().expect("the proxy has already exited"));
-    }
-
-    /// Waits until the process has its SIGTERM handler installed.
-    ///
-    /// The binary installs it only after printing its start-up line (see
-    /// `sigterm_is_graceful_as_soon_as_the_proxy_answers`); the tests about what a
-    /// graceful shutdown does wait for it so that they test only that.
-    async fn sigterm_handled(&self) {
-        let pid = self.child.id().expect("the proxy has already exited");
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while !catches_sigterm(pid) {
-            assert!(
-                Instant::now() < deadline,
-                "no SIGTERM handler 2 s after the start-up line"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// Waits for the process to end (and its stderr to be read); panics after `within`.
-    async fn exit_within(&mut self, within: Duration) -> ExitStatus {
-        let status = match tokio::time::timeout(within, self.child.wait()).await {
-            Ok(status) => status.unwrap(),
-            Err(_) => panic!(
-                "the proxy was still running {within:?} after SIGTERM; stderr:\n{}",
-                self.stderr()
-            ),
-        };
-        if let Some(reader) = self.reader.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
-        }
-        status
-    }
-}
-
-fn sigterm(pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -TERM {pid}: {status}");
-}
-
-/// Whether process `pid` has a SIGTERM handler (`SigCgt` of /proc/PID/status).
-fn catches_sigterm(pid: u32) -> bool {
-    const SIGTERM: u32 = 15;
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("SigCgt:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .is_some_and(|mask| mask & (1 << (SIGTERM - 1)) != 0)
+/// The binary serving in the repository root (so with the repository's `proxy.toml`),
+/// as `cargo run --release` starts it, on a free port.
+async fn serve_in_the_repository() -> ProxyProcess {
+    ProxyProcess::launch()
+        .cwd(Path::new(env!("CARGO_MANIFEST_DIR")))
+        .args(&["--listen", "127.0.0.1:0"])
+        .startup_within(STARTUP_LIMIT)
+        .start()
+        .await
 }
 
 /// Whether `sessions/create` succeeds at `path` (`false`: 404, not the MCP endpoint).
-async fn creates_at(proxy: &Proxy, path: &str) -> bool {
+async fn creates_at(proxy: &ProxyProcess, path: &str) -> bool {
     let reply = proxy
         .post(
             path,
@@ -640,7 +431,7 @@ async fn healthcheck_against_nothing_says_which_url_and_what_to_check() {
         }
 
         // And it succeeds against a proxy that serves.
-        let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let proxy = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         let listen = proxy.listen.to_string();
         let output = run_to_exit(dir.path(), &["healthcheck", "--listen", &listen], &[]).await;
         assert_eq!(output.status.code(), Some(0), "{output:?}");
@@ -655,23 +446,23 @@ async fn the_environment_beats_the_file_and_the_file_beats_the_defaults() {
     bounded(async {
         let file = "path = \"/from-file\"\n";
         let (from_file, from_env) = tokio::join!(
-            Proxy::start(
+            serve(
                 WorkDir::with_proxy_toml(file),
                 &["--listen", "127.0.0.1:0"],
                 &[]
             ),
-            Proxy::start(
+            serve(
                 WorkDir::with_proxy_toml(file),
                 &["--listen", "127.0.0.1:0"],
                 &[("MCP_PROXY_PATH", "/from-env")],
             ),
         );
 
-        assert_eq!(from_file.endpoint, from_file.url("/from-file"));
+        assert_eq!(from_file.startup("endpoint"), from_file.url("/from-file"));
         assert!(creates_at(&from_file, "/from-file").await);
         assert!(!creates_at(&from_file, "/mcp").await);
 
-        assert_eq!(from_env.endpoint, from_env.url("/from-env"));
+        assert_eq!(from_env.startup("endpoint"), from_env.url("/from-env"));
         assert!(creates_at(&from_env, "/from-env").await);
         assert!(!creates_at(&from_env, "/from-file").await);
     })
@@ -684,8 +475,8 @@ async fn a_config_flag_replaces_the_default_file() {
         let dir = WorkDir::with_proxy_toml("path = \"/from-cwd\"\n");
         let other = dir.write("other.toml", "path = \"/from-flag\"\n");
         let other = other.to_str().unwrap().to_owned();
-        let proxy = Proxy::start(dir, &["--listen", "127.0.0.1:0", "--config", &other], &[]).await;
-        assert_eq!(proxy.endpoint, proxy.url("/from-flag"));
+        let proxy = serve(dir, &["--listen", "127.0.0.1:0", "--config", &other], &[]).await;
+        assert_eq!(proxy.startup("endpoint"), proxy.url("/from-flag"));
         assert!(creates_at(&proxy, "/from-flag").await);
         assert!(!creates_at(&proxy, "/from-cwd").await);
     })
@@ -701,12 +492,12 @@ async fn the_listen_flag_beats_the_environment_which_beats_the_file() {
         let file = format!("listen = \"{taken}\"\n");
         let env_taken = [("MCP_PROXY_LISTEN", taken.as_str())];
         let (env_over_file, flag_over_env) = tokio::join!(
-            Proxy::start(
+            serve(
                 WorkDir::with_proxy_toml(&file),
                 &[],
                 &[("MCP_PROXY_LISTEN", "127.0.0.1:0")],
             ),
-            Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &env_taken,),
+            serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &env_taken,),
         );
         for proxy in [&env_over_file, &flag_over_env] {
             assert_ne!(proxy.listen.port(), port);
@@ -720,20 +511,25 @@ async fn the_listen_flag_beats_the_environment_which_beats_the_file() {
 #[tokio::test]
 async fn the_upstream_flag_beats_the_environment() {
     bounded(async {
-        let demo = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let demo = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         // Nothing listens there: the proxy could not create a session if it were used.
         let closed = {
             let (listener, port) = held_port();
             drop(listener);
             format!("http://127.0.0.1:{port}/mcp")
         };
-        let proxy = Proxy::start(
+        let proxy = serve(
             WorkDir::new(),
-            &["--listen", "127.0.0.1:0", "--upstream", &demo.upstream],
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                &demo.startup("upstream"),
+            ],
             &[("MCP_PROXY_UPSTREAM__URL", closed.as_str())],
         )
         .await;
-        assert_eq!(proxy.upstream, demo.upstream);
+        assert_eq!(proxy.startup("upstream"), demo.startup("upstream"));
         let mut client = SessionClient::new(proxy.url("/mcp"));
         client.create().await;
         assert_eq!(client.tool_text("echo", json!({"msg": "via"})).await, "via");
@@ -746,12 +542,12 @@ async fn the_upstream_flag_beats_the_environment() {
 #[tokio::test]
 async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
     bounded(async {
-        let proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let proxy = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         assert!(proxy.listen.ip().is_loopback());
-        assert_eq!(proxy.endpoint, proxy.url("/mcp"));
+        assert_eq!(proxy.startup("endpoint"), proxy.url("/mcp"));
         // The start-up line says where to point a client, and that the demo answers.
         assert_eq!(
-            proxy.message,
+            proxy.startup("message"),
             format!(
                 "mcp-session-proxy is serving {} in front of the embedded demo server",
                 proxy.url("/mcp")
@@ -762,11 +558,11 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
                     proxy in front of your own server with --upstream URL, or -- COMMAND ARGS \
                     for a stdio server";
         assert!(
-            eventually(Duration::from_secs(2), || proxy.stderr().contains(hint)).await,
+            eventually(Duration::from_secs(2), || proxy.log().contains(hint)).await,
             "{}",
-            proxy.stderr()
+            proxy.log()
         );
-        let upstream: http::Uri = proxy.upstream.parse().unwrap();
+        let upstream: http::Uri = proxy.startup("upstream").parse().unwrap();
         assert_eq!(upstream.scheme_str(), Some("http"));
         assert_eq!(upstream.host(), Some("127.0.0.1"));
         assert_eq!(upstream.path(), "/mcp");
@@ -784,9 +580,9 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
         assert_eq!(
             serde_json::from_str::<Value>(&body).unwrap(),
             json!({"status": "ready", "checks": {"config": "ok", "upstream": "ok", "store": "ok"},
-                   "store": "memory", "upstream": proxy.upstream,
+                   "store": "memory", "upstream": proxy.startup("upstream"),
                    "upstreams": {"default": {"status": "ok", "default": true,
-                                             "replicas": {(proxy.upstream.clone()): "ok"}}}})
+                                             "replicas": {(proxy.startup("upstream")): "ok"}}}})
         );
 
         // sessions/create
@@ -833,7 +629,7 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
 async fn create_with_stdio(command: &[&str], env: &[(&str, &str)]) -> (u16, Value, String) {
     let mut args = vec!["--listen", "127.0.0.1:0", "--"];
     args.extend_from_slice(command);
-    let mut proxy = Proxy::start(WorkDir::new(), &args, env).await;
+    let mut proxy = serve(WorkDir::new(), &args, env).await;
     let reply = proxy
         .post(
             "/mcp",
@@ -841,10 +637,10 @@ async fn create_with_stdio(command: &[&str], env: &[(&str, &str)]) -> (u16, Valu
         )
         .await;
     proxy.sigterm_handled().await;
-    proxy.terminate();
-    let status = proxy.exit_within(Duration::from_secs(5)).await;
-    assert_eq!(status.code(), Some(0), "{}", proxy.stderr());
-    (reply.status, reply.json()["error"].clone(), proxy.stderr())
+    proxy.signal("TERM");
+    let status = proxy.exits_within(Duration::from_secs(5)).await;
+    assert_eq!(status.code(), Some(0), "{}", proxy.log());
+    (reply.status, reply.json()["error"].clone(), proxy.log())
 }
 
 /// The `error` field of every JSON log line with `message`.
@@ -1054,7 +850,7 @@ async fn sigterm_is_graceful_as_soon_as_the_proxy_answers() {
         }
         let had_handler = catches_sigterm(pid);
 
-        sigterm(pid);
+        signal(pid, "TERM");
         let (drained_tx, drained) = tokio::sync::oneshot::channel();
         std::thread::spawn(move || {
             let mut text = String::new();
@@ -1081,17 +877,13 @@ async fn sigterm_is_graceful_as_soon_as_the_proxy_answers() {
 #[tokio::test]
 async fn sigterm_ends_an_idle_proxy_with_exit_code_0() {
     bounded(async {
-        let mut proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let mut proxy = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         assert_eq!(proxy.get("/healthz").await.0, 200);
         proxy.sigterm_handled().await;
-        proxy.terminate();
-        let status = proxy.exit_within(Duration::from_secs(3)).await;
-        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.stderr());
-        assert!(
-            proxy.stderr().contains("shutting down"),
-            "{}",
-            proxy.stderr()
-        );
+        proxy.signal("TERM");
+        let status = proxy.exits_within(Duration::from_secs(3)).await;
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.log());
+        assert!(proxy.log().contains("shutting down"), "{}", proxy.log());
     })
     .await;
 }
@@ -1099,7 +891,7 @@ async fn sigterm_ends_an_idle_proxy_with_exit_code_0() {
 #[tokio::test]
 async fn sigterm_lets_a_short_request_in_flight_finish() {
     bounded(async {
-        let mut proxy = Proxy::start(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        let mut proxy = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
         proxy.sigterm_handled().await;
         let mut client = SessionClient::new(proxy.url("/mcp"));
         client.create().await;
@@ -1109,7 +901,7 @@ async fn sigterm_lets_a_short_request_in_flight_finish() {
         );
         let terminate = async {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            proxy.terminate();
+            proxy.signal("TERM");
         };
         let (reply, ()) = tokio::join!(call, terminate);
         assert_eq!(reply.status, 200, "{}", reply.text);
@@ -1119,8 +911,8 @@ async fn sigterm_lets_a_short_request_in_flight_finish() {
             "{}",
             reply.text
         );
-        let status = proxy.exit_within(Duration::from_secs(3)).await;
-        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.stderr());
+        let status = proxy.exits_within(Duration::from_secs(3)).await;
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.log());
     })
     .await;
 }
@@ -1129,7 +921,7 @@ async fn sigterm_lets_a_short_request_in_flight_finish() {
 async fn sigterm_during_an_event_stream_exits_0_within_the_grace() {
     bounded(async {
         let grace = Duration::from_secs(1);
-        let mut proxy = Proxy::start(
+        let mut proxy = serve(
             WorkDir::new(),
             &["--listen", "127.0.0.1:0"],
             &[("MCP_PROXY_SHUTDOWN_GRACE", "1s")],
@@ -1155,7 +947,7 @@ async fn sigterm_during_an_event_stream_exits_0_within_the_grace() {
         }
 
         let signalled = Instant::now();
-        proxy.terminate();
+        proxy.signal("TERM");
         // The stream goes on during the grace, then ends (cleanly or not).
         let mut progress_after_signal = 0;
         while let Some(chunk) = body.next().await {
@@ -1165,14 +957,14 @@ async fn sigterm_during_an_event_stream_exits_0_within_the_grace() {
             text.push_str(&chunk);
         }
         let stream_ended = signalled.elapsed();
-        let status = proxy.exit_within(grace + Duration::from_secs(3)).await;
+        let status = proxy.exits_within(grace + Duration::from_secs(3)).await;
         let exited = signalled.elapsed();
 
-        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.stderr());
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.log());
         assert!(
             exited < grace + Duration::from_millis(1500),
             "exit took {exited:?} with a grace of {grace:?}\n{}",
-            proxy.stderr()
+            proxy.log()
         );
         assert!(
             stream_ended < grace + Duration::from_millis(1500),
@@ -1243,10 +1035,9 @@ async fn curl(http: &reqwest::Client, url: &str, body: String) -> Reply {
 #[tokio::test]
 async fn the_readme_walkthrough() {
     bounded(async {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let proxy = Proxy::start_in(root, &["--listen", "127.0.0.1:0"], &[], None).await;
+        let proxy = serve_in_the_repository().await;
         let url = proxy.url("/mcp");
-        assert_eq!(proxy.endpoint, url);
+        assert_eq!(proxy.startup("endpoint"), url);
         let http = http_client();
 
         // 1. Create a session.
@@ -1408,8 +1199,7 @@ async fn the_readme_curl_examples_run_in_a_posix_shell() {
             curl_found,
             "this test runs README.md's curl commands: install curl"
         );
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let proxy = Proxy::start_in(root, &["--listen", "127.0.0.1:0"], &[], None).await;
+        let proxy = serve_in_the_repository().await;
 
         let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
         let migration = readme_sh_blocks("## Migrating a fleet");

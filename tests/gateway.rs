@@ -24,7 +24,7 @@ use common::fleet::{Replicas, fleet_config, named};
 use common::procs::Marker;
 use common::stdio::misbehaving;
 use common::*;
-use mcp_session_proxy::config::{Affinity, Fallback, OnSessionLost, Target};
+use mcp_session_proxy::config::{Affinity, Config, Fallback, OnSessionLost, Target};
 use mcp_session_proxy::rewrite::handles::HandleTools;
 use mcp_session_proxy::start;
 use reqwest::header::HeaderMap;
@@ -36,16 +36,23 @@ fn counter(message: &Value) -> u64 {
         .unwrap_or_else(|_| panic!("not a count: {message}"))
 }
 
-#[tokio::test]
-async fn upstreams_are_routed_by_path_and_the_default_is_also_at_the_bare_path() {
+/// Two upstreams of one replica each, `alpha` (the default) and `beta`; stateless
+/// calls on pooled sessions (`[stateless] affinity = "shared"`).
+async fn alpha_and_beta() -> (Replicas, Replicas, Config) {
     let alpha = Replicas::start(1).await;
     let beta = Replicas::start(1).await;
     let mut config = fleet_config(vec![
         named("alpha", true, alpha.target()),
         named("beta", false, beta.target()),
     ]);
-    // Stateless calls on a pooled session, which stays to be counted.
     config.stateless.affinity = Affinity::Shared;
+    (alpha, beta, config)
+}
+
+#[tokio::test]
+async fn upstreams_are_routed_by_path_and_the_default_is_also_at_the_bare_path() {
+    // Stateless calls on a pooled session, which stays to be counted.
+    let (alpha, beta, config) = alpha_and_beta().await;
     let proxy = start(config).await.unwrap();
     let base = proxy.url();
 
@@ -150,8 +157,7 @@ async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers()
     let mut config = fleet_config(vec![named("api", true, replicas.target())]);
     config.upstream.health_interval = Duration::from_millis(200);
     let proxy = start(config).await.unwrap();
-    let ready = format!("http://{}/readyz", proxy.local_addr());
-    let metrics = format!("http://{}/metrics", proxy.local_addr());
+    let ready = listener_url(&proxy, "/readyz");
     let http = http_client();
 
     replicas.stop(1).await;
@@ -166,7 +172,7 @@ async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers()
     // Probes hold a session for a moment: counts are read once they are over.
     let settled = eventually(Duration::from_secs(5), || replicas.live() == [4, 0]).await;
     assert!(settled, "{:?}", replicas.live());
-    let body: Value = http.get(&ready).send().await.unwrap().json().await.unwrap();
+    let body = get_json(&ready).await;
     assert_eq!(
         body["checks"]["upstream"], "ok",
         "one replica is enough: {body}"
@@ -181,14 +187,7 @@ async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers()
         "ok",
         "{body}"
     );
-    let text = http
-        .get(&metrics)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&listener_url(&proxy, "/metrics")).await;
     let healthy = |url: &str| {
         format!("mcp_proxy_upstream_replica_healthy{{upstream=\"api\",replica=\"{url}\"}} ")
     };
@@ -205,7 +204,7 @@ async fn a_replica_that_goes_down_leaves_rotation_and_returns_when_it_recovers()
     // loaded it takes the next sessions.
     replicas.restart(1).await;
     let back = eventually_async(Duration::from_secs(10), || async {
-        let body: Value = http.get(&ready).send().await.unwrap().json().await.unwrap();
+        let body = get_json(&ready).await;
         body["upstreams"]["api"]["replicas"][replicas.url(1)] == "ok"
     })
     .await;
@@ -366,14 +365,7 @@ async fn reinitialize_replays_the_initialize_keeps_the_session_and_retries_what_
     let reply = client.request("tools/list", json!({})).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(proxy.live_sessions(), 1);
-    let metrics = http_client()
-        .get(format!("http://{}/metrics", proxy.local_addr()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&listener_url(&proxy, "/metrics")).await;
     assert!(
         metrics.contains("mcp_proxy_sessions_reinitialized_total 3"),
         "{metrics}"
@@ -398,14 +390,7 @@ async fn a_stdio_upstream_is_served_by_name_beside_an_http_one() {
     let mut web = SessionClient::new(proxy.url());
     web.create().await;
     assert_eq!(web.tool_text("echo", json!({"msg": "w"})).await, "w");
-    let body: Value = http_client()
-        .get(format!("http://{}/readyz", proxy.local_addr()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = get_json(&listener_url(&proxy, "/readyz")).await;
     assert_eq!(body["upstreams"]["tool"]["status"], "ok", "{body}");
     assert_eq!(body["upstreams"]["web"]["default"], true, "{body}");
     client.delete().await;
@@ -415,15 +400,9 @@ async fn a_stdio_upstream_is_served_by_name_beside_an_http_one() {
 
 #[tokio::test]
 async fn each_upstream_serves_its_stateless_clients_in_its_own_affinity() {
-    let alpha = Replicas::start(1).await;
-    let beta = Replicas::start(1).await;
-    let mut config = fleet_config(vec![
-        named("alpha", true, alpha.target()),
-        named("beta", false, beta.target()),
-    ]);
     // [stateless] says shared; alpha's own [upstreams.alpha.stateless] says handles, at
     // most one per caller.
-    config.stateless.affinity = Affinity::Shared;
+    let (alpha, beta, mut config) = alpha_and_beta().await;
     let mut own = config.stateless.clone();
     own.affinity = Affinity::Handles {
         tools: HandleTools::default(),
@@ -449,42 +428,23 @@ async fn each_upstream_serves_its_stateless_clients_in_its_own_affinity() {
     );
 
     // alpha: a handle keeps its own upstream session; calls without one are isolated.
-    let opened = on_alpha
-        .request(
-            "tools/call",
-            json!({"name": "session_open", "arguments": {}}),
-        )
-        .await
-        .json();
+    let opened = on_alpha.call_tool("session_open", json!({})).await;
     let handle = opened["result"]["structuredContent"]["session"]
         .as_str()
         .unwrap_or_else(|| panic!("{opened}"))
         .to_owned();
     for expected in 1..=2u64 {
         let called = on_alpha
-            .request(
-                "tools/call",
-                json!({"name": "counter", "arguments": {"session": handle}}),
-            )
-            .await
-            .json();
+            .call_tool("counter", json!({"session": handle}))
+            .await;
         assert_eq!(counter(&called), expected, "{called}");
     }
     for _ in 0..2 {
-        let called = on_alpha
-            .request("tools/call", json!({"name": "counter", "arguments": {}}))
-            .await
-            .json();
+        let called = on_alpha.call_tool("counter", json!({})).await;
         assert_eq!(counter(&called), 1, "isolated: {called}");
     }
     // The cap is alpha's own.
-    let second = on_alpha
-        .request(
-            "tools/call",
-            json!({"name": "session_open", "arguments": {}}),
-        )
-        .await
-        .json();
+    let second = on_alpha.call_tool("session_open", json!({})).await;
     assert_eq!(second["result"]["isError"], true, "{second}");
     assert!(
         assert::text_of(&second).contains("already have 1 sessions open"),
@@ -493,10 +453,7 @@ async fn each_upstream_serves_its_stateless_clients_in_its_own_affinity() {
 
     // beta: the shared pool, one caller's calls on one upstream session.
     for expected in 1..=3u64 {
-        let called = on_beta
-            .request("tools/call", json!({"name": "counter", "arguments": {}}))
-            .await
-            .json();
+        let called = on_beta.call_tool("counter", json!({})).await;
         assert_eq!(counter(&called), expected, "shared: {called}");
     }
     assert_eq!(beta.live(), [1], "one pooled session on beta");
@@ -517,12 +474,8 @@ async fn each_upstream_serves_its_stateless_clients_in_its_own_affinity() {
     );
 
     let closed = on_alpha
-        .request(
-            "tools/call",
-            json!({"name": "session_close", "arguments": {"session": handle}}),
-        )
-        .await
-        .json();
+        .call_tool("session_close", json!({"session": handle}))
+        .await;
     assert_eq!(closed["result"]["isError"], false, "{closed}");
     assert!(
         eventually(Duration::from_secs(10), || alpha.live() == [0]).await,

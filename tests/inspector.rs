@@ -264,6 +264,23 @@ const DEMO_TOOLS: [&str; 8] = [
     "change_tools",
 ];
 
+/// What the Inspector connected to `url` shows in either era: the demo server by name,
+/// its tools, an echo. The connection as `connections/show` tells it, and the echo.
+async fn sees_the_demo(mcpdo: &Mcpdo, url: &str) -> (Value, Value) {
+    let shown = mcpdo.on(url, &["connections/show"]).await;
+    assert_eq!(
+        shown["serverInfo"]["name"], "mcp-session-proxy-demo",
+        "{shown}"
+    );
+    assert_eq!(
+        tool_names(&mcpdo.on(url, &["tools/list"]).await),
+        DEMO_TOOLS
+    );
+    let echoed = mcpdo.on(url, &["tools/call", "echo", "msg:=hi"]).await;
+    assert_eq!(text_of(&echoed), "hi", "{echoed}");
+    (shown, echoed)
+}
+
 #[tokio::test]
 async fn the_inspector_connects_in_its_legacy_era_and_sets_the_log_level() {
     let proxy = proxy_in_front_of_the_demo().await;
@@ -273,20 +290,9 @@ async fn the_inspector_connects_in_its_legacy_era_and_sets_the_log_level() {
     // Exactly the command a user types (the default era is legacy).
     let connected = mcpdo.json(&["connect", "--transport", "http", &url]).await;
     assert_eq!(connected["protocolEra"], "legacy", "{connected}");
-    let shown = mcpdo.on(&url, &["connections/show"]).await;
+    let (shown, _) = sees_the_demo(&mcpdo, &url).await;
     assert_eq!(shown["protocolVersion"], "2025-11-25", "{shown}");
-    assert_eq!(
-        shown["serverInfo"]["name"], "mcp-session-proxy-demo",
-        "{shown}"
-    );
     assert!(shown["capabilities"]["logging"].is_object(), "{shown}");
-
-    assert_eq!(
-        tool_names(&mcpdo.on(&url, &["tools/list"]).await),
-        DEMO_TOOLS
-    );
-    let echoed = mcpdo.on(&url, &["tools/call", "echo", "msg:=hi"]).await;
-    assert_eq!(text_of(&echoed), "hi", "{echoed}");
     assert_eq!(
         text_of(&mcpdo.on(&url, &["tools/call", "counter"]).await),
         "1"
@@ -353,23 +359,12 @@ async fn the_inspector_connects_in_its_auto_era_as_a_2026_client() {
         .json(&["connect", "--era", "auto", "--transport", "http", &url])
         .await;
     assert_eq!(connected["protocolEra"], "modern", "{connected}");
-    let shown = mcpdo.on(&url, &["connections/show"]).await;
+    let (shown, echoed) = sees_the_demo(&mcpdo, &url).await;
     assert_eq!(shown["protocolVersion"], "2026-07-28", "{shown}");
-    assert_eq!(
-        shown["serverInfo"]["name"], "mcp-session-proxy-demo",
-        "{shown}"
-    );
     assert_eq!(
         shown["supportedVersions"],
         serde_json::json!(["2026-07-28"])
     );
-
-    assert_eq!(
-        tool_names(&mcpdo.on(&url, &["tools/list"]).await),
-        DEMO_TOOLS
-    );
-    let echoed = mcpdo.on(&url, &["tools/call", "echo", "msg:=hi"]).await;
-    assert_eq!(text_of(&echoed), "hi", "{echoed}");
     assert_eq!(
         echoed["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "mcp-session-proxy-demo",
         "{echoed}"

@@ -19,32 +19,45 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
+use common::affinity::{handles, pinned};
 use common::eventually;
 use common::interop::{Interop, Sdk2Client, fastmcp};
 use common::procs::Marker;
 use common::stdio::{StdioProxy, fastmcp as fastmcp_stdio, stdio_config};
-use mcp_session_proxy::config::{Affinity, Config, Fallback};
-use mcp_session_proxy::rewrite::handles::HandleTools;
-use mcp_session_proxy::upstream::PinSettings;
+use mcp_session_proxy::config::Affinity;
 use serde_json::{Value, json};
 
-fn handles(c: &mut Config) {
-    c.stateless.affinity = Affinity::Handles {
-        tools: HandleTools::default(),
-        fallback: Fallback::Isolated,
-        max_per_caller: 16,
-    };
+/// Opens a handle for `client` (`session_open`): its tool result names it, in its
+/// structured content and in its text.
+async fn open_handle(client: &mut Sdk2Client) -> String {
+    let opened = client.call("session_open", json!({})).await;
+    assert_eq!(opened["isError"], false, "{opened}");
+    let handle = opened["structured"]["session"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{opened}"))
+        .to_owned();
+    assert!(
+        opened["text"].as_str().unwrap().contains(&handle),
+        "{opened}"
+    );
+    handle
 }
 
-fn pinned_by_conversation(c: &mut Config) {
-    c.stateless.affinity = Affinity::Pinned {
-        header: Some(http::HeaderName::from_static("x-conversation-id")),
-        fallback: Fallback::Isolated,
-        limits: PinSettings {
-            max_pinned: 100,
-            idle_ttl: Duration::from_secs(300),
-        },
-    };
+/// `a` and `b` each open a handle and count on it, their calls strictly interleaved:
+/// each sees its own calls only. Their handles.
+async fn each_counts_on_its_own_handle(a: &mut Sdk2Client, b: &mut Sdk2Client) -> (String, String) {
+    let handle_a = open_handle(a).await;
+    let handle_b = open_handle(b).await;
+    let (seen_a, seen_b) = interleaved(
+        a,
+        b,
+        3,
+        (json!({"session": handle_a}), json!({"session": handle_b})),
+    )
+    .await;
+    assert_eq!(seen_a, ["1", "2", "3"]);
+    assert_eq!(seen_b, ["1", "2", "3"]);
+    (handle_a, handle_b)
 }
 
 /// `rounds` counter calls of `a` and `b`, strictly alternating (a, b, a, b, …); what
@@ -115,7 +128,7 @@ async fn isolated_gives_every_call_a_fresh_upstream_session() {
 
 #[tokio::test]
 async fn pinned_keeps_one_upstream_session_per_conversation() {
-    let i = Interop::start_with(fastmcp(&[]).await, pinned_by_conversation).await;
+    let i = Interop::start_with(fastmcp(&[]).await, pinned(Some("x-conversation-id"))).await;
     let mut a = Sdk2Client::connect(&i.url(), &["X-Conversation-Id: conversation-a"]).await;
     let mut b = Sdk2Client::connect(&i.url(), &["X-Conversation-Id: conversation-b"]).await;
     let (seen_a, seen_b) = interleaved(&mut a, &mut b, 3, (json!({}), json!({}))).await;
@@ -171,22 +184,7 @@ async fn handles_keep_state_survive_calls_are_refused_to_others_close_and_expire
     assert_eq!(counter["required"], json!([]));
     assert_eq!(find("echo")["required"], json!(["msg"]));
 
-    let opened = a.call("session_open", json!({})).await;
-    assert_eq!(opened["isError"], false, "{opened}");
-    let handle_a = opened["structured"]["session"].as_str().unwrap().to_owned();
-    assert!(opened["text"].as_str().unwrap().contains(&handle_a));
-    let opened = b.call("session_open", json!({})).await;
-    let handle_b = opened["structured"]["session"].as_str().unwrap().to_owned();
-
-    let (seen_a, seen_b) = interleaved(
-        &mut a,
-        &mut b,
-        3,
-        (json!({"session": handle_a}), json!({"session": handle_b})),
-    )
-    .await;
-    assert_eq!(seen_a, ["1", "2", "3"]);
-    assert_eq!(seen_b, ["1", "2", "3"]);
+    let (handle_a, handle_b) = each_counts_on_its_own_handle(&mut a, &mut b).await;
     // Without a handle the call runs on its own; the handle's state survives it.
     assert_eq!(a.text("counter", json!({})).await, "1");
     assert_eq!(a.text("counter", json!({"session": handle_a})).await, "4");
@@ -227,7 +225,7 @@ async fn stdio_upstreams_get_a_child_per_call_pin_and_handle() {
 
     // Pinned: a child per conversation (plus the one server/discover reads, pooled).
     let mut config = stdio_config(fastmcp_stdio(&marker));
-    pinned_by_conversation(&mut config);
+    pinned(Some("x-conversation-id"))(&mut config);
     let proxy = StdioProxy::start(config, &marker).await;
     let mut a = Sdk2Client::connect(&proxy.url(), &["X-Conversation-Id: a"]).await;
     let mut b = Sdk2Client::connect(&proxy.url(), &["X-Conversation-Id: b"]).await;
@@ -250,23 +248,7 @@ async fn stdio_upstreams_get_a_child_per_call_pin_and_handle() {
     let proxy = StdioProxy::start(config, &marker).await;
     let mut a = Sdk2Client::connect(&proxy.url(), &[]).await;
     let mut b = Sdk2Client::connect(&proxy.url(), &[]).await;
-    let handle_a = a.call("session_open", json!({})).await["structured"]["session"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let handle_b = b.call("session_open", json!({})).await["structured"]["session"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let (seen_a, seen_b) = interleaved(
-        &mut a,
-        &mut b,
-        3,
-        (json!({"session": handle_a}), json!({"session": handle_b})),
-    )
-    .await;
-    assert_eq!(seen_a, ["1", "2", "3"]);
-    assert_eq!(seen_b, ["1", "2", "3"]);
+    let (handle_a, handle_b) = each_counts_on_its_own_handle(&mut a, &mut b).await;
     // Without a handle, a child of its own per call.
     assert_eq!(a.text("counter", json!({})).await, "1");
     assert_eq!(a.text("counter", json!({})).await, "1");

@@ -75,6 +75,18 @@ async fn healthz_on(stream: &mut TcpStream) -> String {
         .to_owned()
 }
 
+/// Whether `GET /healthz` answers 200 within `within`, each try given up after `each`.
+async fn healthz_within(proxy: &ProxyProcess, within: Duration, each: Duration) -> bool {
+    eventually_async(within, || async {
+        let http = reqwest::Client::builder().timeout(each).build().unwrap();
+        http.get(proxy.url("/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await
+}
+
 async fn create_session(http: &reqwest::Client, url: &str) -> bool {
     let reply = post_json(
         http,
@@ -95,17 +107,16 @@ async fn expiring_sessions_are_all_ended_upstream_and_give_their_file_descriptor
     // ending every expired session at once would need one upstream connection each. One
     // client opens them all: no limit on its creations a minute.
     let demo = DemoServer::start(DemoOptions::default()).await.unwrap();
-    let proxy = ProxyProcess::start(
-        &format!(
+    let proxy = ProxyProcess::launch()
+        .toml(&format!(
             "[upstream]\nurl = \"{}\"\n[session]\nidle_ttl = \"1s\"\nreap_interval = \"1s\"\n\
              creations_per_caller_per_minute = 0\n\
              [limits]\nupstream_idle_timeout = \"1s\"\n",
             demo.url()
-        ),
-        Some(128),
-        &[],
-    )
-    .await;
+        ))
+        .nofile(128)
+        .start()
+        .await;
     let baseline = proxy.open_fds();
     let url = proxy.url("/mcp");
     let http = http_client();
@@ -135,17 +146,7 @@ async fn expiring_sessions_are_all_ended_upstream_and_give_their_file_descriptor
         demo.live_sessions(),
         tail(&proxy.log(), 20)
     );
-    let healthy = eventually_async(Duration::from_secs(5), || async {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        http.get(proxy.url("/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    let healthy = healthz_within(&proxy, Duration::from_secs(5), Duration::from_secs(1)).await;
     assert!(healthy, "/healthz does not answer");
     // Idle upstream connections close after limits.upstream_idle_timeout; the client's
     // are gone: the descriptors come back to what the proxy had at start.
@@ -170,8 +171,11 @@ fn tail(log: &str, lines: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded_rate() {
-    let proxy =
-        ProxyProcess::start("[limits]\nheader_read_timeout = \"30s\"\n", Some(64), &[]).await;
+    let proxy = ProxyProcess::launch()
+        .toml("[limits]\nheader_read_timeout = \"30s\"\n")
+        .nofile(64)
+        .start()
+        .await;
     // Told at start-up: the cap on connections does not fit under this limit.
     let told = proxy.logged("WARN", "open-file limit (64) is too low");
     assert_eq!(told.len(), 1, "{}", tail(&proxy.log(), 5));
@@ -207,17 +211,7 @@ async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded
     // Once descriptors are free again, the proxy serves within its longest back-off.
     drop(held);
     let started = Instant::now();
-    let answered = eventually_async(Duration::from_secs(5), || async {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(500))
-            .build()
-            .unwrap();
-        http.get(proxy.url("/healthz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
+    let answered = healthz_within(&proxy, Duration::from_secs(5), Duration::from_millis(500)).await;
     assert!(
         answered,
         "/healthz never answered after the descriptors came back"
@@ -229,12 +223,9 @@ async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_slow_to_send_a_head_are_closed_at_the_header_read_timeout() {
-    let proxy = ProxyProcess::start(
-        "[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"30s\"\n",
-        None,
-        &[],
-    )
-    .await;
+    let proxy =
+        ProxyProcess::start("[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"30s\"\n")
+            .await;
     // Writes `start`, then one more byte of `then` (round and round) every 200 ms, for
     // up to 6 s.
     let dribble = |start: &'static [u8], then: &'static [u8]| {
@@ -285,23 +276,8 @@ async fn connections_slow_to_send_a_head_are_closed_at_the_header_read_timeout()
         );
     }
     // Others are served all along.
-    let http = http_client();
-    assert_eq!(
-        http.get(proxy.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    let metrics = http
-        .get(proxy.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    assert_eq!(proxy.get("/healthz").await.0, 200);
+    let (_, metrics) = proxy.get("/metrics").await;
     assert!(
         metrics.contains("mcp_proxy_connections_closed_total{reason=\"header_timeout\"} 3"),
         "{metrics}"
@@ -310,12 +286,9 @@ async fn connections_slow_to_send_a_head_are_closed_at_the_header_read_timeout()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_kept_alive_connection_is_closed_but_a_long_request_is_not() {
-    let proxy = ProxyProcess::start(
-        "[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"1s\"\n",
-        None,
-        &[],
-    )
-    .await;
+    let proxy =
+        ProxyProcess::start("[limits]\nheader_read_timeout = \"1s\"\nidle_timeout = \"1s\"\n")
+            .await;
     let mut stream = TcpStream::connect(proxy.listen).await.unwrap();
     assert!(healthz_on(&mut stream).await.contains("200"));
     let idle = Instant::now();
@@ -342,7 +315,7 @@ async fn an_idle_kept_alive_connection_is_closed_but_a_long_request_is_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_slower_than_the_body_timeout_gets_408() {
-    let proxy = ProxyProcess::start("[limits]\nrequest_body_timeout = \"1s\"\n", None, &[]).await;
+    let proxy = ProxyProcess::start("[limits]\nrequest_body_timeout = \"1s\"\n").await;
     let mut stream = TcpStream::connect(proxy.listen).await.unwrap();
     stream
         .write_all(
@@ -380,8 +353,6 @@ async fn connections_over_the_caps_are_closed_and_other_clients_are_still_served
     let proxy = ProxyProcess::start(
         "[limits]\nmax_connections = 6\nmax_connections_per_address = 3\n\
          header_read_timeout = \"30s\"\nidle_timeout = \"30s\"\n",
-        None,
-        &[],
     )
     .await;
     let to = proxy.listen;

@@ -117,7 +117,7 @@ async fn redis_sessions_are_shared_by_replicas_and_survive_a_restart() {
         let upstream = Replicas::start(2).await;
         let session = redis_session(&redis);
         let port_a = free_port();
-        let a = ProxyProcess::start(&config(port_a, &upstream.urls(), &session)).await;
+        let mut a = ProxyProcess::start(&config(port_a, &upstream.urls(), &session)).await;
         let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
 
         // Create on A, use on B, delete on B: A answers -32043.
@@ -142,10 +142,11 @@ async fn redis_sessions_are_shared_by_replicas_and_survive_a_restart() {
         kept.create().await;
         assert_eq!(counter(&kept.call_tool("counter", json!({})).await), 1);
         let dir = scratch_dir("proxy");
-        a.signal("KILL");
+        // SIGKILL, and the process gone: its port is free for the restart.
+        a.kill().await;
         drop(a);
         let a2 = ProxyProcess::start_in(dir, &config(port_a, &upstream.urls(), &session)).await;
-        assert_eq!(a2.addr.port(), port_a);
+        assert_eq!(a2.listen.port(), port_a);
         assert_eq!(
             counter(&kept.call_tool("counter", json!({})).await),
             2,
@@ -493,7 +494,7 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
         let redis = Redis::start().await;
         let marker = Marker::new("replicas-forward");
         let port_a = free_port();
-        let a = ProxyProcess::start(&stdio_config(port_a, &redis, &marker)).await;
+        let mut a = ProxyProcess::start(&stdio_config(port_a, &redis, &marker)).await;
         let b = ProxyProcess::start(&stdio_config(0, &redis, &marker)).await;
         let mut on_a = SessionClient::new(a.url("/mcp"));
         on_a.create().await;
@@ -517,7 +518,8 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
         // The owner gone: a clear error, not a child of B's own.
         let mut orphan = SessionClient::new(a.url("/mcp"));
         orphan.create().await;
-        a.signal("KILL");
+        // SIGKILL, and the process gone (its port free for the new incarnation below).
+        a.kill().await;
         let reply = via(&orphan, b.url("/mcp"))
             .request("tools/call", json!({"name": "pid", "arguments": {}}))
             .await;
@@ -753,7 +755,7 @@ async fn sighup_reloads_the_upstream_list_and_refuses_a_bad_file() {
         proxy.signal("HUP");
         assert!(
             proxy
-                .logged("configuration reloaded", Duration::from_secs(10))
+                .eventually_logged("configuration reloaded", Duration::from_secs(10))
                 .await,
             "{}",
             proxy.log()
@@ -780,7 +782,7 @@ async fn sighup_reloads_the_upstream_list_and_refuses_a_bad_file() {
         proxy.signal("HUP");
         assert!(
             proxy
-                .logged("configuration reload refused", Duration::from_secs(10))
+                .eventually_logged("configuration reload refused", Duration::from_secs(10))
                 .await,
             "{}",
             proxy.log()
@@ -832,7 +834,7 @@ async fn sigterm_finishes_a_stream_in_flight_then_ends_memory_sessions() {
         proxy.signal("TERM");
         // New connections are refused at once…
         let refused = eventually_async(Duration::from_secs(3), || async {
-            tokio::net::TcpStream::connect(proxy.addr).await.is_err()
+            tokio::net::TcpStream::connect(proxy.listen).await.is_err()
         })
         .await;
         assert!(refused, "still accepting after SIGTERM");
@@ -881,7 +883,7 @@ async fn nginx_round_robin_in_front_of_two_replicas_sharing_redis() {
         let session = redis_session(&redis);
         let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
         let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
-        let nginx = Nginx::start(&[a.addr, b.addr]).await;
+        let nginx = Nginx::start(&[a.listen, b.listen]).await;
 
         let mut clients = Vec::new();
         for _ in 0..4 {

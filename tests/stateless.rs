@@ -20,10 +20,6 @@ use mcp_session_proxy::demo::DemoOptions;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-fn client(h: &Harness) -> StatelessClient {
-    StatelessClient::new(h.url())
-}
-
 /// The proxy with `stateless.affinity = "shared"`: the pool these tests are about.
 async fn shared(configure: impl FnOnce(&mut mcp_session_proxy::config::Config)) -> Harness {
     Harness::with_config(|c| {
@@ -36,7 +32,10 @@ async fn shared(configure: impl FnOnce(&mut mcp_session_proxy::config::Config)) 
 #[tokio::test]
 async fn discover_answers_from_the_upstreams_initialize_result() {
     let h = Harness::start().await;
-    let reply = client(&h).request("server/discover", json!({})).await;
+    let reply = h
+        .stateless_client()
+        .request("server/discover", json!({}))
+        .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let result = &reply.json()["result"];
     assert_eq!(result["resultType"], "complete");
@@ -62,19 +61,13 @@ async fn discover_answers_from_the_upstreams_initialize_result() {
 #[tokio::test]
 async fn results_carry_result_type_caching_hints_and_server_info() {
     let h = Harness::start().await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     let list = c.request("tools/list", json!({})).await.json();
     assert_eq!(list["result"]["resultType"], "complete");
     assert_eq!(list["result"]["ttlMs"], 0);
     assert_eq!(list["result"]["cacheScope"], "private");
     assert!(list["result"]["tools"].as_array().unwrap().len() >= 5);
-    let call = c
-        .request(
-            "tools/call",
-            json!({"name": "echo", "arguments": {"msg": "hi"}}),
-        )
-        .await
-        .json();
+    let call = c.call_tool("echo", json!({"msg": "hi"})).await;
     assert_eq!(call["result"]["content"][0]["text"], "hi");
     assert_eq!(call["result"]["resultType"], "complete");
     assert!(call["result"].get("ttlMs").is_none());
@@ -92,7 +85,7 @@ async fn results_carry_result_type_caching_hints_and_server_info() {
 #[tokio::test]
 async fn calls_share_pooled_upstream_sessions_by_capabilities() {
     let h = shared(|_| {}).await;
-    let mut plain = client(&h);
+    let mut plain = h.stateless_client();
     for _ in 0..3 {
         plain.request("tools/list", json!({})).await;
     }
@@ -101,7 +94,9 @@ async fn calls_share_pooled_upstream_sessions_by_capabilities() {
         1,
         "one pooled session serves calls one after another"
     );
-    let mut sampler = client(&h).with_capabilities(json!({"sampling": {}}));
+    let mut sampler = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
     sampler.request("tools/list", json!({})).await;
     let inits = h.upstream_saw("initialize");
     assert_eq!(
@@ -122,7 +117,7 @@ async fn calls_share_pooled_upstream_sessions_by_capabilities() {
 #[tokio::test]
 async fn bad_requests_are_refused_with_2026_codes_and_statuses() {
     let h = Harness::start().await;
-    let c = client(&h);
+    let c = h.stateless_client();
     let meta = c.params(json!({}));
     let send = |method: &'static str, params: Value, headers: HeaderMap, id: u64| {
         let (http, url) = (c.http.clone(), c.url.clone());
@@ -215,7 +210,7 @@ async fn log_notifications_follow_the_requests_log_level() {
             .filter(|m| m["method"] == "notifications/message")
             .count()
     };
-    let mut quiet = client(&h);
+    let mut quiet = h.stateless_client();
     let reply = quiet
         .request("tools/call", json!({"name": "slow", "arguments": {"steps": 2, "interval_ms": 20}, "_meta": {"progressToken": "p"}}))
         .await;
@@ -232,7 +227,7 @@ async fn log_notifications_follow_the_requests_log_level() {
     assert_eq!(progress, 2, "progress still flows");
     assert_eq!(count_logs(&reply), 0, "no logLevel, no logs");
 
-    let mut info = client(&h);
+    let mut info = h.stateless_client();
     info.log_level = Some("info");
     let reply = info
         .request(
@@ -242,7 +237,7 @@ async fn log_notifications_follow_the_requests_log_level() {
         .await;
     assert_eq!(count_logs(&reply), 2, "info logs at level info");
 
-    let mut errors_only = client(&h);
+    let mut errors_only = h.stateless_client();
     errors_only.log_level = Some("error");
     let reply = errors_only
         .request(
@@ -257,7 +252,9 @@ async fn log_notifications_follow_the_requests_log_level() {
 #[tokio::test]
 async fn an_upstream_request_becomes_input_required_and_the_retry_completes_the_call() {
     let h = Harness::start().await;
-    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
     let first = c
         .request(
             "tools/call",
@@ -309,14 +306,10 @@ async fn an_upstream_request_becomes_input_required_and_the_retry_completes_the_
 #[tokio::test]
 async fn a_tampered_or_misapplied_request_state_is_refused() {
     let h = Harness::start().await;
-    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
-    let first = c
-        .request(
-            "tools/call",
-            json!({"name": "sample", "arguments": {"prompt": "a"}}),
-        )
-        .await
-        .json();
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
+    let first = c.call_tool("sample", json!({"prompt": "a"})).await;
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
     let answer = json!({"sample-1": {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m"}});
     let tampered = c
@@ -368,7 +361,7 @@ async fn a_tampered_or_misapplied_request_state_is_refused() {
 #[tokio::test]
 async fn an_undeclared_capability_is_refused_upstream_and_reported_as_32021() {
     let h = Harness::start().await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     let reply = c
         .request(
             "tools/call",
@@ -397,7 +390,9 @@ async fn an_undeclared_capability_is_refused_upstream_and_reported_as_32021() {
 #[tokio::test]
 async fn invalid_input_responses_are_invalid_params() {
     let h = Harness::start().await;
-    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
     for bad in [json!(12345), json!(null), json!({"k": 5})] {
         let reply = c
             .request(
@@ -417,7 +412,9 @@ async fn invalid_input_responses_are_invalid_params() {
 #[tokio::test]
 async fn input_responses_given_up_front_answer_the_upstream_at_once() {
     let h = Harness::start().await;
-    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
     let reply = c
         .request("tools/call", json!({"name": "sample", "arguments": {"prompt": "a"},
             "inputResponses": {"sample-1": {"role": "assistant", "content": {"type": "text", "text": "early"}, "model": "m"}, "unused": {"x": 1}}}))
@@ -432,7 +429,7 @@ async fn input_responses_given_up_front_answer_the_upstream_at_once() {
 #[tokio::test]
 async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() {
     let h = Harness::start().await;
-    let mut listener = client(&h);
+    let mut listener = h.stateless_client();
     let response = listener
         .send(
             "subscriptions/listen",
@@ -452,13 +449,8 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         1
     );
-    let mut trigger = client(&h);
-    trigger
-        .request(
-            "tools/call",
-            json!({"name": "change_tools", "arguments": {}}),
-        )
-        .await;
+    let mut trigger = h.stateless_client();
+    trigger.call_tool("change_tools", json!({})).await;
     let change = stream.next().await.unwrap();
     assert_eq!(change["method"], "notifications/tools/list_changed");
     assert_eq!(
@@ -467,7 +459,7 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
     );
 
     // A stream that did not opt in gets no tools notification (nor the demo's logs).
-    let mut other = client(&h);
+    let mut other = h.stateless_client();
     let response = other
         .send(
             "subscriptions/listen",
@@ -479,12 +471,7 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
         narrow.next().await.unwrap()["params"]["notifications"],
         json!({})
     );
-    trigger
-        .request(
-            "tools/call",
-            json!({"name": "change_tools", "arguments": {}}),
-        )
-        .await;
+    trigger.call_tool("change_tools", json!({})).await;
     let leaked = tokio::time::timeout(Duration::from_millis(400), narrow.next()).await;
     assert!(leaked.is_err(), "a tools notification leaked: {leaked:?}");
 
@@ -503,7 +490,7 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
 #[tokio::test]
 async fn a_restarted_upstream_is_invisible_to_stateless_clients() {
     let h = shared(|_| {}).await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     assert_eq!(c.request("tools/list", json!({})).await.status, 200);
     h.demo.forget_sessions();
     let reply = c
@@ -522,7 +509,7 @@ async fn a_2026_client_opens_uses_and_ends_a_data_layer_session() {
     // `server/discover` advertises `sessions: {}`; a 2026-07-28 client that takes it up
     // sends `sessions/create` with its per-request `_meta`, then works inside the session.
     let h = Harness::start().await;
-    let mut c = client(&h);
+    let mut c = h.stateless_client();
     let created = c.request("sessions/create", json!({})).await;
     assert_eq!(created.status, 200, "{}", created.text);
     let result = &created.json()["result"];
@@ -593,7 +580,7 @@ async fn list_as(h: &Harness, c: &StatelessClient, authorization: &str) -> Reply
 #[tokio::test]
 async fn pooled_upstream_sessions_are_never_shared_between_callers() {
     let h = shared(|_| {}).await;
-    let c = client(&h);
+    let c = h.stateless_client();
     for who in ["Bearer alice", "Bearer bob", "Bearer alice"] {
         let reply = list_as(&h, &c, who).await;
         assert_eq!(reply.status, 200, "{who}: {}", reply.text);
@@ -617,8 +604,10 @@ async fn pooled_upstream_sessions_are_never_shared_between_callers() {
 #[tokio::test]
 async fn a_full_pool_makes_room_by_ending_its_longest_idle_session() {
     let h = shared(|c| c.stateless.max_pooled = 1).await;
-    let mut plain = client(&h);
-    let mut sampler = client(&h).with_capabilities(json!({"sampling": {}}));
+    let mut plain = h.stateless_client();
+    let mut sampler = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
     for round in 0..2 {
         for c in [&mut plain, &mut sampler] {
             let reply = c.request("tools/list", json!({})).await;
@@ -641,7 +630,7 @@ async fn a_full_pool_makes_room_by_ending_its_longest_idle_session() {
 #[tokio::test]
 async fn idle_pooled_sessions_are_ended_upstream() {
     let h = shared(|c| c.stateless.pool_idle_ttl = Duration::from_secs(1)).await;
-    let reply = client(&h).request("tools/list", json!({})).await;
+    let reply = h.stateless_client().request("tools/list", json!({})).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(h.demo.live_sessions(), 1);
     assert!(
@@ -666,7 +655,8 @@ async fn listen_promises_nothing_when_the_upstream_has_no_notification_stream() 
         |_| {},
     )
     .await;
-    let response = client(&h)
+    let response = h
+        .stateless_client()
         .send(
             "subscriptions/listen",
             json!({"notifications": {"toolsListChanged": true}}),
@@ -688,13 +678,15 @@ async fn listen_promises_nothing_when_the_upstream_has_no_notification_stream() 
 async fn listen_streams_are_capped() {
     let h = Harness::with_config(|c| c.stateless.max_listens = 1).await;
     let params = json!({"notifications": {"toolsListChanged": true}});
-    let first = client(&h)
+    let first = h
+        .stateless_client()
         .send("subscriptions/listen", params.clone())
         .await;
     assert_eq!(first.status(), 200);
     let mut first = EventReader::new(first);
     first.next().await.unwrap();
-    let second = client(&h)
+    let second = h
+        .stateless_client()
         .request("subscriptions/listen", params.clone())
         .await;
     assert_eq!(second.status, 503, "{}", second.text);
@@ -704,7 +696,8 @@ async fn listen_streams_are_capped() {
     drop(first);
     let mut freed = false;
     for _ in 0..30 {
-        let again = client(&h)
+        let again = h
+            .stateless_client()
             .send("subscriptions/listen", params.clone())
             .await;
         if again.status() == 200 {
@@ -720,14 +713,10 @@ async fn listen_streams_are_capped() {
 #[tokio::test]
 async fn an_expired_request_state_is_refused_and_the_waiting_upstream_call_is_cancelled() {
     let h = Harness::with_config(|c| c.stateless.request_state_ttl = Duration::from_secs(1)).await;
-    let mut c = client(&h).with_capabilities(json!({"sampling": {}}));
-    let first = c
-        .request(
-            "tools/call",
-            json!({"name": "sample", "arguments": {"prompt": "late"}}),
-        )
-        .await
-        .json();
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
+    let first = c.call_tool("sample", json!({"prompt": "late"})).await;
     assert_eq!(first["result"]["resultType"], "input_required");
     let state = first["result"]["requestState"].as_str().unwrap().to_owned();
     assert_eq!(h.demo.live_sessions(), 1);

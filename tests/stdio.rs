@@ -795,7 +795,7 @@ async fn a_child_ignoring_stdin_eof_dies_with_a_proxy_killed_by_sigkill() {
         common::procs::MARKER_VAR,
         marker.to_string(),
     );
-    let mut proxy = common::binary::ProxyProcess::start(&toml, None, &[]).await;
+    let mut proxy = common::binary::ProxyProcess::start(&toml).await;
     assert!(
         eventually(Duration::from_secs(10), || marker_children(&marker).len()
             == 1)

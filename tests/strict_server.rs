@@ -36,8 +36,9 @@ fn headers(session: Option<&str>, version: Option<&str>) -> HeaderMap {
     h
 }
 
-/// Opens a session with `initialize`; returns its id (not yet initialized).
-async fn initialize(server: &DemoServer) -> String {
+/// Opens a session with `initialize`; returns its id (not yet initialized) and the
+/// `InitializeResult`.
+async fn initialize(server: &DemoServer) -> (String, Value) {
     let reply = post_json(
         &http_client(),
         &server.url(),
@@ -48,8 +49,23 @@ async fn initialize(server: &DemoServer) -> String {
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(reply.json()["result"]["protocolVersion"], "2025-11-25");
-    reply.header("mcp-session-id").unwrap().to_owned()
+    let result = reply.json()["result"].clone();
+    assert_eq!(result["protocolVersion"], "2025-11-25");
+    (reply.header("mcp-session-id").unwrap().to_owned(), result)
+}
+
+/// Sends `notifications/initialized` in `session`; the headers its requests carry.
+async fn initialized(server: &DemoServer, session: &str) -> HeaderMap {
+    let h = headers(Some(session), Some("2025-11-25"));
+    let note = post_json(
+        &http_client(),
+        &server.url(),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        &h,
+    )
+    .await;
+    assert_eq!(note.status, 202, "{}", note.text);
+    h
 }
 
 fn list() -> serde_json::Value {
@@ -80,7 +96,7 @@ async fn an_unknown_session_id_is_404() {
 #[tokio::test]
 async fn calls_before_notifications_initialized_are_refused() {
     let server = demo().await;
-    let session = initialize(&server).await;
+    let (session, _) = initialize(&server).await;
     let http = http_client();
     let h = headers(Some(&session), Some("2025-11-25"));
     let early = post_json(&http, &server.url(), &list(), &h).await;
@@ -101,7 +117,7 @@ async fn calls_before_notifications_initialized_are_refused() {
 #[tokio::test]
 async fn a_wrong_protocol_version_header_is_400() {
     let server = demo().await;
-    let session = initialize(&server).await;
+    let (session, _) = initialize(&server).await;
     let reply = post_json(
         &http_client(),
         &server.url(),
@@ -115,16 +131,9 @@ async fn a_wrong_protocol_version_header_is_400() {
 #[tokio::test]
 async fn session_meta_reaching_the_server_is_refused_and_recorded() {
     let server = demo().await;
-    let session = initialize(&server).await;
+    let (session, _) = initialize(&server).await;
     let http = http_client();
-    let h = headers(Some(&session), Some("2025-11-25"));
-    post_json(
-        &http,
-        &server.url(),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        &h,
-    )
-    .await;
+    let h = initialized(&server, &session).await;
     let leaked = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list",
         "params": {"_meta": {SESSION_KEY: {"sessionId": "x"}}}});
     let reply = post_json(&http, &server.url(), &leaked, &h).await;
@@ -140,7 +149,7 @@ async fn session_meta_reaching_the_server_is_refused_and_recorded() {
 #[tokio::test]
 async fn a_second_initialize_on_a_session_is_refused() {
     let server = demo().await;
-    let session = initialize(&server).await;
+    let (session, _) = initialize(&server).await;
     let reply = post_json(
         &http_client(),
         &server.url(),
@@ -158,30 +167,10 @@ async fn a_second_initialize_on_a_session_is_refused() {
 #[tokio::test]
 async fn logging_set_level_is_served_and_filters_log_messages() {
     let server = demo().await;
-    let init = post_json(
-        &http_client(),
-        &server.url(),
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "strict-test", "version": "1"}}}),
-        &HeaderMap::new(),
-    )
-    .await;
-    assert!(
-        init.json()["result"]["capabilities"]["logging"].is_object(),
-        "{}",
-        init.text
-    );
-    let session = init.header("mcp-session-id").unwrap().to_owned();
+    let (session, result) = initialize(&server).await;
+    assert!(result["capabilities"]["logging"].is_object(), "{result}");
     let http = http_client();
-    let h = headers(Some(&session), Some("2025-11-25"));
-    post_json(
-        &http,
-        &server.url(),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        &h,
-    )
-    .await;
+    let h = initialized(&server, &session).await;
     let set_level = |id: i64, level: &str| {
         json!({"jsonrpc": "2.0", "id": id, "method": "logging/setLevel",
                "params": {"level": level}})

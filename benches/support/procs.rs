@@ -226,6 +226,27 @@ pub fn spawn_proxy_under(
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let dir = scratch(name);
+    let child = proxy_command(&dir, nofile)
+        .args(["--upstream", &format!("http://{upstream}/mcp")])
+        .args(["--listen", &addr.to_string()])
+        .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the proxy");
+    let mut guard = Guard::new(name, child, Duration::from_secs(2));
+    guard.dir = Some(dir);
+    wait_http(&mut guard, addr, "/healthz", Some(200));
+    (guard, addr)
+}
+
+/// The proxy's release binary (`MCP_BENCH_PROXY_BIN=path`: another build, to compare)
+/// in `dir`, under an open-file limit of `nofile` when given (`prlimit`, which execs the
+/// proxy: the pid is the proxy's): no inherited `MCP_PROXY_*` or `RUST_LOG`, warnings
+/// only, [`proxy_workers`] worker threads, stdin closed. Its arguments and the rest of
+/// its environment are the caller's.
+pub fn proxy_command(dir: &Path, nofile: Option<u64>) -> Command {
     let binary = std::env::var("MCP_BENCH_PROXY_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-session-proxy").to_owned());
     let mut command = match nofile {
@@ -244,27 +265,17 @@ pub fn spawn_proxy_under(
             command.env_remove(key);
         }
     }
-    let child = command
-        .args(["--upstream", &format!("http://{upstream}/mcp")])
-        .args(["--listen", &addr.to_string()])
+    command
         .env("MCP_PROXY_LOG__LEVEL", "warn")
         .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
         // One load generator is one caller: the per-caller limits would measure themselves.
         .env("MCP_PROXY_SESSION__MAX_SESSIONS_PER_CALLER", "0")
         .env("MCP_PROXY_SESSION__CREATIONS_PER_CALLER_PER_MINUTE", "0")
         .env("MCP_PROXY_WORKERS", proxy_workers())
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .env_remove("RUST_LOG")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start the proxy");
-    let mut guard = Guard::new(name, child, Duration::from_secs(2));
-    guard.dir = Some(dir);
-    wait_http(&mut guard, addr, "/healthz", Some(200));
-    (guard, addr)
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    command
 }
 
 /// A `redis-server` of the benchmark's own: loopback, a free port, no persistence.

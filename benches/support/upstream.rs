@@ -72,6 +72,14 @@ struct Params<'a> {
     meta: Option<HashMap<Cow<'a, str>, &'a RawValue>>,
 }
 
+/// Runs the upstream instead of the benchmark when this binary was started as one
+/// (`MCP_BENCH_ROLE=upstream`, by `procs::spawn_upstream`); returns otherwise.
+pub fn serve_if_asked() {
+    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
+        main();
+    }
+}
+
 /// Runs the upstream until standard input closes. Never returns.
 pub fn main() -> ! {
     let threads = std::env::var("MCP_BENCH_UPSTREAM_THREADS")

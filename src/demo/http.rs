@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use super::journal::{Journal, Received};
 use super::tools::{self, Outcome};
 use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::mcp::logging::LogLevel;
 use crate::mcp::version;
 
 /// How to run the demo server.
@@ -89,7 +90,7 @@ pub(super) struct Session {
     /// Open GET streams of this session.
     pub listeners: Mutex<Vec<mpsc::Sender<Bytes>>>,
     /// The least severe log level the client wants (`logging/setLevel`), as a
-    /// [`tools::LogLevel`]; everything until the client sets one.
+    /// [`LogLevel`]; everything until the client sets one.
     pub log_level: AtomicU8,
 }
 
@@ -448,7 +449,7 @@ fn initialize(state: &State, message: &Value, id: Value) -> Response<DemoBody> {
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
             listeners: Mutex::new(Vec::new()),
-            log_level: AtomicU8::new(tools::LogLevel::Debug as u8),
+            log_level: AtomicU8::new(LogLevel::Debug as u8),
         }),
     );
     let result = json!({

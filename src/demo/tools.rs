@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::http::{Session, State, sse_event};
+use crate::mcp::logging::LogLevel;
 
 type Running = Pin<Box<dyn Future<Output = Value> + Send>>;
 
@@ -39,50 +40,6 @@ impl Emitter {
 
     async fn send(&self, message: Value) {
         let _ = self.tx.send(sse_event(&message)).await;
-    }
-}
-
-/// The log levels of 2025-11-25 ("Logging"), RFC 5424's severities, least severe first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-pub(super) enum LogLevel {
-    Debug,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    const ALL: [LogLevel; 8] = [
-        LogLevel::Debug,
-        LogLevel::Info,
-        LogLevel::Notice,
-        LogLevel::Warning,
-        LogLevel::Error,
-        LogLevel::Critical,
-        LogLevel::Alert,
-        LogLevel::Emergency,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Notice => "notice",
-            LogLevel::Warning => "warning",
-            LogLevel::Error => "error",
-            LogLevel::Critical => "critical",
-            LogLevel::Alert => "alert",
-            LogLevel::Emergency => "emergency",
-        }
-    }
-
-    fn parse(name: &str) -> Option<LogLevel> {
-        LogLevel::ALL.into_iter().find(|level| level.name() == name)
     }
 }
 

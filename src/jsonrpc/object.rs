@@ -75,6 +75,23 @@ impl<'a> RawObject<'a> {
     }
 }
 
+/// A JSON object of string members, in the order given: `{"key":"value",…}`.
+pub fn string_object(members: &[(&str, &str)]) -> Vec<u8> {
+    let size: usize = members.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
+    let mut out = Vec::with_capacity(size + 2);
+    out.push(b'{');
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_str(&mut out, key);
+        out.push(b':');
+        write_json_str(&mut out, value);
+    }
+    out.push(b'}');
+    out
+}
+
 /// Appends `s` as a JSON string literal.
 pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{RawObject, write_json_str};
+use crate::jsonrpc::{RawObject, string_object};
 
 /// Data-layer session metadata (the data-layer sessions draft): `{sessionId, state?, expiresAt?}`.
 pub const SESSION: &str = "io.modelcontextprotocol/session";
@@ -165,15 +165,11 @@ impl<'a> Payload<'a> {
 /// The session metadata a response carries back to the client:
 /// `{"sessionId":…,"state":…,"expiresAt":…}`.
 pub fn session_stamp(session_id: &str, state: &str, expires_at: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(session_id.len() + state.len() + 64);
-    out.extend_from_slice(br#"{"sessionId":"#);
-    write_json_str(&mut out, session_id);
-    out.extend_from_slice(br#","state":"#);
-    write_json_str(&mut out, state);
-    out.extend_from_slice(br#","expiresAt":"#);
-    write_json_str(&mut out, expires_at);
-    out.push(b'}');
-    out
+    string_object(&[
+        ("sessionId", session_id),
+        ("state", state),
+        ("expiresAt", expires_at),
+    ])
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use super::headers;
 use super::relay::{Relay, Request};
 use crate::config::OnSessionLost;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Kind, RawObject, range_in, write, write_json_str};
+use crate::jsonrpc::{Kind, RawObject, range_in, string_object, write, write_json_str};
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::initialize::Negotiated;
@@ -164,14 +164,11 @@ impl SessionPath {
         let issued = self
             .open(Opening::of(message, client_info, capabilities))
             .await?;
-        let mut session = Vec::with_capacity(256);
-        session.extend_from_slice(br#"{"sessionId":"#);
-        write_json_str(&mut session, &issued.id);
-        session.extend_from_slice(br#","expiresAt":"#);
-        write_json_str(&mut session, &rfc3339(issued.expires_at));
-        session.extend_from_slice(br#","state":"#);
-        write_json_str(&mut session, &issued.state);
-        session.push(b'}');
+        let session = string_object(&[
+            ("sessionId", &issued.id),
+            ("expiresAt", &rfc3339(issued.expires_at)),
+            ("state", &issued.state),
+        ]);
         let mut result = Vec::with_capacity(session.len() + 96);
         result.push(b'{');
         if dialect == Dialect::Sep1364 {
@@ -187,10 +184,7 @@ impl SessionPath {
         }
         result.push(b'}');
         let body = self.answer(id, dialect, &issued.id, &result);
-        Ok(with_session(
-            response::json(StatusCode::OK, body),
-            &issued.id,
-        ))
+        Ok(ok_in_session(body, &issued.id))
     }
 
     /// SEP-1364 alternative 2: `initialize` carrying a top-level `sessionId`. `null`
@@ -203,14 +197,9 @@ impl SessionPath {
         id: &RawValue,
         session: Option<&SessionRef<'_>>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let params = message.params();
         let (session_id, negotiated) = match session {
             None => {
-                let client_info = params.and_then(|p| p.member("clientInfo"));
-                let capabilities = params.and_then(|p| p.member("capabilities"));
-                let issued = self
-                    .open(Opening::of(message, client_info, capabilities))
-                    .await?;
+                let issued = self.open_initialized(message, false).await?;
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
@@ -220,10 +209,7 @@ impl SessionPath {
         };
         let result = initialize_result(&negotiated, Some(br#"{"required":false}"#));
         let body = self.answer(id, Dialect::Sep1364, &session_id, &result);
-        Ok(with_session(
-            response::json(StatusCode::OK, body),
-            &session_id,
-        ))
+        Ok(ok_in_session(body, &session_id))
     }
 
     /// An old client's `initialize` when the proxy is its transport (a stdio upstream
@@ -235,21 +221,10 @@ impl SessionPath {
         message: &Message<'_, '_>,
         id: &RawValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let params = message.params();
-        let client_info = params.and_then(|p| p.member("clientInfo"));
-        let capabilities = params.and_then(|p| p.member("capabilities"));
-        let issued = self
-            .open(Opening {
-                legacy: true,
-                ..Opening::of(message, client_info, capabilities)
-            })
-            .await?;
+        let issued = self.open_initialized(message, true).await?;
         let result = initialize_result(&issued.negotiated, None);
         let body = write::result(id.get().as_bytes(), &result);
-        Ok(with_session(
-            response::json(StatusCode::OK, body),
-            &issued.id,
-        ))
+        Ok(ok_in_session(body, &issued.id))
     }
 
     /// `sessions/delete` (or SEP-1364's `session/delete` / `terminate`): `{}` once the
@@ -908,6 +883,23 @@ impl SessionPath {
         Ok(())
     }
 
+    /// `open` for a client's `initialize`: the upstream is initialized with the client's
+    /// own `clientInfo` and `capabilities`.
+    async fn open_initialized(
+        &self,
+        message: &Message<'_, '_>,
+        legacy: bool,
+    ) -> Result<Issued, ProxyError> {
+        let params = message.params();
+        let client_info = params.and_then(|p| p.member("clientInfo"));
+        let capabilities = params.and_then(|p| p.member("capabilities"));
+        self.open(Opening {
+            legacy,
+            ..Opening::of(message, client_info, capabilities)
+        })
+        .await
+    }
+
     /// Opens an upstream session for the caller of the opening, in a place taken now
     /// under the caps (its own and the proxy's), and records a session for it; counts the
     /// outcome.
@@ -1126,6 +1118,11 @@ pub fn upstream_error(upstream: &Upstream, source: UpstreamError) -> ProxyError 
         upstream: upstream.label().to_string(),
         source,
     }
+}
+
+/// A 200 JSON answer with the session's `Mcp-Session-Id`.
+fn ok_in_session(body: Bytes, id: &str) -> Response<ProxyBody> {
+    with_session(response::json(StatusCode::OK, body), id)
 }
 
 fn with_session(mut response: Response<ProxyBody>, id: &str) -> Response<ProxyBody> {

@@ -6,7 +6,7 @@
 use serde_json::value::RawValue;
 
 use super::stateless::{ROUND_TRIP_MEMBERS, STATELESS_META};
-use crate::jsonrpc::{RawObject, raw_str, splice, write_json_str};
+use crate::jsonrpc::{RawObject, raw_str, splice, string_object, write_json_str};
 use crate::mcp::meta::Payload;
 
 /// The names a stateless client sees: the two tools and the argument (configurable).
@@ -147,14 +147,23 @@ fn open_tool(names: &HandleTools, idle: &str) -> Vec<u8> {
         argument = names.argument,
         close = names.close,
     );
-    let mut out = Vec::with_capacity(1024);
-    out.extend_from_slice(br#"{"name":"#);
-    write_json_str(&mut out, &names.open);
-    out.extend_from_slice(br#","title":"Open a session","description":"#);
-    write_json_str(&mut out, &description);
+    let mut out = tool_head(&names.open, "Open a session", &description);
     out.extend_from_slice(
         br#","inputSchema":{"type":"object","properties":{}},"outputSchema":{"type":"object","properties":{"session":{"type":"string","description":"The session handle."},"expiresAt":{"type":"string","description":"When the session ends if it is not used again (RFC 3339); every use moves it."}},"required":["session","expiresAt"]},"annotations":{"readOnlyHint":false,"destructiveHint":false,"idempotentHint":false,"openWorldHint":false}}"#,
     );
+    out
+}
+
+/// The start of a tool's definition, `{"name":…,"title":…,"description":…`; the rest
+/// is the caller's to write.
+fn tool_head(name: &str, title: &str, description: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(br#"{"name":"#);
+    write_json_str(&mut out, name);
+    out.extend_from_slice(br#","title":"#);
+    write_json_str(&mut out, title);
+    out.extend_from_slice(br#","description":"#);
+    write_json_str(&mut out, description);
     out
 }
 
@@ -165,11 +174,7 @@ fn close_tool(names: &HandleTools) -> Vec<u8> {
          later calls passing its handle fail.",
         open = names.open,
     );
-    let mut out = Vec::with_capacity(768);
-    out.extend_from_slice(br#"{"name":"#);
-    write_json_str(&mut out, &names.close);
-    out.extend_from_slice(br#","title":"Close a session","description":"#);
-    write_json_str(&mut out, &description);
+    let mut out = tool_head(&names.close, "Close a session", &description);
     out.extend_from_slice(br#","inputSchema":{"type":"object","properties":{"#);
     write_json_str(&mut out, &names.argument);
     out.extend_from_slice(br#":{"type":"string","description":"#);
@@ -256,13 +261,7 @@ pub fn tool_result(text: &str, structured: Option<&[u8]>, is_error: bool) -> Vec
 
 /// `{"session":…,"expiresAt":…}`, the open tool's structured result.
 pub fn opened(handle: &str, expires_at: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(handle.len() + expires_at.len() + 32);
-    out.extend_from_slice(br#"{"session":"#);
-    write_json_str(&mut out, handle);
-    out.extend_from_slice(br#","expiresAt":"#);
-    write_json_str(&mut out, expires_at);
-    out.push(b'}');
-    out
+    string_object(&[("session", handle), ("expiresAt", expires_at)])
 }
 
 #[cfg(test)]

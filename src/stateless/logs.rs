@@ -3,35 +3,7 @@
 //! (2026-07-28 "Logging").
 
 use crate::jsonrpc::{Envelope, RawObject, raw_str};
-
-/// Log severity (RFC 5424 order, as MCP's `LoggingLevel`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Debug,
-    Info,
-    Notice,
-    Warning,
-    Error,
-    Critical,
-    Alert,
-    Emergency,
-}
-
-impl LogLevel {
-    pub fn parse(level: &str) -> Option<LogLevel> {
-        Some(match level {
-            "debug" => LogLevel::Debug,
-            "info" => LogLevel::Info,
-            "notice" => LogLevel::Notice,
-            "warning" => LogLevel::Warning,
-            "error" => LogLevel::Error,
-            "critical" => LogLevel::Critical,
-            "alert" => LogLevel::Alert,
-            "emergency" => LogLevel::Emergency,
-            _ => return None,
-        })
-    }
-}
+pub use crate::mcp::logging::LogLevel;
 
 /// Whether a `notifications/message` may reach a client that asked for `wanted` (none
 /// at all when it asked for none).

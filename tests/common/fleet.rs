@@ -1,27 +1,27 @@
 //! A fleet on loopback: several upstream replicas (the strict demo server, in-process),
 //! named upstreams in a configuration, and — for the tests that need several proxy
-//! processes — the real binary, a real `redis-server` and a real nginx, each started on a
-//! free port and stopped when dropped.
+//! processes — the real binary (`ProxyProcess`, from `binary.rs`), a real `redis-server`
+//! and a real nginx, each started on a free port and stopped when dropped.
 //!
 //! `redis-server` and `nginx` come from Debian's packages, installed by `.ci/test.sh`
 //! (`tests/interop/setup.sh`); a test that needs one fails loudly when it is missing.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mcp_session_proxy::config::{Config, Target, UpstreamDef, UpstreamOverrides};
 use mcp_session_proxy::demo::{DemoOptions, DemoServer};
-use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::{config_for, http_client};
-
-/// The proxy binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-session-proxy");
+use super::binary::signal;
+#[allow(
+    unused_imports,
+    reason = "the one proxy process, where the fleet's tests have always found it"
+)]
+pub use super::binary::{ProxyProcess, scratch_dir};
+use super::config_for;
 
 /// A free loopback port (nothing listens on it once this returns; a race with another
 /// process taking it is possible but unlikely).
@@ -310,148 +310,6 @@ impl Drop for Nginx {
     }
 }
 
-// === the proxy binary ===
-
-/// One proxy process: the real binary, configured by a file written for it, with JSON
-/// logs collected; killed on drop.
-pub struct ProxyProcess {
-    child: Child,
-    pub addr: SocketAddr,
-    log: Arc<Mutex<String>>,
-    dir: PathBuf,
-}
-
-impl ProxyProcess {
-    /// Starts the binary with `toml` as its configuration (its `listen` must be given),
-    /// and waits until it serves.
-    pub async fn start(toml: &str) -> ProxyProcess {
-        let dir = scratch_dir("proxy");
-        ProxyProcess::start_in(dir, toml).await
-    }
-
-    /// Starts the binary in `dir` (whose `proxy.toml` is written from `toml`).
-    pub async fn start_in(dir: PathBuf, toml: &str) -> ProxyProcess {
-        ProxyProcess::start_with(dir, toml, &[]).await
-    }
-
-    /// Starts the binary in `dir` with `toml` and the `MCP_PROXY_*` variables `env`.
-    pub async fn start_with(dir: PathBuf, toml: &str, env: &[(&str, &str)]) -> ProxyProcess {
-        std::fs::write(dir.join("proxy.toml"), toml).unwrap();
-        let mut command = Command::new(BIN);
-        command
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if key.starts_with("MCP_PROXY_") || key == "RUST_LOG" {
-                command.env_remove(key.as_ref());
-            }
-        }
-        command.env("MCP_PROXY_LOG__FORMAT", "json");
-        command.envs(env.iter().copied());
-        let mut child = command.spawn().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let collected = log.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                collected.lock().unwrap().push_str(&format!("{line}\n"));
-                let _ = tx.send(line);
-            }
-        });
-        let started = tokio::time::timeout(Duration::from_secs(10), async {
-            while let Some(line) = rx.recv().await {
-                if let Ok(entry) = serde_json::from_str::<Value>(&line)
-                    && entry["fields"]["message"]
-                        .as_str()
-                        .is_some_and(|m| m.starts_with("mcp-session-proxy is serving"))
-                {
-                    return entry["fields"]["listen"].as_str().map(str::to_owned);
-                }
-            }
-            None
-        })
-        .await;
-        let Ok(Some(listen)) = started else {
-            panic!(
-                "the proxy did not start serving within 10 s:\n{}",
-                log.lock().unwrap()
-            );
-        };
-        ProxyProcess {
-            child,
-            addr: listen.parse().unwrap(),
-            log,
-            dir,
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    pub fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id().expect("the proxy runs")
-    }
-
-    /// Sends a signal by name (`TERM`, `HUP`, `KILL`).
-    pub fn signal(&self, name: &str) {
-        signal(self.pid(), name);
-    }
-
-    /// Waits for the process to end within `within`.
-    pub async fn exits_within(&mut self, within: Duration) -> std::process::ExitStatus {
-        match tokio::time::timeout(within, self.child.wait()).await {
-            Ok(status) => status.unwrap(),
-            Err(_) => panic!("the proxy still runs {within:?} later:\n{}", self.log()),
-        }
-    }
-
-    /// Waits until the log has a line containing `needle`.
-    pub async fn logged(&self, needle: &str, within: Duration) -> bool {
-        super::eventually(within, || self.log().contains(needle)).await
-    }
-
-    /// GET `path` on it: status and body.
-    pub async fn get(&self, path: &str) -> (u16, String) {
-        let response = http_client().get(self.url(path)).send().await.unwrap();
-        (response.status().as_u16(), response.text().await.unwrap())
-    }
-}
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A directory of this test alone, under the system's temporary directory.
-pub fn scratch_dir(what: &str) -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "mcp-session-proxy-{what}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// The path of `program` in `PATH` (and the sbin directories nginx lives in).
 pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -459,13 +317,4 @@ pub fn which(program: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
         .map(|dir| dir.join(program))
         .find(|candidate| candidate.is_file())
-}
-
-fn signal(pid: u32, name: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{name} {pid}");
 }

@@ -6,9 +6,11 @@
 //! Beside it: [`assert`] (checks of the proxy's answers shared by every suite),
 //! [`interop`] (third-party servers as child processes, and the proxy in front of them),
 //! [`stdio`] (the proxy in front of a stdio command), [`procs`] (processes read from
-//! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured) and
-//! [`binary`] (the real binary as a process: its file descriptors, its open-file limit)
-//! and [`rogue`] (an upstream that answers what the strict demo server never would).
+//! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured),
+//! [`binary`] (the real binary as a process, for every suite that runs it: its
+//! configuration, signals, exit, file descriptors, open-file limit), [`fleet`]
+//! (replicas, Redis, nginx) and [`rogue`] (an upstream that answers what the strict demo
+//! server never would).
 
 #![allow(
     dead_code,
@@ -21,6 +23,7 @@
     reason = "test harness: a failure must stop the test loudly"
 )]
 
+pub mod affinity;
 pub mod assert;
 pub mod binary;
 pub mod fleet;
@@ -101,6 +104,11 @@ impl Harness {
 
     pub fn client(&self) -> SessionClient {
         SessionClient::new(self.url())
+    }
+
+    /// A 2026-07-28 client of the proxy.
+    pub fn stateless_client(&self) -> StatelessClient {
+        StatelessClient::new(self.url())
     }
 
     /// POSTs a JSON value with the headers a 2025-11-25 client sends.
@@ -366,12 +374,7 @@ impl SessionClient {
         let reply = self
             .request("tools/call", json!({"name": name, "arguments": arguments}))
             .await;
-        assert_eq!(
-            reply.status, 200,
-            "tools/call {name} failed: {}",
-            reply.text
-        );
-        final_message(&reply)
+        tool_result(name, &reply)
     }
 
     /// Text of the first content item of a tool result.
@@ -451,12 +454,27 @@ where
     check().await
 }
 
+/// `http://<the proxy's main listener><path>` (`/metrics`, `/readyz`…).
+pub fn listener_url(proxy: &Running, path: &str) -> String {
+    format!("http://{}{path}", proxy.local_addr())
+}
+
+/// GET `url`: the body, whatever the status.
+pub async fn get_text(url: &str) -> String {
+    let response = http_client().get(url).send().await.unwrap();
+    response.text().await.unwrap()
+}
+
+/// GET `url`: the body as JSON, whatever the status.
+pub async fn get_json(url: &str) -> Value {
+    serde_json::from_str(&get_text(url).await).unwrap()
+}
+
 /// A gauge of the proxy's `/metrics` (on its main listener), e.g.
 /// `mcp_proxy_stdio_children`; `None` if it cannot be read.
 pub async fn gauge(proxy: &Running, name: &str) -> Option<i64> {
-    let url = format!("http://{}/metrics", proxy.local_addr());
     let text = http_client()
-        .get(url)
+        .get(listener_url(proxy, "/metrics"))
         .send()
         .await
         .ok()?
@@ -753,6 +771,25 @@ impl StatelessClient {
             text: response.text().await.unwrap(),
         }
     }
+
+    /// `tools/call`, which must be answered 200; the final response message (JSON or
+    /// from the stream).
+    pub async fn call_tool(&mut self, name: &str, arguments: Value) -> Value {
+        let reply = self
+            .request("tools/call", json!({"name": name, "arguments": arguments}))
+            .await;
+        tool_result(name, &reply)
+    }
+}
+
+/// The final response message of the answer to `tools/call` `name`, which must be 200.
+fn tool_result(name: &str, reply: &Reply) -> Value {
+    assert_eq!(
+        reply.status, 200,
+        "tools/call {name} failed: {}",
+        reply.text
+    );
+    final_message(reply)
 }
 
 /// A 200 answer whose body is an event stream.

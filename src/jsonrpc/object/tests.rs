@@ -63,3 +63,18 @@ fn splice_replaces_exactly_the_raw_slice() {
     let elsewhere = raw("{}");
     assert!(splice(whole, &elsewhere, b"x").is_none());
 }
+
+#[test]
+fn string_objects_keep_their_order_and_escape_keys_and_values() {
+    assert_eq!(string_object(&[]), b"{}");
+    let written = string_object(&[("sessionId", "a\"b"), ("expiresAt", "x\ny")]);
+    assert_eq!(
+        String::from_utf8(written.clone()).unwrap(),
+        r#"{"sessionId":"a\"b","expiresAt":"x\ny"}"#
+    );
+    let parsed: serde_json::Value = serde_json::from_slice(&written).unwrap();
+    assert_eq!(
+        parsed,
+        serde_json::json!({"sessionId": "a\"b", "expiresAt": "x\ny"})
+    );
+}

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::super::relay::Relay;
 use super::StatelessPath;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind, RawObject, raw_str, write, write_json_str};
+use crate::jsonrpc::{Envelope, Kind, RawObject, raw_str, string_object, write, write_json_str};
 use crate::mcp::Method;
 use crate::mcp::headers::SSE;
 use crate::mcp::meta::{self, Payload};
@@ -231,10 +231,7 @@ async fn subscribe(
     forwarded: &HeaderMap,
     uri: &str,
 ) -> bool {
-    let mut params = Vec::with_capacity(uri.len() + 16);
-    params.extend_from_slice(br#"{"uri":"#);
-    write_json_str(&mut params, uri);
-    params.push(b'}');
+    let params = string_object(&[("uri", uri)]);
     let request = write::request(
         br#""mcp-session-proxy-subscribe""#,
         Method::ResourcesSubscribe.as_str(),
