@@ -26,7 +26,7 @@ use crate::mcp::headers::MCP_SESSION_ID;
 use crate::metrics::Metrics;
 use crate::response::ProxyBody;
 use crate::session::Sessions;
-use crate::upstream::{Media, ReplicaId, Upstream, UpstreamError, media_type};
+use crate::upstream::{Media, ReplicaId, Upstream, UpstreamBody, UpstreamError, media_type};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -177,7 +177,7 @@ impl PassThrough {
         known: Option<ReplicaId>,
         method: &Method,
         replica: ReplicaId,
-        response: &Response<hyper::body::Incoming>,
+        response: &Response<UpstreamBody>,
     ) {
         let redis = self.sessions.store().redis();
         if *method == Method::DELETE && response.status().is_success() {
@@ -208,7 +208,7 @@ impl PassThrough {
         }
     }
 
-    fn answer(&self, response: Response<hyper::body::Incoming>) -> Response<ProxyBody> {
+    fn answer(&self, response: Response<UpstreamBody>) -> Response<ProxyBody> {
         let (mut parts, body) = response.into_parts();
         let open = (media_type(&parts.headers) == Media::EventStream)
             .then(|| self.metrics.stream_opened());

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
+use super::connections::UpstreamBody;
 use super::error::UpstreamError;
 use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, Kind, same_id};
@@ -36,7 +36,7 @@ pub enum Messages {
     /// One message, read whole (a JSON body); `None` once taken.
     One(Option<Bytes>),
     /// An event stream, decoded as it arrives.
-    Events(Box<Decoded<Incoming>>),
+    Events(Box<Decoded<UpstreamBody>>),
     /// A stdio child's messages (each one event when streamed), after `first` if a
     /// caller already looked at it.
     Channel {
@@ -46,7 +46,7 @@ pub enum Messages {
     /// No message (202, an empty body).
     Nothing,
     /// A successful body that is neither JSON nor an event stream, passed on untouched.
-    Opaque(Incoming),
+    Opaque(Box<UpstreamBody>),
 }
 
 impl Answer {
@@ -54,7 +54,7 @@ impl Answer {
     /// `timeout`), an event stream as it comes. A failure status without a JSON body is
     /// the upstream refusing the request.
     pub async fn read(
-        response: http::Response<Incoming>,
+        response: http::Response<UpstreamBody>,
         limit: usize,
         timeout: Duration,
     ) -> Result<Answer, UpstreamError> {
@@ -65,7 +65,7 @@ impl Answer {
             Media::EventStream if status.is_success() => {
                 Messages::Events(Box::new(Decoded::new(body, limit)))
             }
-            _ if status.is_success() => Messages::Opaque(body),
+            _ if status.is_success() => Messages::Opaque(Box::new(body)),
             _ => {
                 let detail = read_body(body, 512, timeout)
                     .await
