@@ -27,13 +27,15 @@ pub mod sse;
 pub mod stateless;
 pub mod throttle;
 pub mod upstream;
+pub mod workers;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::runtime::Handle;
 
 use crate::config::{Config, ConfigError, NamedUpstream, StoreConfig, Target};
 use crate::demo::{DemoOptions, DemoServer};
@@ -46,6 +48,7 @@ use crate::session::{
     spawn_reaper,
 };
 use crate::upstream::Endings;
+use crate::workers::Workers;
 
 /// Why the proxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -61,12 +64,15 @@ pub enum StartError {
     DemoUrl(String),
     #[error("cannot set up the session store: {0}")]
     Store(session::StoreError),
+    #[error("cannot start the worker threads: {0}")]
+    Workers(std::io::Error),
 }
 
 /// A running proxy.
 #[derive(Debug)]
 pub struct Running {
-    serving: Serving,
+    /// One listener per worker, all on the listen address.
+    serving: Vec<Serving>,
     operations: Option<Serving>,
     front: Arc<Front>,
     reaper: ReaperHandle,
@@ -76,6 +82,9 @@ pub struct Running {
     path: String,
     /// How long ending the upstream sessions may take at shutdown.
     end_within: Duration,
+    /// The worker threads; stopped last (their runtimes hold the stdio children they
+    /// started).
+    workers: Workers,
 }
 
 /// Starts the proxy: the embedded demo server when no upstream is configured, the
@@ -83,17 +92,33 @@ pub struct Running {
 /// listeners.
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
-    // The listeners first: the address other replicas reach this one at may be the port
-    // just bound.
-    let listener = bind(config.listen).await?;
+    // The workers and their listeners first: the address other replicas reach this one
+    // at may be the port just bound, and the upstream clients keep idle connections per
+    // worker.
+    // `workers` unset (a proxy embedded in another program, the tests): the caller's
+    // runtime serves; the binary always sets it (src/main.rs).
+    let count = config.workers.unwrap_or(1);
+    let workers = match config.workers {
+        Some(n) => Workers::start(n).map_err(StartError::Workers)?,
+        None => Workers::default(),
+    };
+    let sockets = workers::bind(config.listen, count)
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?
+        .into_iter();
     let operations_listener = match config.admin.listen {
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
-    let local = listener.local_addr().map_err(|source| StartError::Listen {
-        addr: config.listen,
-        source,
-    })?;
+    let bound = sockets.as_slice().first().map(TcpSocket::local_addr);
+    let local = bound
+        .unwrap_or_else(|| Err(std::io::Error::other("no socket was bound")))
+        .map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
     let advertise = config
         .cluster
         .advertise
@@ -207,7 +232,19 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         Some(_) => Role::Mcp,
         None => Role::McpAndOperations,
     };
-    let serving = serve_on(listener, &front, main_role, config.shutdown_grace)?;
+    let mut serving = Vec::with_capacity(count);
+    let runtimes: Vec<Handle> = workers.handles().cloned().collect();
+    for (i, socket) in sockets.enumerate() {
+        // The listener, its accept loop and its connections belong to the worker.
+        let _inside = runtimes.get(i).map(Handle::enter);
+        let listener = listen(socket, config.listen)?;
+        serving.push(serve_on(
+            listener,
+            &front,
+            main_role,
+            config.shutdown_grace,
+        )?);
+    }
     let operations = match operations_listener {
         Some(listener) => Some(serve_on(
             listener,
@@ -232,6 +269,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         path: config.path,
         // A stdio child may need all three steps (stdin, SIGTERM, SIGKILL) to end.
         end_within: Duration::from_secs(5).max(stop_grace * 3 + Duration::from_secs(1)),
+        workers,
     })
 }
 
@@ -261,6 +299,13 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
         .map_err(|source| StartError::Listen { addr, source })
 }
 
+/// A bound socket listening, on the runtime this is called in.
+fn listen(socket: TcpSocket, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    socket
+        .listen(workers::BACKLOG)
+        .map_err(|source| StartError::Listen { addr, source })
+}
+
 fn serve_on(
     listener: TcpListener,
     front: &Arc<Front>,
@@ -276,7 +321,9 @@ fn serve_on(
 
 impl Running {
     pub fn local_addr(&self) -> SocketAddr {
-        self.serving.local_addr()
+        self.serving
+            .first()
+            .map_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)), Serving::local_addr)
     }
 
     /// The operations listener's address, when `admin.listen` gave it its own.
@@ -316,7 +363,15 @@ impl Running {
     /// Redis or sealed ids only the sessions whose stdio child lives here (the others
     /// carry on at the other replicas). Then stops the demo server.
     pub async fn shutdown(self) {
-        self.serving.shutdown().await;
+        // Every worker stops accepting at once, then each drains within the grace period.
+        let draining: Vec<_> = self
+            .serving
+            .into_iter()
+            .map(|serving| tokio::spawn(serving.shutdown()))
+            .collect();
+        for drained in draining {
+            let _ = drained.await;
+        }
         if let Some(operations) = self.operations {
             operations.shutdown().await;
         }
@@ -328,6 +383,7 @@ impl Running {
         if let Some(demo) = self.demo {
             demo.stop().await;
         }
+        drop(self.workers);
     }
 }
 

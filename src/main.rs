@@ -203,13 +203,15 @@ fn check(layers: Layers) -> Result<ExitCode, ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn serve(config: Config, overrides: Overrides) -> ExitCode {
+fn serve(mut config: Config, overrides: Overrides) -> ExitCode {
     init_logging(&config);
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(workers) = config.workers {
-        builder.worker_threads(workers);
-    }
-    let runtime = match builder.enable_all().build() {
+    config.workers = Some(mcp_session_proxy::workers::count(config.workers));
+    // Thread per core: `start` runs each of the `workers` on a thread with its own runtime
+    // and listener (src/workers.rs); this thread's runtime keeps the background work.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("mcp-session-proxy: cannot start the async runtime: {e}");

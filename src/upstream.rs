@@ -14,6 +14,7 @@
 //! session to speak in (a [`Binding`]), or none.
 
 pub(crate) mod answer;
+mod connections;
 mod endings;
 mod error;
 mod handshake;
@@ -30,10 +31,10 @@ use std::time::Duration;
 
 use ::http::{HeaderMap, Method, Response};
 use bytes::Bytes;
-use hyper::body::Incoming;
 use serde_json::value::RawValue;
 
 pub use answer::{Answer, Delivery, Messages};
+pub use connections::UpstreamBody;
 pub use endings::{Ending, Endings};
 pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use handshake::Opened;
@@ -170,7 +171,7 @@ impl Upstream {
         method: Method,
         forwarded: &HeaderMap,
         body: Bytes,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         match self {
             Upstream::Http(replicas) => {
                 let replica = replicas.holding(replica)?;
@@ -187,7 +188,7 @@ impl Upstream {
     /// of the ways [`lost`] recognises.
     pub async fn probe_answer(
         &self,
-        response: Response<Incoming>,
+        response: Response<UpstreamBody>,
     ) -> Result<Probed, UpstreamError> {
         lost::probe(response, self.max_message_bytes(), self.timeout()).await
     }

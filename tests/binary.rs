@@ -1285,3 +1285,55 @@ async fn the_readme_curl_examples_run_in_a_posix_shell() {
     })
     .await;
 }
+
+// === thread per core: every worker serves, sessions are shared ===
+
+#[tokio::test]
+async fn each_worker_has_its_own_thread_and_serves_the_shared_sessions() {
+    bounded(async {
+        let proxy = serve(
+            WorkDir::new(),
+            &["--listen", "127.0.0.1:0"],
+            &[("MCP_PROXY_WORKERS", "3")],
+        )
+        .await;
+        // Three worker threads, each named for its worker.
+        let pid = proxy.pid();
+        let mut workers: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_owned())
+            .filter(|name| name.starts_with("mcp-worker-"))
+            .collect();
+        workers.sort();
+        assert_eq!(workers, ["mcp-worker-1", "mcp-worker-2", "mcp-worker-3"]);
+
+        // One session, used over many new connections: whichever worker's listener the
+        // kernel hands a connection to, the session is there.
+        let created = proxy
+            .post(
+                "/mcp",
+                &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+            )
+            .await;
+        assert_eq!(created.status, 200, "{}", created.text);
+        let session = created.json()["result"]["session"].clone();
+        let id = session["sessionId"].as_str().unwrap().to_owned();
+        let mut state = session["state"].as_str().unwrap().to_owned();
+        for i in 0..12 {
+            let mut client = SessionClient::new(proxy.url("/mcp"));
+            client.session_id = Some(id.clone());
+            client.state = Some(state.clone());
+            let echoed = client
+                .call_tool("echo", json!({"msg": i.to_string()}))
+                .await;
+            assert_eq!(
+                echoed["result"]["content"][0]["text"],
+                i.to_string(),
+                "{echoed}"
+            );
+            state = session_meta(&echoed)["state"].as_str().unwrap().to_owned();
+        }
+    })
+    .await;
+}

@@ -24,6 +24,7 @@ use hyper_util::rt::TokioExecutor;
 use super::headers;
 use crate::error::ProxyError;
 use crate::response::ProxyBody;
+use crate::upstream::UpstreamBody;
 
 /// Set on a message one replica forwards to another.
 pub static FORWARDED: HeaderName = HeaderName::from_static("mcp-proxy-forwarded");
@@ -138,7 +139,10 @@ impl Cluster {
         parts.headers = headers::to_client_passthrough(&parts.headers);
         Ok(Response::from_parts(
             parts,
-            ProxyBody::Untouched { body, open: None },
+            ProxyBody::Untouched {
+                body: UpstreamBody::detached(body),
+                open: None,
+            },
         ))
     }
 }

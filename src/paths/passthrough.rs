@@ -27,7 +27,9 @@ use crate::mcp::headers::MCP_SESSION_ID;
 use crate::metrics::Metrics;
 use crate::response::ProxyBody;
 use crate::session::Sessions;
-use crate::upstream::{Media, Probed, ReplicaId, Upstream, UpstreamError, media_type};
+use crate::upstream::{
+    Media, Probed, ReplicaId, Upstream, UpstreamBody, UpstreamError, media_type,
+};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -144,7 +146,7 @@ impl PassThrough {
                 let probed = self.upstream.probe_answer(response).await;
                 match probed.map_err(|e| upstream_error(&self.upstream, e))? {
                     Probed::Unknown => continue,
-                    Probed::Answer(answer) => response = answer,
+                    Probed::Answer(answer) => response = *answer,
                     // A refusal other than "unknown session" (nothing to learn from it).
                     Probed::Read(mut parts, body) => {
                         parts.headers = headers::to_client_passthrough(&parts.headers);
@@ -185,7 +187,7 @@ impl PassThrough {
         known: Option<ReplicaId>,
         method: &Method,
         replica: ReplicaId,
-        response: &Response<hyper::body::Incoming>,
+        response: &Response<UpstreamBody>,
     ) {
         let redis = self.sessions.store().redis();
         if *method == Method::DELETE && response.status().is_success() {
@@ -216,7 +218,7 @@ impl PassThrough {
         }
     }
 
-    fn answer(&self, response: Response<hyper::body::Incoming>) -> Response<ProxyBody> {
+    fn answer(&self, response: Response<UpstreamBody>) -> Response<ProxyBody> {
         let (mut parts, body) = response.into_parts();
         let open = (media_type(&parts.headers) == Media::EventStream)
             .then(|| self.metrics.stream_opened());

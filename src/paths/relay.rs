@@ -127,7 +127,10 @@ impl Relay<'_> {
                 let Messages::Opaque(body) = messages else {
                     return Err(self.error(stopped()));
                 };
-                ProxyBody::Untouched { body, open: None }
+                ProxyBody::Untouched {
+                    body: *body,
+                    open: None,
+                }
             }
         };
         *response.body_mut() = body;

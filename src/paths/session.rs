@@ -408,7 +408,10 @@ impl SessionPath {
             // Not a stream (the upstream refused, with a JSON error): as it is.
             Messages::One(message) => message.map(ProxyBody::full).unwrap_or_default(),
             Messages::Nothing => ProxyBody::empty(),
-            Messages::Opaque(body) => ProxyBody::Untouched { body, open: None },
+            Messages::Opaque(body) => ProxyBody::Untouched {
+                body: *body,
+                open: None,
+            },
             stream @ (Messages::Events(_) | Messages::Channel { .. }) => {
                 if matches!(stream, Messages::Channel { .. }) {
                     // A stdio child's stream: the proxy writes the events.

@@ -7,7 +7,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 
 use crate::error::ProxyError;
@@ -16,7 +15,7 @@ use crate::mcp::tools::ToolHints;
 use crate::metrics::StreamGuard;
 use crate::rewrite::to_client::StampEvents;
 use crate::sse::{End, Event, EventBody, Rewrite, Unchanged};
-use crate::upstream::{Messages, UpstreamError};
+use crate::upstream::{Messages, UpstreamBody, UpstreamError};
 
 /// An event stream of upstream messages, as the proxy writes it.
 pub type SseBody = EventBody<Messages, EventRewrite>;
@@ -83,7 +82,7 @@ pin_project! {
         Full { #[pin] body: Full<Bytes> },
         /// An upstream body passed on untouched (old clients passed through); counted
         /// while open when it is an event stream.
-        Untouched { #[pin] body: Incoming, open: Option<StreamGuard> },
+        Untouched { #[pin] body: UpstreamBody, open: Option<StreamGuard> },
         /// An event stream of JSON-RPC messages, written event by event as they come.
         Events { #[pin] body: SseBody, open: StreamGuard },
     }

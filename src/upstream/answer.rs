@@ -11,9 +11,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, StatusCode};
-use hyper::body::Incoming;
 use tokio::sync::mpsc;
 
+use super::connections::UpstreamBody;
 use super::error::UpstreamError;
 use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, EnvelopeError, Kind, same_id};
@@ -37,7 +37,7 @@ pub enum Messages {
     /// One message, read whole (a JSON body); `None` once taken.
     One(Option<Bytes>),
     /// An event stream, decoded as it arrives.
-    Events(Box<Decoded<Incoming>>),
+    Events(Box<Decoded<UpstreamBody>>),
     /// A stdio child's messages (each one event when streamed), after `first` if a
     /// caller already looked at it.
     Channel {
@@ -47,7 +47,7 @@ pub enum Messages {
     /// No message (202, an empty body).
     Nothing,
     /// A successful body that is neither JSON nor an event stream, passed on untouched.
-    Opaque(Incoming),
+    Opaque(Box<UpstreamBody>),
 }
 
 impl Answer {
@@ -55,7 +55,7 @@ impl Answer {
     /// `timeout`), an event stream as it comes. A failure status without a JSON body is
     /// the upstream refusing the request.
     pub async fn read(
-        response: http::Response<Incoming>,
+        response: http::Response<UpstreamBody>,
         limit: usize,
         timeout: Duration,
     ) -> Result<Answer, UpstreamError> {
@@ -66,7 +66,7 @@ impl Answer {
             Media::EventStream if status.is_success() => {
                 Messages::Events(Box::new(Decoded::new(body, limit)))
             }
-            _ if status.is_success() => Messages::Opaque(body),
+            _ if status.is_success() => Messages::Opaque(Box::new(body)),
             _ => {
                 let detail = read_body(body, 512, timeout)
                     .await

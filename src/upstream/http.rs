@@ -1,5 +1,5 @@
-//! A Streamable HTTP upstream (2025-11-25 "Transports"): one endpoint behind a pooled
-//! client. Every exchange becomes an [`Answer`]; a request made in an upstream session
+//! A Streamable HTTP upstream (2025-11-25 "Transports"): one endpoint behind its
+//! connections (`super::connections`: per worker, each owned by the request using it). Every exchange becomes an [`Answer`]; a request made in an upstream session
 //! that the upstream no longer knows fails with [`UpstreamError::SessionGone`] (decided
 //! by [`super::lost`]).
 
@@ -9,15 +9,12 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::histogram::Histogram;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::answer::{Answer, Messages};
+use super::connections::{Connections, UpstreamBody};
 use super::error::UpstreamError;
 use super::lost::{self, session_lost};
 use super::read::{Media, media_type, read_body};
@@ -35,7 +32,7 @@ pub struct Settings {
     pub max_message_bytes: usize,
     /// An idle pooled connection is closed after this long.
     pub idle_timeout: Duration,
-    /// Idle pooled connections kept open, at most.
+    /// Idle connections kept open, at most (shared out over the workers).
     pub max_idle: usize,
     /// The client's `Authorization` never goes upstream (`[auth]` verified it, and
     /// `auth.forward_token` is off): the token was for the proxy.
@@ -53,10 +50,13 @@ pub struct Binding<'a> {
     pub protocol_version: &'a str,
 }
 
-/// One upstream endpoint behind a connection pool.
+/// One upstream endpoint behind its connections.
 #[derive(Debug, Clone)]
 pub struct HttpUpstream {
-    client: Client<HttpConnector, Full<Bytes>>,
+    connections: Arc<Connections>,
+    /// The request target every request is sent to (origin form) and its `Host`.
+    target: Uri,
+    host: HeaderValue,
     settings: Settings,
     label: Arc<str>,
     id: super::ReplicaId,
@@ -66,20 +66,36 @@ pub struct HttpUpstream {
 
 impl HttpUpstream {
     pub fn new(settings: Settings, latency: Option<Histogram>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        // The pool closes idle connections only with a timer: without one, an idle
-        // connection is dropped when the pool is next used, and after a burst (a reaper
-        // ending thousands of sessions) the sockets stay open for good.
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(settings.idle_timeout)
-            .pool_max_idle_per_host(settings.max_idle)
-            .build(connector);
+        let url = &settings.url;
+        let port = url.port_u16().unwrap_or(match url.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        // Idle connections are closed on a timer: after a burst (a reaper ending
+        // thousands of sessions) the sockets do not stay open for good.
+        let connections = Connections::new(
+            url.host()
+                .unwrap_or("localhost")
+                .trim_matches(['[', ']'])
+                .to_owned(),
+            port,
+            settings.connect_timeout,
+            settings.idle_timeout,
+            settings.max_idle,
+        );
+        let target = url.path_and_query().map_or_else(
+            || Uri::from_static("/"),
+            |p| Uri::try_from(p.as_str()).unwrap_or_else(|_| Uri::from_static("/")),
+        );
+        let host = url
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("localhost"));
         let label: Arc<str> = settings.url.to_string().into();
         HttpUpstream {
-            client,
+            connections: Arc::new(connections),
+            target,
+            host,
             settings,
             id: super::replica_id(&label),
             label,
@@ -183,7 +199,7 @@ impl HttpUpstream {
         method: Method,
         forwarded: &HeaderMap,
         body: Bytes,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let request = self.request(method, None, forwarded, Full::new(body))?;
         self.send(request).await
     }
@@ -232,12 +248,12 @@ impl HttpUpstream {
     async fn send(
         &self,
         request: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let timeout = self.settings.timeout;
         let sent = Instant::now();
-        let response = match tokio::time::timeout(timeout, self.client.request(request)).await {
+        let response = match tokio::time::timeout(timeout, self.connections.send(request)).await {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(UpstreamError::Unreachable(describe(&e))),
+            Ok(Err(e)) => return Err(UpstreamError::Unreachable(e.to_string())),
             Err(_) => return Err(UpstreamError::Timeout(timeout)),
         };
         let answered = Instant::now();
@@ -257,15 +273,16 @@ impl HttpUpstream {
     ) -> Result<Request<Full<Bytes>>, UpstreamError> {
         let mut request = Request::new(body);
         *request.method_mut() = method;
-        *request.uri_mut() = self.settings.url.clone();
+        *request.uri_mut() = self.target.clone();
         let headers = request.headers_mut();
-        headers.reserve(forwarded.len() + 4);
+        headers.reserve(forwarded.len() + 5);
         for (name, value) in forwarded {
             if self.settings.withhold_authorization && name == AUTHORIZATION {
                 continue;
             }
             headers.append(name.clone(), value.clone());
         }
+        headers.insert(HOST, self.host.clone());
         if let Some(binding) = binding {
             if let Some(id) = binding.session_id {
                 let value = HeaderValue::from_str(id).map_err(|_| {
@@ -280,16 +297,4 @@ impl HttpUpstream {
         }
         Ok(request)
     }
-}
-
-fn describe(e: &hyper_util::client::legacy::Error) -> String {
-    use std::error::Error;
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

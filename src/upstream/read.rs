@@ -7,8 +7,8 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 
+use super::connections::UpstreamBody;
 use super::error::UpstreamError;
 use crate::mcp::headers::{JSON, SSE};
 
@@ -37,7 +37,7 @@ pub fn media_type(headers: &HeaderMap) -> Media {
 
 /// Collects a body of at most `limit` bytes within `timeout`.
 pub async fn read_body(
-    body: Incoming,
+    body: UpstreamBody,
     limit: usize,
     timeout: Duration,
 ) -> Result<Bytes, UpstreamError> {

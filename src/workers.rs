@@ -1,0 +1,125 @@
+//! The threads serving requests (`workers`): thread per core. Each worker is a thread
+//! running a current-thread runtime, with its own listener on the listen address
+//! (`SO_REUSEPORT`: the kernel spreads connections over them) and its own idle upstream
+//! connections (`upstream::connections`), so a request is served from accept to answer
+//! on one thread and never hands work to another. The thread that started the proxy
+//! keeps the rest (the reaper, the endings, probes, signals, the operations listener
+//! when it has its own address), so that neither a blocked log write there nor
+//! background work stalls a request.
+//!
+//! What the workers share is shared state, not work: the session store, the fleet, the
+//! metrics and the connection caps are `Sync` and live behind `Arc`s.
+
+use std::cell::Cell;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use tokio::net::TcpSocket;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+thread_local! {
+    /// This thread's worker number (1..=n); 0 for any thread that is not a worker.
+    static INDEX: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How long per-worker tables are: one slot per worker of the proxy with the most in
+/// this process, and slot 0 for the other threads.
+static MOST: AtomicUsize = AtomicUsize::new(1);
+
+/// The worker running on this thread (0 when it is not a worker thread).
+pub fn current() -> usize {
+    INDEX.with(Cell::get)
+}
+
+/// How many per-worker slots a per-worker table needs.
+pub fn slots() -> usize {
+    MOST.load(Ordering::Relaxed)
+}
+
+/// How many workers `workers` asks for: 0 is one per core.
+pub fn count(workers: Option<usize>) -> usize {
+    match workers {
+        Some(n) if n > 0 => n,
+        _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+/// The worker threads, numbered 1..=n. They stop when this is dropped.
+#[derive(Debug, Default)]
+pub struct Workers {
+    threads: Vec<Worker>,
+}
+
+#[derive(Debug)]
+struct Worker {
+    handle: Handle,
+    /// Dropping it ends the worker's runtime (and every task still on it).
+    _stop: oneshot::Sender<()>,
+    _thread: JoinHandle<()>,
+}
+
+impl Workers {
+    /// Starts `count` worker threads, each running a current-thread runtime.
+    pub fn start(count: usize) -> io::Result<Workers> {
+        MOST.fetch_max(count + 1, Ordering::Relaxed);
+        let mut threads = Vec::with_capacity(count);
+        for index in 1..=count {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let handle = runtime.handle().clone();
+            let (stop, stopped) = oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("mcp-worker-{index}"))
+                .spawn(move || {
+                    INDEX.with(|i| i.set(index));
+                    // The runtime runs its tasks while it waits to be stopped.
+                    let _ = runtime.block_on(stopped);
+                })?;
+            threads.push(Worker {
+                handle,
+                _stop: stop,
+                _thread: thread,
+            });
+        }
+        Ok(Workers { threads })
+    }
+
+    /// The workers' runtimes, in order.
+    pub fn handles(&self) -> impl Iterator<Item = &Handle> {
+        self.threads.iter().map(|w| &w.handle)
+    }
+}
+
+/// `count` sockets bound to `addr`, all on the same port, not yet listening (a socket
+/// listens on the runtime that will accept from it: `TcpSocket::listen` in its context).
+/// With more than one, each has `SO_REUSEPORT` and the kernel spreads new connections
+/// over them; a port 0 is the one the first socket got.
+pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<TcpSocket>> {
+    let mut addr = addr;
+    let mut sockets = Vec::with_capacity(count.max(1));
+    for _ in 0..count.max(1) {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restarted proxy binds despite TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        if count > 1 {
+            socket.set_reuseport(true)?;
+        }
+        socket.bind(addr)?;
+        if addr.port() == 0 {
+            addr = socket.local_addr()?;
+        }
+        sockets.push(socket);
+    }
+    Ok(sockets)
+}
+
+/// The backlog of every listener (as `TcpListener::bind`'s).
+pub const BACKLOG: u32 = 1024;
