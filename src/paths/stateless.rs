@@ -204,6 +204,9 @@ impl StatelessPath {
         }
         let context = validate(message.headers, envelope.method(), message.params())
             .map_err(ProxyError::Stateless)?;
+        if let Some(params) = message.params() {
+            params.check_typed_meta()?;
+        }
         let Some(id) = envelope.id else {
             return Err(ProxyError::StatelessResponse);
         };
@@ -356,7 +359,7 @@ impl StatelessPath {
             let started = self
                 .start(context, upstream_body, forwarded, &target, who)
                 .await;
-            let (session, messages) = match (started, &target) {
+            let (session, (status, messages)) = match (started, &target) {
                 (Ok(started), _) => started,
                 (Err(ProxyError::SessionNotFound { .. }), Target::Handle(handle)) => {
                     return Ok(handles::unknown(self, &id, handle));
@@ -367,7 +370,8 @@ impl StatelessPath {
                 path: self.clone(),
                 session,
                 messages,
-                upstream_id: id.clone(),
+                status,
+                first_id: id.clone(),
                 client_id: id,
                 method: method.to_owned(),
                 capabilities: context.capabilities.to_owned(),
@@ -418,7 +422,7 @@ impl StatelessPath {
         forwarded: &HeaderMap,
         target: &Target,
         caller: Caller,
-    ) -> Result<(CallSession, Messages), ProxyError> {
+    ) -> Result<(CallSession, (StatusCode, Messages)), ProxyError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -429,7 +433,7 @@ impl StatelessPath {
                 .exchange(session.binding(), body.clone(), forwarded)
                 .await;
             match (exchanged, &mut session) {
-                (Ok(answer), _) => return Ok((session, answer.messages)),
+                (Ok(answer), _) => return Ok((session, (answer.status, answer.messages))),
                 (Err(UpstreamError::SessionGone), CallSession::Handle(_)) => {
                     if let Target::Handle(handle) = target {
                         self.session_path.forget_lost(handle).await;
