@@ -250,6 +250,12 @@ impl ProxyError {
                     Fault::Client,
                 )
             }
+            E::Meta(MetaError::Malformed { key, .. }) => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                Some(json!({ "key": format!("_meta.{key}") })),
+                Fault::Client,
+            ),
             E::NotAnObject { key } => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,

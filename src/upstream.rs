@@ -19,6 +19,7 @@ mod endings;
 mod error;
 mod handshake;
 mod http;
+mod ids;
 mod lost;
 mod pins;
 mod pool;
@@ -131,16 +132,53 @@ impl Upstream {
         match self {
             Upstream::Http(replicas) => {
                 let replica = replicas.holding(binding.replica)?;
-                let answer = replica
-                    .http
-                    .exchange(Some(binding), message, forwarded)
-                    .await;
+                let answer = replica.http.exchange(binding, message, forwarded).await;
                 health(replica, answer)
             }
             Upstream::Stdio(stdio) => {
                 let key = binding.session_id.ok_or(UpstreamError::SessionGone)?;
                 stdio.exchange(key, message).await
             }
+        }
+    }
+
+    /// Tells the upstream that the request whose answer `messages` holds is off
+    /// (2025-11-25 "Cancellation"), naming it by the id the upstream knows (`client_id`
+    /// is the id the client gave it). Nothing is sent for a request already answered.
+    pub async fn cancel(
+        &self,
+        binding: Binding<'_>,
+        messages: &Messages,
+        client_id: &[u8],
+        reason: &str,
+        forwarded: &HeaderMap,
+    ) {
+        let sent = match self {
+            Upstream::Http(replicas) => {
+                let Some(ours) = messages.upstream_request_id() else {
+                    return;
+                };
+                let notification = ids::cancellation(ours, reason);
+                match replicas.holding(binding.replica) {
+                    Ok(replica) => replica
+                        .http
+                        .post(Some(binding), notification, forwarded)
+                        .await
+                        .map(drop),
+                    Err(e) => Err(e),
+                }
+            }
+            // The child names the request by the client's id until it answers.
+            Upstream::Stdio(stdio) => match binding.session_id {
+                Some(key) => stdio
+                    .exchange(key, ids::cancellation(client_id, reason))
+                    .await
+                    .map(drop),
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "could not cancel an upstream request");
         }
     }
 

@@ -273,36 +273,141 @@ async fn deleting_one_session_leaves_the_other_working() {
     h.stop().await;
 }
 
+/// Valid JSON-RPC ids that the TypeScript server parses and writes back its own way
+/// (`"\u00e9"` as `"é"`, `"\/x"` as `"/x"`, `1E+2` as `100`, `-0` as `0`, `1.0` as `1`).
+const UNUSUAL_IDS: [&str; 5] = [r#""\u00e9""#, r#""\/x""#, "1E+2", "-0", "1.0"];
+
 #[tokio::test]
-async fn ids_the_upstream_rewrites_still_get_their_session_meta() {
-    // The TypeScript server parses the id and writes it back its own way: `1.0` comes back
-    // as `1`, `"\u0041b"` as `"Ab"`. The proxy must still recognise its response, stamp
-    // it, and not invent an error for a stream that "never answered".
+async fn unusual_ids_come_back_byte_for_byte_in_a_session() {
+    // The proxy speaks its own ids to the server and puts the client's back on the
+    // response, in the server's event stream, so the client reads its own bytes and the
+    // response is stamped — not an error for a stream that "never answered".
     let h = Interop::everything().await;
     let mut c = h.client();
     c.create().await;
     let session_id = c.session_id().to_owned();
     let http = http_client();
-    for (raw_id, read_back) in [("1.0", json!(1)), (r#""\u0041b""#, json!("Ab"))] {
+    for raw_id in UNUSUAL_IDS {
         let params = in_session(
             json!({"name": "echo", "arguments": {"message": "id"}}),
             &session_id,
             c.state.as_deref(),
         );
-        let body =
-            format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"tools/call","params":{params}}}"#);
-        let reply = post_raw(&http, &h.url(), body.into_bytes(), &HeaderMap::new()).await;
+        let reply = post_raw(
+            &http,
+            &h.url(),
+            raw_request(raw_id, "tools/call", &params),
+            &HeaderMap::new(),
+        )
+        .await;
         assert_eq!(reply.status, 200, "{raw_id}: {}", reply.text);
-        let messages = reply.events();
-        let responses: Vec<&Value> = messages
-            .iter()
-            .filter(|m| m.get("result").is_some() || m.get("error").is_some())
-            .collect();
-        assert_eq!(responses.len(), 1, "{raw_id}: one answer: {}", reply.text);
-        let answer = responses[0];
-        assert_eq!(answer["id"], read_back, "{raw_id}: {answer}");
+        assert_eq!(
+            response_ids(&reply),
+            vec![raw_id.to_owned()],
+            "{raw_id}: one answer, with the client's id byte for byte: {}",
+            reply.text
+        );
+        let answer = final_message(&reply);
         assert_eq!(answer["result"]["content"][0]["text"], "Echo: id");
-        c.state = Some(check_session_meta(answer, &session_id));
+        c.state = Some(check_session_meta(&answer, &session_id));
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unusual_ids_come_back_byte_for_byte_to_stateless_clients() {
+    // Before, the stateless path looked for the response by the client's bytes, missed
+    // it, and answered 502 — after the tool had run.
+    let h = Interop::everything().await;
+    let c = StatelessClient::new(h.url());
+    let http = http_client();
+    for raw_id in UNUSUAL_IDS {
+        let params = c.params(json!({"name": "echo", "arguments": {"message": "id"}}));
+        let headers = StatelessClient::headers("tools/call", &params);
+        let reply = post_raw(
+            &http,
+            &h.url(),
+            raw_request(raw_id, "tools/call", &params),
+            &headers,
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{raw_id}: {}", reply.text);
+        assert_eq!(
+            response_ids(&reply),
+            vec![raw_id.to_owned()],
+            "{raw_id}: {}",
+            reply.text
+        );
+        let answer = final_message(&reply);
+        assert_eq!(
+            answer["result"]["content"][0]["text"], "Echo: id",
+            "{answer}"
+        );
+        assert_eq!(answer["result"]["resultType"], "complete");
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_meta_is_the_clients_error_not_a_bad_gateway() {
+    let h = Interop::everything().await;
+    let mut c = h.client();
+    c.create().await;
+    let session_id = c.session_id().to_owned();
+    let stateless = StatelessClient::new(h.url());
+    let http = http_client();
+    // The proxy refuses what the 2025-11-25 schema forbids, naming the key; a token the
+    // schema allows but this server refuses (a fractional number) gets the server's own
+    // error — as the answer to the client's request, with its id and a 4xx.
+    let cases = [
+        (json!(null), Some("_meta.progressToken")),
+        (json!({"nested": 1}), Some("_meta.progressToken")),
+        (json!(1.5), None),
+    ];
+    for (token, key) in cases {
+        let call = json!({"name": "echo", "arguments": {"message": "m"},
+                          "_meta": {"progressToken": token}});
+        let session_params = in_session(call.clone(), &session_id, c.state.as_deref());
+        let stateless_params = stateless.params(call);
+        let replies = [
+            (
+                "session",
+                post_raw(
+                    &http,
+                    &h.url(),
+                    raw_request(r#""p-1""#, "tools/call", &session_params),
+                    &HeaderMap::new(),
+                )
+                .await,
+            ),
+            (
+                "stateless",
+                post_raw(
+                    &http,
+                    &h.url(),
+                    raw_request(r#""p-1""#, "tools/call", &stateless_params),
+                    &StatelessClient::headers("tools/call", &stateless_params),
+                )
+                .await,
+            ),
+        ];
+        for (path, reply) in replies {
+            assert_eq!(reply.status, 400, "{path}, {token}: {}", reply.text);
+            assert_eq!(
+                response_ids(&reply),
+                vec![r#""p-1""#.to_owned()],
+                "{path}, {token}: the error answers the client's request: {}",
+                reply.text
+            );
+            let error = final_message(&reply);
+            match key {
+                Some(key) => {
+                    assert_eq!(error["error"]["code"], -32602, "{path}: {error}");
+                    assert_eq!(error["error"]["data"]["key"], key, "{path}: {error}");
+                }
+                None => assert!(error["error"]["code"].is_i64(), "{path}: {error}"),
+            }
+        }
     }
     h.stop().await;
 }

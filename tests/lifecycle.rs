@@ -179,11 +179,15 @@ async fn draft_vector_session_usage() {
         .replace("eyJrIjoidjIifQ==", new_state)
         .replace("2026-03-01T00:00:00Z", meta["expiresAt"].as_str().unwrap());
     assert_eq!(reply.text, expected);
-    // What the legacy server got: the same request without the session.
+    // What the legacy server got: the same request without the session, under the
+    // proxy's own request id.
     let call = h.upstream_saw("tools/call");
+    let mut got = call[0].body.clone().unwrap();
+    assert!(got["id"].is_u64(), "the proxy's id: {got}");
+    got["id"] = json!(2);
     assert_eq!(
-        call[0].body.as_ref().unwrap(),
-        &json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"msg":"hi"}}})
+        got,
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"msg":"hi"}}})
     );
     h.stop().await;
 }

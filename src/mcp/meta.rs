@@ -24,6 +24,11 @@ pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// The listen request a notification belongs to (2026-07-28 `subscriptions/listen`).
 pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The token progress notifications for a request carry (2025-11-25 `ProgressToken`: a
+/// string or a number).
+pub const PROGRESS_TOKEN: &str = "progressToken";
+/// The task a message relates to (2025-11-25 tasks: `{taskId: string}`).
+pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 const META: &str = "_meta";
 
@@ -36,6 +41,13 @@ pub enum MetaError {
         "_meta[\"io.modelcontextprotocol/session\"] must be an object with a string \"sessionId\" (and an optional string \"state\")"
     )]
     MalformedSession,
+    /// A `_meta` key the 2025-11-25 schema gives a type holds something else (a `null` or
+    /// an object `progressToken`, say): a legacy server would refuse the whole message.
+    #[error("_meta[\"{key}\"] must be {expected}")]
+    Malformed {
+        key: &'static str,
+        expected: &'static str,
+    },
 }
 
 /// A `params` or `result` object with its `_meta` opened.
@@ -92,6 +104,35 @@ impl<'a> Payload<'a> {
             Some(raw) => Some(crate::jsonrpc::raw_str(raw).ok_or(MetaError::MalformedSession)?),
         };
         Ok(Some(SessionMeta { session_id, state }))
+    }
+
+    /// Checks the `_meta` keys whose type MCP 2025-11-25 fixes (`progressToken`, a string
+    /// or a number; `io.modelcontextprotocol/related-task`, `{taskId: string}`), which a
+    /// 2025-11-25 server validates before anything else and refuses the message for.
+    pub fn check_typed_meta(&self) -> Result<(), MetaError> {
+        if let Some(token) = self.meta(PROGRESS_TOKEN)
+            && !matches!(
+                token.get().as_bytes().first(),
+                Some(b'"' | b'-' | b'0'..=b'9')
+            )
+        {
+            return Err(MetaError::Malformed {
+                key: PROGRESS_TOKEN,
+                expected: "a string or a number",
+            });
+        }
+        if let Some(task) = self.meta(RELATED_TASK) {
+            let well_formed = RawObject::parse(task)
+                .and_then(|t| t.get("taskId"))
+                .is_some_and(|id| id.get().starts_with('"'));
+            if !well_formed {
+                return Err(MetaError::Malformed {
+                    key: RELATED_TASK,
+                    expected: "an object with a string \"taskId\"",
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The payload without `_meta[key]`, dropping `_meta` when nothing is left in it.

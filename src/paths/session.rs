@@ -285,6 +285,11 @@ impl SessionPath {
         dialect: Dialect,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
+        // What a legacy server would refuse the whole message for is refused here, with
+        // the key named, before the session is used.
+        if let Some(params) = message.params() {
+            params.check_typed_meta()?;
+        }
         let mut lease = self.lease(session, message.caller).await?;
         let body = message.body;
         let post = http::Method::POST;

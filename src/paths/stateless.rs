@@ -205,6 +205,9 @@ impl StatelessPath {
         }
         let context = validate(message.headers, envelope.method(), message.params())
             .map_err(ProxyError::Stateless)?;
+        if let Some(params) = message.params() {
+            params.check_typed_meta()?;
+        }
         let Some(id) = envelope.id else {
             return Err(ProxyError::StatelessResponse);
         };
@@ -363,7 +366,7 @@ impl StatelessPath {
                     (who, message.caller_key()),
                 )
                 .await;
-            let (session, messages) = match (started, &target) {
+            let (session, (status, messages)) = match (started, &target) {
                 (Ok(started), _) => started,
                 (Err(ProxyError::SessionNotFound { .. }), Target::Handle(handle)) => {
                     return Ok(handles::unknown(self, &id, handle));
@@ -374,7 +377,8 @@ impl StatelessPath {
                 path: self.clone(),
                 session,
                 messages,
-                upstream_id: id.clone(),
+                status,
+                first_id: id.clone(),
                 client_id: id,
                 method: method.to_owned(),
                 capabilities: context.capabilities.to_owned(),
@@ -425,7 +429,7 @@ impl StatelessPath {
         forwarded: &HeaderMap,
         target: &Target,
         caller: (Caller, Option<CallerKey>),
-    ) -> Result<(CallSession, Messages), ProxyError> {
+    ) -> Result<(CallSession, (StatusCode, Messages)), ProxyError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -443,7 +447,7 @@ impl StatelessPath {
                 return Err(relay::unusable(&self.upstream, answer.status, problem, id));
             }
             match (exchanged, &mut session) {
-                (Ok(answer), _) => return Ok((session, answer.messages)),
+                (Ok(answer), _) => return Ok((session, (answer.status, answer.messages))),
                 (Err(UpstreamError::SessionGone), CallSession::Handle(_)) => {
                     if let Target::Handle(handle) = target {
                         self.session_path.forget_lost(handle).await;

@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::connections::UpstreamBody;
 use super::error::UpstreamError;
+use super::ids::Restore;
 use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, EnvelopeError, Kind, same_id};
 use crate::sse::{Decoded, End, Event, Item, ItemSource};
@@ -37,7 +38,7 @@ pub enum Messages {
     /// One message, read whole (a JSON body); `None` once taken.
     One(Option<Bytes>),
     /// An event stream, decoded as it arrives.
-    Events(Box<Decoded<UpstreamBody>>),
+    Events(Box<Events>),
     /// A stdio child's messages (each one event when streamed), after `first` if a
     /// caller already looked at it.
     Channel {
@@ -63,9 +64,10 @@ impl Answer {
         let status = parts.status;
         let messages = match media_type(&parts.headers) {
             Media::Json => Messages::One(Some(read_body(body, limit, timeout).await?)),
-            Media::EventStream if status.is_success() => {
-                Messages::Events(Box::new(Decoded::new(body, limit)))
-            }
+            Media::EventStream if status.is_success() => Messages::Events(Box::new(Events {
+                decoded: Decoded::new(body, limit),
+                restore: None,
+            })),
             _ if status.is_success() => Messages::Opaque(Box::new(body)),
             _ => {
                 let detail = read_body(body, 512, timeout)
@@ -114,6 +116,23 @@ impl Answer {
         }
     }
 
+    /// Puts the client's id back on the response to a request the proxy renamed
+    /// (`ids::outgoing`): in a JSON body now, in an event stream as the response goes by.
+    pub(super) fn restore_ids(&mut self, mut restore: Restore) {
+        match &mut self.messages {
+            Messages::One(Some(message)) => {
+                if let Some(restored) = restore.response(message, true) {
+                    *message = Bytes::from(restored);
+                }
+            }
+            Messages::Events(events) => events.restore = Some(restore),
+            Messages::One(None)
+            | Messages::Channel { .. }
+            | Messages::Nothing
+            | Messages::Opaque(_) => {}
+        }
+    }
+
     /// A notification or response delivered, with nothing to answer.
     pub fn accepted() -> Answer {
         Answer {
@@ -125,6 +144,15 @@ impl Answer {
 }
 
 impl Messages {
+    /// The id the upstream knows the request by while its response has not come, when
+    /// the proxy renamed it (an HTTP upstream's event stream); `None` otherwise.
+    pub fn upstream_request_id(&self) -> Option<&[u8]> {
+        match self {
+            Messages::Events(events) => events.restore.as_ref()?.upstream_id(),
+            _ => None,
+        }
+    }
+
     /// The next JSON-RPC message (an event's data); `None` at the end.
     pub async fn next_message(&mut self) -> Option<Result<Bytes, UpstreamError>> {
         // A child's messages come as they are, and why it failed as the child said it.
@@ -233,6 +261,29 @@ fn shortened(raw: &[u8]) -> String {
     match text.char_indices().nth(64) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.into_owned(),
+    }
+}
+
+/// An upstream event stream, decoded as it arrives; the response to the proxy's request
+/// gets its client's id back on its way.
+#[derive(Debug)]
+pub struct Events {
+    decoded: Decoded<UpstreamBody>,
+    restore: Option<Restore>,
+}
+
+impl ItemSource for Events {
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Item, End>>> {
+        let mut polled = self.decoded.poll_item(cx);
+        if let (Some(restore), Poll::Ready(Some(Ok(Item::Event(event))))) =
+            (&mut self.restore, &mut polled)
+            && let Some(data) = &mut event.data
+            && let Some(restored) = restore.response(data.as_bytes(), false)
+        {
+            *data = String::from_utf8(restored)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+        }
+        polled
     }
 }
 

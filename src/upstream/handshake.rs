@@ -35,7 +35,7 @@ impl HttpUpstream {
         forwarded: &HeaderMap,
     ) -> Result<Opened, UpstreamError> {
         let body = Bytes::from(initialize::request_body(client_info, capabilities));
-        let mut answer = self.exchange(None, body, forwarded).await?;
+        let mut answer = self.post(None, body, forwarded).await?;
         let session_id = match answer.headers.get(&MCP_SESSION_ID) {
             None => None,
             Some(value) => match value.to_str() {
@@ -55,7 +55,7 @@ impl HttpUpstream {
             protocol_version: negotiated.protocol_version,
         };
         let ack = self
-            .exchange(
+            .post(
                 Some(binding),
                 Bytes::from_static(initialize::INITIALIZED),
                 forwarded,

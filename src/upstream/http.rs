@@ -16,6 +16,7 @@ use http_body_util::Full;
 use super::answer::{Answer, Messages};
 use super::connections::{Connections, UpstreamBody};
 use super::error::UpstreamError;
+use super::ids::{self, InFlight};
 use super::lost::{self, session_lost};
 use super::read::{Media, media_type, read_body};
 use crate::mcp::headers::{ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
@@ -62,6 +63,8 @@ pub struct HttpUpstream {
     id: super::ReplicaId,
     /// Time to response head, observed on every exchange.
     latency: Option<Histogram>,
+    /// The proxy's ids of requests in flight, for the clients' cancellations.
+    in_flight: Arc<InFlight>,
 }
 
 impl HttpUpstream {
@@ -100,6 +103,7 @@ impl HttpUpstream {
             id: super::replica_id(&label),
             label,
             latency,
+            in_flight: Arc::default(),
         }
     }
 
@@ -117,10 +121,27 @@ impl HttpUpstream {
         self.id
     }
 
-    /// POSTs one JSON-RPC message in `binding`'s upstream session (or in none) and reads
-    /// the answer. `forwarded` are the client's end-to-end headers the caller chose to
-    /// pass on; the transport's own headers are set here.
+    /// Sends a client's message in `binding`'s upstream session, in the proxy's own
+    /// request ids (`ids`): a request goes with a fresh id and its response comes back
+    /// with the client's; a client's `notifications/cancelled` names the proxy's id.
     pub async fn exchange(
+        &self,
+        binding: Binding<'_>,
+        body: Bytes,
+        forwarded: &HeaderMap,
+    ) -> Result<Answer, UpstreamError> {
+        let (body, restore) = ids::outgoing(body, binding.session_id, &self.in_flight);
+        let mut answer = self.post(Some(binding), body, forwarded).await?;
+        if let Some(restore) = restore {
+            answer.restore_ids(restore);
+        }
+        Ok(answer)
+    }
+
+    /// POSTs one JSON-RPC message, as it is, in `binding`'s upstream session (or in none)
+    /// and reads the answer. `forwarded` are the client's end-to-end headers the caller
+    /// chose to pass on; the transport's own headers are set here.
+    pub async fn post(
         &self,
         binding: Option<Binding<'_>>,
         body: Bytes,

@@ -194,6 +194,60 @@ pub fn sse_messages(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The messages of a reply exactly as written: the `data:` payloads of an event stream, or
+/// the JSON body itself.
+pub fn raw_messages(reply: &Reply) -> Vec<String> {
+    let is_stream = reply
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    if !is_stream {
+        return vec![reply.text.clone()];
+    }
+    reply
+        .text
+        .replace("\r\n", "\n")
+        .split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            (!data.is_empty() && !data.join("").trim().is_empty()).then(|| data.join("\n"))
+        })
+        .collect()
+}
+
+/// The `id` of a response message (one with `result` or `error`) exactly as written.
+pub fn raw_response_id(message: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Response<'a> {
+        #[serde(borrow)]
+        id: Option<&'a serde_json::value::RawValue>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    let response: Response<'_> = serde_json::from_str(message).ok()?;
+    if response.result.is_none() && response.error.is_none() {
+        return None;
+    }
+    response.id.map(|id| id.get().to_owned())
+}
+
+/// The ids of the responses in a reply, exactly as written.
+pub fn response_ids(reply: &Reply) -> Vec<String> {
+    raw_messages(reply)
+        .iter()
+        .filter_map(|m| raw_response_id(m))
+        .collect()
+}
+
+/// A JSON-RPC request whose id is `raw_id`, written as it is.
+pub fn raw_request(raw_id: &str, method: &str, params: &Value) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":{raw_id},"method":"{method}","params":{params}}}"#)
+        .into_bytes()
+}
+
 pub async fn post_json(
     http: &reqwest::Client,
     url: &str,

@@ -100,3 +100,40 @@ fn the_stamp_has_the_drafts_shape() {
         br#"{"sessionId":"sess-abc123","state":"eyJrIjoidjIifQ==","expiresAt":"2026-03-01T00:00:00Z"}"#
     );
 }
+
+#[test]
+fn typed_meta_keys_are_checked() {
+    let check = |params: &str| {
+        let value = raw(params);
+        Payload::open(&value).unwrap().unwrap().check_typed_meta()
+    };
+    for good in [
+        r#"{"_meta":{"progressToken":"p"}}"#,
+        r#"{"_meta":{"progressToken":7}}"#,
+        r#"{"_meta":{"progressToken":-1.5}}"#,
+        r#"{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"t"}}}"#,
+        r#"{"_meta":{"other":null}}"#,
+        r#"{"name":"x"}"#,
+    ] {
+        assert_eq!(check(good), Ok(()), "{good}");
+    }
+    for (bad, key) in [
+        (r#"{"_meta":{"progressToken":null}}"#, PROGRESS_TOKEN),
+        (r#"{"_meta":{"progressToken":{"a":1}}}"#, PROGRESS_TOKEN),
+        (r#"{"_meta":{"progressToken":[1]}}"#, PROGRESS_TOKEN),
+        (r#"{"_meta":{"progressToken":true}}"#, PROGRESS_TOKEN),
+        (
+            r#"{"_meta":{"io.modelcontextprotocol/related-task":"t"}}"#,
+            RELATED_TASK,
+        ),
+        (
+            r#"{"_meta":{"io.modelcontextprotocol/related-task":{"taskId":1}}}"#,
+            RELATED_TASK,
+        ),
+    ] {
+        match check(bad) {
+            Err(MetaError::Malformed { key: found, .. }) => assert_eq!(found, key, "{bad}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+}

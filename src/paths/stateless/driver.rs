@@ -57,8 +57,11 @@ pub struct Call {
     /// Held until the call's last round: given back, ended or kept when the call drops.
     pub session: CallSession,
     pub messages: Messages,
-    /// The id the upstream knows the call by (the first request's).
-    pub upstream_id: Bytes,
+    /// The HTTP status the upstream's answer came with (200 for a stdio child).
+    pub status: StatusCode,
+    /// The id of the call's first request, as the client wrote it: the upstream's
+    /// response to it comes back with it (the upstream itself knows the proxy's id).
+    pub first_id: Bytes,
     /// The id of the client request being answered now.
     pub client_id: Bytes,
     pub method: String,
@@ -242,7 +245,7 @@ pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
                 }
             }
             Kind::Response => {
-                if envelope.id.map(|id| id.get().as_bytes()) != Some(call.upstream_id.as_ref()) {
+                if envelope.id.map(|id| id.get().as_bytes()) != Some(call.first_id.as_ref()) {
                     continue;
                 }
                 if !missing.is_empty() {
@@ -336,15 +339,16 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
 /// Tells the upstream the call is off (the client left, or never came back) and ends
 /// the session: what else it was doing for the call is unknown.
 async fn cancel(call: &mut Call) {
-    let mut params = Vec::with_capacity(96);
-    params.extend_from_slice(br#"{"requestId":"#);
-    params.extend_from_slice(&call.upstream_id);
-    params.extend_from_slice(br#","reason":"the client went away"}"#);
-    answer(
-        call,
-        write::notification(Method::Cancelled.as_str(), Some(&params)),
-    )
-    .await;
+    call.path
+        .upstream
+        .cancel(
+            call.session.binding(),
+            &call.messages,
+            &call.first_id,
+            "the client went away",
+            &call.forwarded,
+        )
+        .await;
     call.session.discard();
 }
 
@@ -390,6 +394,11 @@ fn final_answer(call: &Call, envelope: &Envelope<'_>) -> (StatusCode, Bytes) {
             .unwrap_or_else(|| result.get().as_bytes().to_vec());
         return (StatusCode::OK, write::result(&call.client_id, &rewritten));
     }
-    let (status, object) = error_for_client(envelope.error, call.uri.as_deref());
+    let (mut status, object) = error_for_client(envelope.error, call.uri.as_deref());
+    // An upstream that refused the request itself (a 4xx with its error, e.g. a message
+    // its schema rejects) said it was the client's: so does the proxy.
+    if status == StatusCode::OK && call.status.is_client_error() {
+        status = call.status;
+    }
     (status, write::error(Some(&call.client_id), &object))
 }

@@ -1,0 +1,375 @@
+//! The proxy's own request ids toward an HTTP upstream (2025-11-25 "Base Protocol": the
+//! requestor chooses its request ids, and they must be unique within its session).
+//!
+//! Every request the proxy sends in an upstream session gets a fresh id from one
+//! process-wide counter — an integer, which every JSON serializer writes back as it came
+//! — and the client's id goes back, byte for byte, onto the response to it: in a JSON
+//! body at once, in an event stream as the event carrying it goes by. The client's id
+//! never reaches the upstream, so however the upstream parses and rewrites ids (`1.0` as
+//! `1`, `"\u00e9"` as `"é"`, `1E+2` as `100`), the client reads its own; and two calls
+//! with the same id that share an upstream session (a pinned conversation) never collide
+//! there. A JSON body answering the request with an error whose id is `null` (the
+//! upstream could not read the request, e.g. a schema it refuses) is the response to it
+//! too, and gets the client's id.
+//!
+//! A client's `notifications/cancelled` names its request by the client's id: while the
+//! request is in flight, [`InFlight`] (one table per replica) gives the proxy's id for it,
+//! looked up by the id's value in the same upstream session. A cancellation the table
+//! cannot place (the request is done, or another proxy replica sent it) goes on as it
+//! came: the upstream ignores an id it does not know, as 2025-11-25 lets it.
+//!
+//! stdio children do the same for themselves (`stdio::child`); old clients passed
+//! through are never touched.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use dashmap::DashMap;
+
+use crate::jsonrpc::{Envelope, IdValue, Kind, same_id, splice, write, write_json_str};
+use crate::mcp::Method;
+use crate::mcp::meta::Payload;
+
+/// The next request id the proxy uses, for every upstream of the process: unique in
+/// every upstream session, whichever calls share it.
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh request id.
+fn next() -> u64 {
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Requests in flight in the upstream sessions of one replica, by (upstream session, the
+/// value of the client's id): the proxy's id for each, so that a client's cancellation
+/// reaches the request it names.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    /// A keyed hash of (upstream session, client id value) → the proxy's id. A collision
+    /// (2⁻⁶⁴) could only name another request's id in the *same* table, and the
+    /// cancellation still goes to the client's own upstream session, where an id of
+    /// another session names nothing.
+    table: DashMap<u64, u64>,
+    keys: RandomState,
+}
+
+impl InFlight {
+    fn key(&self, session: &str, id: &IdValue<'_>) -> u64 {
+        self.keys.hash_one((session, id))
+    }
+
+    fn insert(self: &Arc<Self>, session: &str, client_id: &[u8], ours: u64) -> Option<Registered> {
+        let key = self.key(session, &IdValue::of(client_id)?);
+        self.table.insert(key, ours);
+        Some(Registered {
+            table: self.clone(),
+            key,
+            ours,
+        })
+    }
+
+    fn find(&self, session: &str, client_id: &[u8]) -> Option<u64> {
+        let key = self.key(session, &IdValue::of(client_id)?);
+        self.table.get(&key).map(|ours| *ours)
+    }
+
+    /// Requests in flight (for tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table.len()
+    }
+}
+
+/// A request's entry in [`InFlight`], removed when its answer is done with.
+#[derive(Debug)]
+struct Registered {
+    table: Arc<InFlight>,
+    key: u64,
+    ours: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // Only its own entry: a later request with the same client id keeps its own.
+        self.table
+            .table
+            .remove_if(&self.key, |_, ours| *ours == self.ours);
+    }
+}
+
+/// One request the proxy renamed: how to give its response the client's id back.
+#[derive(Debug)]
+pub struct Restore {
+    /// The proxy's id, as written on the request.
+    ours: Bytes,
+    /// The client's id, raw JSON as it wrote it.
+    client: Bytes,
+    registered: Option<Registered>,
+    /// The response went by.
+    done: bool,
+}
+
+impl Restore {
+    /// The id the upstream knows the request by, until its response went by.
+    pub fn upstream_id(&self) -> Option<&[u8]> {
+        (!self.done).then_some(&self.ours[..])
+    }
+
+    /// `message` with the client's id, if it is the response to the request; `None` for
+    /// anything else (a notification, the upstream's own request, another id). `whole`:
+    /// `message` is the entire answer (a JSON body), so an error with a `null` id is the
+    /// response too.
+    pub fn response(&mut self, message: &[u8], whole: bool) -> Option<Vec<u8>> {
+        if self.done {
+            return None;
+        }
+        // Whatever spelling the upstream chose for the integer, its digits are there.
+        let ours = &self.ours[..];
+        let maybe = memchr::memmem::find(message, ours).is_some() || whole;
+        if !maybe {
+            return None;
+        }
+        let envelope = Envelope::parse(message).ok()?;
+        if envelope.kind != Kind::Response {
+            return None;
+        }
+        let id = envelope.id?;
+        let answered =
+            same_id(id.get(), ours) || (whole && id.get() == "null" && envelope.error.is_some());
+        if !answered {
+            return None;
+        }
+        self.done = true;
+        self.registered = None;
+        splice(message, id, &self.client)
+    }
+}
+
+/// A message on its way to an upstream session (`session`: its `Mcp-Session-Id`): a
+/// request gets the proxy's id (and, in a session, an entry in `in_flight`), a client's
+/// `notifications/cancelled` the proxy's id of the request it names; anything else goes
+/// as it is. Returns what to send and, for a request, how to restore its answer.
+pub fn outgoing(
+    message: Bytes,
+    session: Option<&str>,
+    in_flight: &Arc<InFlight>,
+) -> (Bytes, Option<Restore>) {
+    let Ok(envelope) = Envelope::parse(&message) else {
+        return (message, None);
+    };
+    match (envelope.kind, envelope.id) {
+        (Kind::Request, Some(id)) => {
+            let ours = next();
+            let rendered = Bytes::from(ours.to_string());
+            let Some(renamed) = splice(&message, id, &rendered) else {
+                return (message, None);
+            };
+            let client = Bytes::copy_from_slice(id.get().as_bytes());
+            // An upstream that issues no session id cannot tell its clients' requests
+            // apart: there is no session to find a cancelled request in.
+            let registered = session.and_then(|s| in_flight.insert(s, &client, ours));
+            let restore = Restore {
+                ours: rendered,
+                client,
+                registered,
+                done: false,
+            };
+            (Bytes::from(renamed), Some(restore))
+        }
+        (Kind::Notification, _) if envelope.method() == Method::Cancelled.as_str() => {
+            let renamed = session.and_then(|s| cancelled(&message, &envelope, s, in_flight));
+            (renamed.map(Bytes::from).unwrap_or(message), None)
+        }
+        _ => (message, None),
+    }
+}
+
+/// A `notifications/cancelled` naming a request in flight, with `requestId` replaced by
+/// the proxy's id for it.
+fn cancelled(
+    message: &[u8],
+    envelope: &Envelope<'_>,
+    session: &str,
+    in_flight: &InFlight,
+) -> Option<Vec<u8>> {
+    let params_raw = envelope.params?;
+    let params = Payload::open(params_raw).ok()??;
+    let request_id = params.member("requestId")?;
+    let ours = in_flight.find(session, request_id.get().as_bytes())?;
+    let rewritten = params.edited(&[], &[], &[("requestId", ours.to_string().as_bytes())], &[]);
+    splice(message, params_raw, &rewritten)
+}
+
+/// `notifications/cancelled` for request `id` (raw JSON, as the upstream knows it).
+pub fn cancellation(id: &[u8], reason: &str) -> Bytes {
+    let mut params = Vec::with_capacity(id.len() + reason.len() + 32);
+    params.extend_from_slice(br#"{"requestId":"#);
+    params.extend_from_slice(id);
+    params.extend_from_slice(br#","reason":"#);
+    write_json_str(&mut params, reason);
+    params.push(b'}');
+    write::notification(Method::Cancelled.as_str(), Some(&params))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(bytes: &[u8]) -> &str {
+        std::str::from_utf8(bytes).unwrap()
+    }
+
+    fn id_of(message: &[u8]) -> String {
+        Envelope::parse(message)
+            .unwrap()
+            .id
+            .unwrap()
+            .get()
+            .to_owned()
+    }
+
+    fn request(id: &str) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo"}}}}"#
+        ))
+    }
+
+    #[test]
+    fn a_request_goes_with_the_proxys_id_and_its_response_comes_back_with_the_clients() {
+        let table = Arc::new(InFlight::default());
+        for client in [
+            r#""\u00e9""#,
+            r#""\/x""#,
+            "1E+2",
+            "-0",
+            "1.0",
+            "7",
+            r#""a""#,
+        ] {
+            let (sent, restore) = outgoing(request(client), Some("s1"), &table);
+            let mut restore = restore.unwrap();
+            let ours = id_of(&sent);
+            assert!(
+                ours.parse::<u64>().is_ok(),
+                "{client}: the proxy's id, {ours}"
+            );
+            assert!(text(&sent).ends_with(r#","method":"tools/call","params":{"name":"echo"}}"#));
+            // The upstream answers its way: result first, the id as it reads it.
+            let answer = format!(r#"{{"result":{{"ok":true}},"jsonrpc":"2.0","id":{ours}}}"#);
+            let back = restore.response(answer.as_bytes(), true).unwrap();
+            assert_eq!(
+                text(&back),
+                format!(r#"{{"result":{{"ok":true}},"jsonrpc":"2.0","id":{client}}}"#)
+            );
+            assert_eq!(restore.upstream_id(), None, "done once answered");
+        }
+        assert_eq!(table.len(), 0, "answered requests leave the table");
+    }
+
+    #[test]
+    fn every_request_gets_another_id() {
+        let table = Arc::new(InFlight::default());
+        let (a, _ra) = outgoing(request("1"), Some("s"), &table);
+        let (b, _rb) = outgoing(request("1"), Some("s"), &table);
+        assert_ne!(id_of(&a), id_of(&b));
+    }
+
+    #[test]
+    fn only_the_response_to_the_request_is_restored() {
+        let table = Arc::new(InFlight::default());
+        let (sent, restore) = outgoing(request("1"), Some("s"), &table);
+        let mut restore = restore.unwrap();
+        let ours = id_of(&sent);
+        let progress = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":{ours},"progress":1}}}}"#
+        );
+        assert_eq!(restore.response(progress.as_bytes(), false), None);
+        let server_request = format!(r#"{{"jsonrpc":"2.0","id":{ours},"method":"roots/list"}}"#);
+        assert_eq!(restore.response(server_request.as_bytes(), false), None);
+        let other = r#"{"jsonrpc":"2.0","id":999999999999,"result":{}}"#;
+        assert_eq!(restore.response(other.as_bytes(), false), None);
+        // In a stream, a null-id error is not known to be about this request.
+        let null = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#;
+        assert_eq!(restore.response(null.as_bytes(), false), None);
+        assert_eq!(restore.upstream_id(), Some(ours.as_bytes()));
+        // Re-serialized the float way, it is still ours.
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{ours}.0,"result":{{}}}}"#);
+        let back = restore.response(answer.as_bytes(), false).unwrap();
+        assert_eq!(text(&back), r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    }
+
+    #[test]
+    fn a_json_error_with_a_null_id_answers_the_request() {
+        let table = Arc::new(InFlight::default());
+        let (_, restore) = outgoing(request(r#""c-1""#), Some("s"), &table);
+        let mut restore = restore.unwrap();
+        let null = r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#;
+        let back = restore.response(null.as_bytes(), true).unwrap();
+        assert_eq!(
+            text(&back),
+            r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":"c-1"}"#
+        );
+    }
+
+    #[test]
+    fn a_clients_cancellation_names_the_proxys_id_while_the_request_is_in_flight() {
+        let table = Arc::new(InFlight::default());
+        let (sent, restore) = outgoing(request(r#""\u00e9""#), Some("s1"), &table);
+        let ours = id_of(&sent);
+        // Another session's request with the same id is not the one cancelled.
+        let (_other, _keep) = outgoing(request(r#""é""#), Some("s2"), &table);
+        let cancel = Bytes::from_static(
+            br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"\u00e9","reason":"stop"}}"#,
+        );
+        let (renamed, none) = outgoing(cancel.clone(), Some("s1"), &table);
+        assert!(none.is_none());
+        assert_eq!(
+            text(&renamed),
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"reason":"stop","requestId":{ours}}}}}"#
+            )
+        );
+        // By value: the client may spell the id another way.
+        let spelled = Bytes::from(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"é"}}"#,
+        );
+        let (renamed, _) = outgoing(spelled, Some("s1"), &table);
+        assert!(text(&renamed).contains(&format!(r#""requestId":{ours}"#)));
+        // Once the request is done, the cancellation goes as it came.
+        drop(restore);
+        let (unchanged, _) = outgoing(cancel.clone(), Some("s1"), &table);
+        assert_eq!(unchanged, cancel);
+    }
+
+    #[test]
+    fn other_messages_pass_as_they_are() {
+        let table = Arc::new(InFlight::default());
+        for message in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#[..],
+            br#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#,
+            br#"not json"#,
+        ] {
+            let (sent, restore) = outgoing(Bytes::from_static(message), Some("s"), &table);
+            assert_eq!(&sent[..], message);
+            assert!(restore.is_none());
+        }
+    }
+
+    #[test]
+    fn without_an_upstream_session_nothing_is_registered() {
+        let table = Arc::new(InFlight::default());
+        let (_, restore) = outgoing(request("1"), None, &table);
+        assert!(restore.is_some());
+        assert_eq!(table.len(), 0);
+    }
+
+    #[test]
+    fn the_proxys_own_cancellation() {
+        assert_eq!(
+            text(&cancellation(b"42", "the client went away")),
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":42,"reason":"the client went away"}}"#
+        );
+    }
+}
