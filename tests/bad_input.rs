@@ -295,14 +295,7 @@ async fn an_mcp_session_id_header_outside_visible_ascii_is_invalid_request() {
             );
         }
         for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
-            let response = h
-                .http
-                .request(method.clone(), h.url())
-                .headers(headers.clone())
-                .header("accept", "text/event-stream")
-                .send()
-                .await
-                .unwrap();
+            let response = h.bare(method.clone(), &headers).await;
             assert_eq!(response.status(), 400, "{method} {value:?}");
             let answer: Value = response.json().await.unwrap();
             assert_eq!(answer["error"]["code"], -32600, "{method} {value:?}");

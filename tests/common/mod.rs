@@ -102,6 +102,18 @@ impl Harness {
         self.proxy.url()
     }
 
+    /// A `GET` or `DELETE` of the endpoint (no body) with `headers`, accepting an event
+    /// stream.
+    pub async fn bare(&self, method: reqwest::Method, headers: &HeaderMap) -> reqwest::Response {
+        self.http
+            .request(method, self.url())
+            .headers(headers.clone())
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub fn client(&self) -> SessionClient {
         SessionClient::new(self.url())
     }
