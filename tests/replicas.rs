@@ -62,6 +62,30 @@ fn redis_session(redis: &Redis) -> String {
     )
 }
 
+/// Two proxy processes sharing a real Redis, in front of `n` upstream replicas.
+struct OnRedis {
+    redis: Redis,
+    upstream: Replicas,
+    a: ProxyProcess,
+    b: ProxyProcess,
+}
+
+impl OnRedis {
+    async fn start(n: usize) -> OnRedis {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(n).await;
+        let session = redis_session(&redis);
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        OnRedis {
+            redis,
+            upstream,
+            a,
+            b,
+        }
+    }
+}
+
 fn sealed_session(keys: &[&str]) -> String {
     let keys: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
     format!("store = \"sealed\"\nsealed_keys = [{}]", keys.join(", "))
@@ -83,11 +107,12 @@ fn via(client: &SessionClient, url: String) -> SessionClient {
 #[tokio::test]
 async fn a_redis_session_is_bound_to_its_caller_at_every_replica() {
     bounded(async {
-        let redis = Redis::start().await;
-        let upstream = Replicas::start(1).await;
-        let session = redis_session(&redis);
-        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
-        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let OnRedis {
+            redis: _redis,
+            upstream: _upstream,
+            a,
+            b,
+        } = OnRedis::start(1).await;
         let mut alice =
             SessionClient::new(a.url("/mcp")).with_header("authorization", "Bearer alice");
         alice.create().await;
@@ -689,11 +714,12 @@ async fn a_stdio_session_handle_is_served_by_the_replica_running_its_child() {
 #[tokio::test]
 async fn an_input_required_retry_at_the_wrong_replica_reaches_the_waiting_call() {
     bounded(async {
-        let redis = Redis::start().await;
-        let upstream = Replicas::start(1).await;
-        let session = redis_session(&redis);
-        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
-        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let OnRedis {
+            redis: _redis,
+            upstream,
+            a,
+            b,
+        } = OnRedis::start(1).await;
         let mut on_a = StatelessClient::new(a.url("/mcp")).with_capabilities(json!({"sampling": {}}));
         let params = json!({"name": "sample", "arguments": {"prompt": "Say cheese"}});
         let first = on_a.request("tools/call", params).await;
@@ -855,11 +881,12 @@ async fn sigterm_finishes_a_stream_in_flight_then_ends_memory_sessions() {
 #[tokio::test]
 async fn sigterm_with_redis_leaves_sessions_to_the_other_replicas() {
     bounded(async {
-        let redis = Redis::start().await;
-        let upstream = Replicas::start(1).await;
-        let session = redis_session(&redis);
-        let mut a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
-        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let OnRedis {
+            redis: _redis,
+            upstream,
+            mut a,
+            b,
+        } = OnRedis::start(1).await;
         let mut client = SessionClient::new(a.url("/mcp"));
         client.create().await;
         assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
@@ -878,11 +905,12 @@ async fn sigterm_with_redis_leaves_sessions_to_the_other_replicas() {
 #[tokio::test]
 async fn nginx_round_robin_in_front_of_two_replicas_sharing_redis() {
     bounded(async {
-        let redis = Redis::start().await;
-        let upstream = Replicas::start(2).await;
-        let session = redis_session(&redis);
-        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
-        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let OnRedis {
+            redis: _redis,
+            upstream,
+            a,
+            b,
+        } = OnRedis::start(2).await;
         let nginx = Nginx::start(&[a.listen, b.listen]).await;
 
         let mut clients = Vec::new();
