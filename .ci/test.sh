@@ -9,7 +9,16 @@ tests/interop/setup.sh
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
-cargo test --locked
-# The release binary the Dockerfile builds, and the benchmark (built, not run).
+# Every test binary's tests side by side (.config/nextest.toml says how many at once and
+# which run alone); the tools are installed already, so no test process runs setup.sh
+# again. Without cargo-nextest, cargo's own runner: one binary after another.
+export MCP_PROXY_TEST_TOOLS_READY=1
+if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --locked --workspace
+    cargo test --locked --doc
+else
+    cargo test --locked
+fi
+# The release binary the Dockerfile builds (the benches are type-checked by clippy above;
+# benches/run.sh builds them).
 cargo build --release --locked --bin mcp-session-proxy
-cargo bench --locked --no-run

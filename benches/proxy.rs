@@ -6,7 +6,11 @@
 //! **proxy** (the release binary) with data-layer sessions; at saturation also the proxy
 //! passing a legacy client through (its HTTP hop without the sessions). Same load
 //! generator, same run. The session stores are compared the same way: the proxy with the
-//! memory store, with Redis (a redis-server of its own) and with sealed ids, paced.
+//! memory store, with Redis (a redis-server of its own; and the same server as the
+//! primary a sentinel names, with a replica) and with sealed ids, paced. And the eras: a
+//! 2026-07-28 client and an old one through the proxy in front of a modern-only upstream
+//! (native pass-through, the reverse bridge) and an old client passed through to the
+//! legacy one, each against its upstream direct, paced, rounds interleaved.
 
 #![allow(
     clippy::unwrap_used,
@@ -39,14 +43,14 @@ usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
   --create-connections N  concurrency of the sessions/create runs (16)
   --sessions A,B          idle-session counts for the memory measurement (10000,100000;
                           at most 190000: the proxy runs with max_sessions 200000)
-  --only LIST             run only some of: saturation,paced,stores,create,memory
+  --only LIST             run only some of: saturation,paced,stores,eras,create,memory
   --no-nginx              leave nginx out
 
 Each option can also be given as MCP_BENCH_<NAME> (e.g. MCP_BENCH_DURATION=4,
 MCP_BENCH_QUICK=1); flags win. The table is printed and written to
 target/bench-results.md.";
 
-const SCENARIOS: [&str; 5] = ["saturation", "paced", "stores", "create", "memory"];
+const SCENARIOS: [&str; 6] = ["saturation", "paced", "stores", "eras", "create", "memory"];
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -285,9 +289,89 @@ struct Report {
     /// One loopback Redis round trip (PING), p50 and p99.
     redis_rtt: Option<(Duration, Duration)>,
     rewrite_proof: Option<Result<u16, String>>,
+    /// Each client era through the proxy in front of each upstream era, paced.
+    eras: Option<Eras>,
     nginx_version: String,
     notes: Vec<String>,
 }
+
+/// The era rows: each path's paced run (rounds merged), and what the modern upstream
+/// counted of `server/discover`.
+struct Eras {
+    paths: Vec<(&'static EraPath, Outcome)>,
+    /// `server/discover`s the modern upstream answered before the first measured window
+    /// (the proxy finding its era).
+    discovers_before: u64,
+    /// ... and in all at the end.
+    discovers_after: u64,
+}
+
+/// One path of the era rows.
+struct EraPath {
+    label: &'static str,
+    /// What it is, for the table.
+    what: &'static str,
+    /// The label of the direct path it is compared with (itself for a baseline).
+    baseline: &'static str,
+    protocol: Protocol,
+    /// Through the proxy (else direct to the upstream).
+    proxied: bool,
+    /// In front of the modern upstream (else the legacy one).
+    modern: bool,
+}
+
+const MODERN_DIRECT: &str = "modern direct";
+const MODERN_PASS: &str = "modern pass-through";
+const BRIDGE: &str = "reverse bridge";
+const LEGACY_DIRECT: &str = "legacy direct";
+const LEGACY_PASS: &str = "legacy pass-through";
+
+const ERA_PATHS: [EraPath; 5] = [
+    EraPath {
+        label: MODERN_DIRECT,
+        what: "2026-07-28 client → modern upstream, direct (baseline)",
+        baseline: MODERN_DIRECT,
+        protocol: Protocol::Stateless(load::Conversation::None),
+        proxied: false,
+        modern: true,
+    },
+    EraPath {
+        label: MODERN_PASS,
+        what: "2026-07-28 client → proxy → modern upstream (native pass-through)",
+        baseline: MODERN_DIRECT,
+        protocol: Protocol::Stateless(load::Conversation::None),
+        proxied: true,
+        modern: true,
+    },
+    EraPath {
+        label: BRIDGE,
+        what: "2025-11-25 client → proxy → modern upstream (the reverse bridge)",
+        baseline: MODERN_DIRECT,
+        protocol: Protocol::Legacy,
+        proxied: true,
+        modern: true,
+    },
+    EraPath {
+        label: LEGACY_DIRECT,
+        what: "2025-11-25 client → legacy upstream, direct (baseline)",
+        baseline: LEGACY_DIRECT,
+        protocol: Protocol::Legacy,
+        proxied: false,
+        modern: false,
+    },
+    EraPath {
+        label: LEGACY_PASS,
+        what: "2025-11-25 client → proxy → legacy upstream (pass-through)",
+        baseline: LEGACY_DIRECT,
+        protocol: Protocol::Legacy,
+        proxied: true,
+        modern: false,
+    },
+];
+
+/// Where [`eras`]' probe puts the modern upstream's `server/discover` count (after
+/// [`cpu_probe`]'s six readings).
+const DISCOVERS: usize = 6;
 
 struct Creates {
     connections: usize,
@@ -467,6 +551,14 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
         );
     }
 
+    if options.runs("eras") {
+        report.eras = Some(eras(
+            options,
+            (upstream_addr, upstream.pid()),
+            (proxy_addr, proxy.pid()),
+        ));
+    }
+
     if options.runs("create") {
         let stop = Stop::Timed {
             warmup: options.warmup,
@@ -550,7 +642,9 @@ fn stores(
         );
         return;
     };
-    progress("stores: a proxy with the Redis store and one with sealed ids");
+    progress(
+        "stores: a proxy with the Redis store (one server, and under Sentinel) and one with sealed ids",
+    );
     let key = "5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1".to_owned();
     let (with_redis, redis_proxy) = procs::spawn_proxy_with(
         upstream,
@@ -564,6 +658,22 @@ fn stores(
             ("MCP_PROXY_SESSION__STATE_KEY", key.clone()),
         ],
     );
+    let sentinel_set = procs::spawn_sentinel_set(redis_addr);
+    let with_sentinel = sentinel_set.as_ref().map(|(_, sentinel)| {
+        procs::spawn_proxy_with(
+            upstream,
+            "proxy-redis-sentinel",
+            &[
+                ("MCP_PROXY_SESSION__STORE", "redis".into()),
+                (
+                    "MCP_PROXY_SESSION__REDIS_SENTINELS",
+                    format!("[\"redis://{sentinel}\"]"),
+                ),
+                ("MCP_PROXY_SESSION__REDIS_MASTER_NAME", "sessions".into()),
+                ("MCP_PROXY_SESSION__STATE_KEY", key.clone()),
+            ],
+        )
+    });
     let (with_sealed, sealed_proxy) = procs::spawn_proxy_with(
         upstream,
         "proxy-sealed",
@@ -572,11 +682,14 @@ fn stores(
             ("MCP_PROXY_SESSION__SEALED_KEYS", format!("[\"{key}\"]")),
         ],
     );
-    let targets = [
+    let mut targets = vec![
         ("memory", memory_addr, memory_pid),
         ("redis", redis_proxy, with_redis.pid()),
         ("sealed", sealed_proxy, with_sealed.pid()),
     ];
+    if let Some((proxy, addr)) = &with_sentinel {
+        targets.push(("redis-sentinel", *addr, proxy.pid()));
+    }
     let ticks = procs::clock_ticks();
     let mut merged: Vec<(&'static str, Option<Outcome>)> =
         targets.iter().map(|(label, _, _)| (*label, None)).collect();
@@ -624,8 +737,112 @@ fn stores(
         report.redis_rtt = Some((at(0.5), at(0.99)));
     }
     drop(with_redis);
+    drop(with_sentinel);
     drop(with_sealed);
+    drop(sentinel_set);
     drop(redis);
+}
+
+/// Each client era through the proxy in front of each upstream era, paced at `rate`, JSON,
+/// rounds interleaved ([`ERA_PATHS`]): the modern upstream (`support/modern.rs`) with a
+/// proxy of its own, and the legacy `upstream` with its `proxy` (both `(address, pid)`).
+fn eras(options: &Options, upstream: (SocketAddr, u32), proxy: (SocketAddr, u32)) -> Eras {
+    progress("eras: the modern upstream and a proxy in front of it");
+    let (modern, modern_addr) = procs::spawn_modern_upstream();
+    // No periodic health probe during the windows (each one is a `server/discover`): what
+    // the windows count is then what the requests themselves cost.
+    let (modern_proxy, modern_proxy_addr) = procs::spawn_proxy_with(
+        modern_addr,
+        "proxy-modern",
+        &[("MCP_PROXY_UPSTREAM__HEALTH_INTERVAL", "1h".into())],
+    );
+    let ticks = procs::clock_ticks();
+    let place = |path: &EraPath| {
+        let (addr, hop) = match (path.proxied, path.modern) {
+            (false, true) => (modern_addr, None),
+            (true, true) => (modern_proxy_addr, Some(modern_proxy.pid())),
+            (false, false) => (upstream.0, None),
+            (true, false) => (proxy.0, Some(proxy.1)),
+        };
+        let upstream_pid = if path.modern {
+            modern.pid()
+        } else {
+            upstream.1
+        };
+        let target = Target {
+            label: path.label,
+            addr,
+            protocol: path.protocol,
+        };
+        (target, hop, upstream_pid)
+    };
+    for path in &ERA_PATHS {
+        let (target, _, _) = place(path);
+        // The bridge answers the `sse` tool's one-event stream as JSON (no message came
+        // before the response): checked with JSON calls only.
+        let tools: &[Tool] = if path.label == BRIDGE {
+            &[Tool::Json, Tool::Json]
+        } else {
+            &[Tool::Json, Tool::Sse, Tool::Json]
+        };
+        if let Err(e) = load::smoke_calls(&target, tools) {
+            panic!(
+                "{} ({}) does not answer correctly: {e}",
+                path.label, path.what
+            );
+        }
+    }
+    let counted = || {
+        support::modern::stats(modern_addr)
+            .expect("the modern upstream's GET /stats")
+            .0
+    };
+    let discovers_before = counted();
+    let mut merged: Vec<Option<Outcome>> = ERA_PATHS.iter().map(|_| None).collect();
+    for round in 0..options.rounds {
+        let mut order: Vec<usize> = (0..ERA_PATHS.len()).collect();
+        order.rotate_left(round % ERA_PATHS.len());
+        for i in order {
+            let path = &ERA_PATHS[i];
+            let (target, hop, upstream_pid) = place(path);
+            progress(&format!(
+                "eras round {}/{}: paced {} req/s, JSON, {}",
+                round + 1,
+                options.rounds,
+                options.rate,
+                path.what
+            ));
+            let cpu = cpu_probe(hop.into_iter().collect(), upstream_pid, ticks);
+            let probe = || {
+                let mut readings = cpu();
+                readings.push(counted());
+                readings
+            };
+            let outcome = load::open_loop(
+                &target,
+                options.paced_connections,
+                options.rate,
+                Tool::Json,
+                options.warmup,
+                options.duration,
+                &probe,
+            );
+            progress_line(&outcome);
+            merge_into(&mut merged[i], outcome);
+        }
+    }
+    let discovers_after = counted();
+    drop(modern_proxy);
+    drop(modern);
+    Eras {
+        paths: ERA_PATHS
+            .iter()
+            .zip(merged)
+            .filter_map(|(path, o)| o.map(|o| (path, o)))
+            .collect(),
+        discovers_before,
+        discovers_after,
+    }
 }
 
 /// Resident memory per idle session, in a fresh proxy.
@@ -771,10 +988,18 @@ impl Report {
     fn render(&self, options: &Options, elapsed: Duration) -> String {
         let mut md = String::new();
         let _ = writeln!(md, "### mcp-session-proxy benchmark\n");
-        let _ = writeln!(
-            md,
-            "| scenario | direct | nginx | proxy | ratio / goal | met? |\n| --- | ---: | ---: | ---: | --- | --- |"
-        );
+        // The main table, unless only the era rows ran (`--only eras`).
+        let main_table = !(self.saturation.is_empty()
+            && self.paced_json.is_empty()
+            && self.stores.is_empty()
+            && self.creates.is_empty()
+            && self.memory.is_none());
+        if main_table {
+            let _ = writeln!(
+                md,
+                "| scenario | direct | nginx | proxy | ratio / goal | met? |\n| --- | ---: | ---: | ---: | --- | --- |"
+            );
+        }
         let mut row = |cells: [String; 6]| {
             let _ = writeln!(md, "| {} |", cells.join(" | "));
         };
@@ -885,13 +1110,17 @@ impl Report {
             ]);
             let added = |o: &Outcome, q: f64| micros(o.p(q)) - micros(memory.p(q));
             let rtt = self.redis_rtt.map(|(p50, _)| micros(p50));
-            for (store, goal) in [("redis", rtt), ("sealed", Some(20.0))] {
+            for (store, goal) in [
+                ("redis", rtt),
+                ("redis-sentinel", rtt),
+                ("sealed", Some(20.0)),
+            ] {
                 let Some(o) = find(&self.stores, store) else {
                     continue;
                 };
                 let (a50, a99) = (added(o, 0.5), added(o, 0.99));
                 let (goal_text, met) = match (store, goal) {
-                    ("redis", Some(rtt)) => (
+                    ("redis" | "redis-sentinel", Some(rtt)) => (
                         format!(
                             "goal: within one loopback Redis round trip (PING paced at the same rate: p50 {rtt:.0} µs, p99 {:.0} µs)",
                             self.redis_rtt.map_or(0.0, |(_, p99)| micros(p99))
@@ -904,8 +1133,12 @@ impl Report {
                     ),
                     _ => ("—".into(), "—"),
                 };
+                let name = match store {
+                    "redis-sentinel" => "`session.store = \"redis\"` under Sentinel (the primary a sentinel names; a replica)".to_owned(),
+                    _ => format!("`session.store = \"{store}\"`"),
+                };
                 row([
-                    format!("… `session.store = \"{store}\"`: p50 / p99 (µs)"),
+                    format!("… {name}: p50 / p99 (µs)"),
                     "—".into(),
                     "—".into(),
                     lat_us(o),
@@ -1016,6 +1249,10 @@ impl Report {
             ]);
         }
 
+        if let Some(eras) = &self.eras {
+            let _ = writeln!(md);
+            let _ = write!(md, "{}", eras.render(options));
+        }
         let _ = writeln!(md);
         let _ = writeln!(md, "{}", self.details(options));
         let _ = writeln!(md, "{}", machine(options, elapsed, &self.nginx_version));
@@ -1090,6 +1327,11 @@ impl Report {
             .map(|(l, o)| ("saturation", *l, o))
             .chain(self.paced_json.iter().map(|(l, o)| ("paced JSON", *l, o)))
             .chain(self.paced_sse.iter().map(|(l, o)| ("paced SSE", *l, o)))
+            .chain(
+                self.eras
+                    .iter()
+                    .flat_map(|e| e.paths.iter().map(|(p, o)| ("eras", p.label, o))),
+            )
             .chain(
                 self.creates
                     .iter()
@@ -1167,6 +1409,123 @@ impl Report {
             let _ = writeln!(out, "- {note}");
         }
         out
+    }
+}
+
+impl Eras {
+    fn find(&self, label: &str) -> Option<&Outcome> {
+        self.paths
+            .iter()
+            .find(|(p, _)| p.label == label)
+            .map(|(_, o)| o)
+    }
+
+    /// The modern upstream's `server/discover`s during a path's measured windows.
+    fn discovers(o: &Outcome) -> u64 {
+        let (a, b) = &o.probe;
+        match (a.get(DISCOVERS), b.get(DISCOVERS)) {
+            (Some(a), Some(b)) => b.saturating_sub(*a),
+            _ => 0,
+        }
+    }
+
+    fn render(&self, options: &Options) -> String {
+        let mut md = String::new();
+        let rate = thousands(options.rate as f64);
+        let _ = writeln!(
+            md,
+            "#### The eras: `tools/call` at {rate} req/s, JSON, each client era in front of each upstream era
+"
+        );
+        let _ = writeln!(
+            md,
+            "| path | p50 / p99 (µs) | added over its baseline: p50 / p99 (µs) | proxy CPU per call (µs) | upstream CPU per call (µs) | `server/discover` during the windows |
+| --- | ---: | ---: | ---: | ---: | ---: |"
+        );
+        let bridge_cpu = self.find(BRIDGE).and_then(|o| o.per_op(0));
+        for (path, o) in &self.paths {
+            let added = match self.find(path.baseline) {
+                Some(base) if path.baseline != path.label => format!(
+                    "{:+.0} / {:+.0}",
+                    micros(o.p(0.5)) - micros(base.p(0.5)),
+                    micros(o.p(0.99)) - micros(base.p(0.99))
+                ),
+                _ => "—".into(),
+            };
+            let proxy_cpu = match (path.proxied, o.per_op(0)) {
+                (true, Some(cpu)) => match bridge_cpu {
+                    Some(bridge) if path.label != BRIDGE && bridge > 0.0 => {
+                        format!("{cpu:.1} ({:.2}× the bridge's)", cpu / bridge)
+                    }
+                    _ => format!("{cpu:.1}"),
+                },
+                _ => "—".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {added} | {proxy_cpu} | {} | {} |",
+                path.what,
+                cell(Some(o), lat_us),
+                o.per_op(1).map_or("—".into(), |u| format!("{u:.1}")),
+                if path.modern {
+                    Self::discovers(o).to_string()
+                } else {
+                    "—".into()
+                },
+            );
+        }
+        let _ = writeln!(md);
+        if let (Some(native), Some(bridge)) = (self.find(MODERN_PASS), self.find(BRIDGE))
+            && let (Some(n), Some(b)) = (native.per_op(0), bridge.per_op(0))
+        {
+            let legacy = self
+                .find(LEGACY_PASS)
+                .and_then(|o| o.per_op(0))
+                .map(|l| {
+                    format!(
+                        "; an old client passed through to the legacy upstream: {l:.1} µs ({:.2}× the native path's)",
+                        l / n
+                    )
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                md,
+                "- Proxy CPU per call, the native modern path against the reverse bridge (same run): **{n:.1} µs against {b:.1} µs ({:.2}×)**; added p50 {:+.0} µs against {:+.0} µs over the modern upstream direct{legacy}.",
+                n / b,
+                self.find(MODERN_DIRECT)
+                    .map_or(0.0, |d| micros(native.p(0.5)) - micros(d.p(0.5))),
+                self.find(MODERN_DIRECT)
+                    .map_or(0.0, |d| micros(bridge.p(0.5)) - micros(d.p(0.5))),
+            );
+        }
+        let calls: u64 = self
+            .paths
+            .iter()
+            .filter(|(p, _)| p.modern && p.proxied)
+            .map(|(_, o)| o.ops)
+            .sum();
+        let during: u64 = self
+            .paths
+            .iter()
+            .filter(|(p, _)| p.modern)
+            .map(|(_, o)| Self::discovers(o))
+            .sum();
+        let _ = writeln!(
+            md,
+            "- Finding the era: the modern upstream answered {} `server/discover` before the first window (the proxy finding its era, at start-up and first use) and **{during} during the measured windows**, in which the proxy in front of it served {} calls (its periodic health probe, one `server/discover` per `upstream.health_interval`, set to 1 h for this proxy so as not to count it); {} in all by the end.",
+            self.discovers_before,
+            thousands(calls as f64),
+            self.discovers_after,
+        );
+        let _ = writeln!(
+            md,
+            "- Each path: open loop at {rate} req/s over {} connections, {} round(s) of {} s (paths interleaved, {} s warm-up each); the 2026-07-28 clients send the per-request `_meta` and the `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers (the modern upstream refuses a request without them, 400 -32020); the old clients `initialize` once per connection (outside the windows) and call in their `Mcp-Session-Id`; every answer is checked (an old client's has no `resultType`). Proxy CPU: user + system of the proxy process over the windows ÷ calls; the modern paths share one proxy, the legacy pass-through is the main table's proxy.",
+            options.paced_connections,
+            options.rounds,
+            options.duration.as_secs_f64(),
+            options.warmup.as_secs_f64(),
+        );
+        md
     }
 }
 

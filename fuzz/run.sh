@@ -22,7 +22,7 @@ SECONDS_EACH=${1:-180}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-    TARGETS=(envelope rewrite sse)
+    TARGETS=(envelope rewrite sse sse_upstream id_restore)
 fi
 
 if ! cargo fuzz --version 2>/dev/null | grep -q "$CARGO_FUZZ_VERSION"; then

@@ -17,7 +17,7 @@ use http::Uri;
 use read::Origin;
 
 pub use crate::paths::{Affinity, Fallback};
-pub use crate::upstream::CommandSpec;
+pub use crate::upstream::{CommandSpec, Era};
 
 pub use raw::{RawAuth, RawConfig};
 
@@ -56,6 +56,15 @@ pub struct Config {
     /// `[auth]`: bearer tokens verified; `None`: callers told apart by their credential
     /// headers, nothing verified.
     pub auth: Option<AuthConfig>,
+    pub upgrade: UpgradeConfig,
+}
+
+/// `[upgrade]`: restarts that drop nothing (`listeners::handover`).
+#[derive(Debug, Clone, Default)]
+pub struct UpgradeConfig {
+    /// The Unix socket a running proxy hands its listeners over on (`upgrade.socket`);
+    /// `None`: no hand-over, a new process needs the address free.
+    pub socket: Option<PathBuf>,
 }
 
 /// `[auth]`: verified bearer JWTs.
@@ -91,14 +100,35 @@ pub struct LimitsConfig {
     pub upstream_idle_timeout: Duration,
     /// Idle connections to the upstream kept open, at most.
     pub upstream_idle_connections: usize,
+    /// Resident memory (bytes) at which new work is shed (`overload`); `None`: 90 % of
+    /// the cgroup's memory limit, or not watched without one.
+    pub max_memory: Option<u64>,
+    /// Open file descriptors at which new connections and work are shed; `None`: 90 % of
+    /// the open-file limit.
+    pub max_open_files: Option<u64>,
 }
 
 /// How proxy replicas reach each other.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClusterConfig {
     /// The base URL other replicas reach this one at (`cluster.advertise`); `None`:
     /// `http://<listen>` once the listener is bound.
     pub advertise: Option<String>,
+    /// The other replicas' base URLs (`cluster.peers`): told of every sealed session
+    /// deleted here, and asked for theirs at start-up.
+    pub peers: Vec<String>,
+    /// Requests of one caller this replica forwards to others at once.
+    pub max_forwarded_per_caller: usize,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            advertise: None,
+            peers: Vec::new(),
+            max_forwarded_per_caller: 16,
+        }
+    }
 }
 
 /// One `[upstreams.NAME]` table.
@@ -127,6 +157,8 @@ pub struct UpstreamOverrides {
     pub max_message_bytes: Option<usize>,
     pub on_session_lost: Option<OnSessionLost>,
     pub health_interval: Option<Duration>,
+    pub era: Option<Option<Era>>,
+    pub old_clients: Option<OldClients>,
 }
 
 /// One upstream as the proxy runs it: its name, whether `/mcp` serves it, its target and
@@ -158,11 +190,101 @@ pub enum OnSessionLost {
 pub enum StoreConfig {
     /// In this process (the default, the fastest).
     Memory,
-    /// In a Redis server shared by proxy replicas.
-    Redis { url: String },
+    /// In Redis, shared by proxy replicas: one server, or the primary Redis Sentinel
+    /// names.
+    Redis(RedisConfig),
     /// Nowhere: the sessionId itself carries the route, sealed with the first key;
     /// every key opens.
     Sealed { keys: Vec<Secret> },
+}
+
+/// `session.redis_*`: the Redis that keeps the sessions, and how much a write waits for
+/// its replicas.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub servers: RedisServers,
+    /// The user and password of the servers that keep the sessions (`redis_username`,
+    /// `redis_password`; with `redis_url` they may be in the URL instead).
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+    /// The database (`redis_db` with sentinels; the URL's path with `redis_url`).
+    pub db: i64,
+    /// How long one operation may take, connecting included.
+    pub timeout: Duration,
+    /// Replicas that must have a session's creation or deletion before the client hears
+    /// of it (`WAIT`); 0: none are waited for.
+    pub wait_replicas: usize,
+    /// How long a creation or deletion waits for them at most.
+    pub wait_timeout: Duration,
+}
+
+/// Which Redis servers keep the sessions.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RedisServers {
+    /// One server at a fixed address (`redis_url`).
+    Server { url: String },
+    /// The primary that these Redis Sentinels name for `master_name` (`redis_sentinels`,
+    /// `redis_master_name`); asked again when it fails or is replaced.
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("servers", &self.servers)
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("db", &self.db)
+            .field("timeout", &self.timeout)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RedisServers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A URL may carry a password: printed without it.
+        match self {
+            RedisServers::Server { url } => f
+                .debug_struct("Server")
+                .field("url", &without_password(url))
+                .finish(),
+            RedisServers::Sentinel {
+                sentinels,
+                master_name,
+            } => f
+                .debug_struct("Sentinel")
+                .field(
+                    "sentinels",
+                    &sentinels
+                        .iter()
+                        .map(|u| without_password(u))
+                        .collect::<Vec<_>>(),
+                )
+                .field("master_name", master_name)
+                .finish(),
+        }
+    }
+}
+
+/// `url` with the password of its user information (`redis://user:password@host`)
+/// replaced, for logs and `Debug`.
+pub fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:<hidden>@{}", &rest[at + 1..])
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// Serving stateless (2026-07-28) clients (`[stateless]`, or an upstream's own).
@@ -180,6 +302,8 @@ pub struct StatelessConfig {
     pub pool_idle_ttl: Duration,
     /// How long an `input_required` call waits for its retry (the `requestState` lifetime).
     pub request_state_ttl: Duration,
+    /// Calls of one caller waiting for its input at once (0: no bound).
+    pub max_waiting_per_caller: usize,
 }
 
 /// Operations endpoints: `/metrics`, `/readyz`, `/admin/sessions`.
@@ -206,6 +330,8 @@ pub struct SessionConfig {
     /// Key of the `state` MAC; `None` means a random key per process.
     pub state_key: Option<Secret>,
     pub store: StoreConfig,
+    /// Deleted sealed sessions remembered at once (`session.max_tombstones`).
+    pub max_tombstones: usize,
 }
 
 /// The legacy server behind the proxy (`upstream.url`, `upstream.command`, or neither).
@@ -272,8 +398,27 @@ pub struct UpstreamConfig {
     pub sse_idle_timeout: Duration,
     pub max_message_bytes: usize,
     pub on_session_lost: OnSessionLost,
-    /// How often each replica is probed (an `initialize`, then its session ended).
+    /// How often each replica is probed (its era found again; a legacy one asked for a
+    /// session, ended at once).
     pub health_interval: Duration,
+    /// The era the operator pinned (`upstream.era`); `None`: found by probing.
+    pub era: Option<Era>,
+    /// What old clients (`initialize`) get in front of a modern upstream.
+    pub old_clients: OldClients,
+}
+
+/// What old clients (2025-11-25 `initialize`) get in front of an upstream that speaks the
+/// modern protocol (`upstream.old_clients`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OldClients {
+    /// The proxy answers their `initialize`, keeps their session and sends each request
+    /// in the modern protocol, turning the upstream's `input_required` into the requests
+    /// an old client takes (a dual server's own legacy leg cannot ask the client
+    /// anything).
+    Bridge,
+    /// Their requests go to the upstream as they are (for a dual server whose own
+    /// legacy leg serves them well enough).
+    PassThrough,
 }
 
 impl UpstreamConfig {
@@ -291,6 +436,8 @@ impl UpstreamConfig {
             max_message_bytes: o.max_message_bytes.unwrap_or(self.max_message_bytes),
             on_session_lost: o.on_session_lost.unwrap_or(self.on_session_lost),
             health_interval: o.health_interval.unwrap_or(self.health_interval),
+            era: o.era.unwrap_or(self.era),
+            old_clients: o.old_clients.unwrap_or(self.old_clients),
         }
     }
 }

@@ -1,6 +1,13 @@
 //! Every error the proxy itself answers a client with, and the one place that decides its
 //! HTTP status, JSON-RPC code, message and `data` (the table in docs/PROTOCOL.md).
+//!
+//! What a client sent comes back in its error only in part: every value an error echoes
+//! (a session id, a header, an origin, an id in `data`) is cut at [`ECHO_LIMIT`] bytes
+//! ([`echo`], [`echo_json`]), and a whole message at [`MESSAGE_LIMIT`], so a 4 MB id
+//! costs a 4 MB body once, not twice, and never lands whole in a log or a client's UI.
+//! (The response's own `id` is the request's, whole: JSON-RPC 2.0 requires it.)
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -9,9 +16,70 @@ use serde_json::json;
 use crate::fairness::Refused;
 use crate::jsonrpc::{EnvelopeError, ErrorObject, code};
 use crate::mcp::meta::MetaError;
+use crate::overload::Resource;
 use crate::session::StoreError;
 use crate::stateless::{Reject, RequestStateError, SUPPORTED_VERSIONS};
 use crate::upstream::{ChildFailure, ExitStatus, UpstreamError};
+
+/// The most bytes of one value a client sent that an error echoes back.
+pub const ECHO_LIMIT: usize = 256;
+
+/// The most bytes of an error message (its echoed values are cut first).
+pub const MESSAGE_LIMIT: usize = 1024;
+
+/// What stands for the part of a value left out.
+const ELLIPSIS: &str = "…";
+
+/// `text` as an error echoes it: whole up to [`ECHO_LIMIT`] bytes, else its start, cut
+/// at a character boundary, and an ellipsis.
+pub fn echo(text: &str) -> Cow<'_, str> {
+    if text.len() <= ECHO_LIMIT {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(format!("{}{ELLIPSIS}", head(text, ECHO_LIMIT)))
+}
+
+/// A JSON value a client sent (`raw`, e.g. an id) as an error echoes it: the value itself
+/// when its text fits in [`ECHO_LIMIT`] bytes; a longer string cut as [`echo`] cuts it;
+/// anything else longer (an object, an array) as the start of its JSON text, a string.
+pub fn echo_json(raw: &str) -> serde_json::Value {
+    let value = serde_json::from_str::<serde_json::Value>(raw).unwrap_or_default();
+    if raw.len() <= ECHO_LIMIT {
+        return value;
+    }
+    match &value {
+        serde_json::Value::String(text) => json!(echo(text)),
+        _ => json!(echo(raw.trim())),
+    }
+}
+
+/// `message` within [`MESSAGE_LIMIT`] bytes: its start and its end, an ellipsis between
+/// (what an error says comes last as often as first: "… differs from …").
+fn bounded(message: String) -> String {
+    if message.len() <= MESSAGE_LIMIT {
+        return message;
+    }
+    let half = (MESSAGE_LIMIT - ELLIPSIS.len()) / 2;
+    format!("{}{ELLIPSIS}{}", head(&message, half), tail(&message, half))
+}
+
+/// The longest start of `text` of at most `max` bytes ending at a character boundary.
+fn head(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The longest end of `text` of at most `max` bytes starting at a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
 
 fn describe_reject(reject: &Reject) -> String {
     match reject {
@@ -21,10 +89,11 @@ fn describe_reject(reject: &Reject) -> String {
             keys.join(" and ")
         ),
         Reject::UnsupportedVersion(requested) => format!(
-            "Unsupported protocol version {requested:?}; supported: {}",
+            "Unsupported protocol version {:?}; supported: {}",
+            echo(requested),
             SUPPORTED_VERSIONS.join(", ")
         ),
-        Reject::MethodNotFound(method) => format!("Method not found: {method}"),
+        Reject::MethodNotFound(method) => format!("Method not found: {}", echo(method)),
         Reject::InvalidParams(why) => format!("Invalid params: {why}"),
     }
 }
@@ -47,6 +116,21 @@ fn describe_caller_limit(refused: &Refused) -> String {
     }
 }
 
+fn describe_waiting(per_caller: bool, max: usize) -> String {
+    if per_caller {
+        format!(
+            "Too many calls waiting for input: this caller already has {max} calls waiting for its answer to input_required (stateless.max_waiting_per_caller = {max}); answer or abandon them, then retry"
+        )
+    } else {
+        format!(
+            "Too many calls waiting for input: {max} calls already wait for their clients' input, and the rest of the pooled upstream sessions is kept for calls that run; retry later"
+        )
+    }
+}
+/// How long a client shed for overload should wait: a few samples of the resources
+/// (`overload::SAMPLE_EVERY`), time for what is in flight to finish.
+const OVERLOAD_RETRY_AFTER: Duration = Duration::from_secs(2);
+
 /// Whose fault an error is: decides its log level and whether it counts against the
 /// upstream's or the proxy's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +152,7 @@ pub enum ProxyError {
     NotAcceptable,
     #[error("Request body too large: the limit is {limit} bytes")]
     PayloadTooLarge { limit: usize },
-    #[error("Forbidden: origin {origin:?} is not allowed")]
+    #[error("Forbidden: origin {:?} is not allowed", echo(.origin))]
     OriginForbidden { origin: String },
     /// `[auth]` refused the request; `challenge` is its `WWW-Authenticate`.
     #[error("Unauthorized: {reason}")]
@@ -92,7 +176,9 @@ pub enum ProxyError {
     #[error("Session not found")]
     SessionNotFound { session_id: String },
     #[error(
-        "Invalid Request: the Mcp-Session-Id header ({header:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({meta:?})"
+        "Invalid Request: the Mcp-Session-Id header ({:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({:?})",
+        echo(.header),
+        echo(.meta)
     )]
     SessionHeaderMismatch { header: String, meta: String },
     #[error(
@@ -100,7 +186,13 @@ pub enum ProxyError {
     )]
     SessionHeaderNotVisibleAscii,
     #[error(
-        "Invalid Request: the top-level sessionId ({top_level:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({meta:?})"
+        "Invalid Request: the Mcp-Session-Id header is sent more than once; a request belongs to one session, so send it once"
+    )]
+    SessionHeaderRepeated,
+    #[error(
+        "Invalid Request: the top-level sessionId ({:?}) names another session than _meta (\"io.modelcontextprotocol/session\") ({:?})",
+        echo(.top_level),
+        echo(.meta)
     )]
     SessionIdMismatch { top_level: String, meta: String },
     #[error(
@@ -120,6 +212,53 @@ pub enum ProxyError {
     /// A per-caller limit (`fairness`): one caller may not take what the others need.
     #[error("{}", describe_caller_limit(.0))]
     CallerLimit(Refused),
+    /// A call needing its client's input cannot wait for it: too many calls wait already
+    /// (of this caller, or in all on pooled upstream sessions).
+    #[error("{}", describe_waiting(*.per_caller, *.max))]
+    TooManyWaiting {
+        /// The configuration key of the bound.
+        limit: &'static str,
+        max: usize,
+        per_caller: bool,
+    },
+    /// `logging/setLevel` without a level MCP defines.
+    #[error(
+        "Invalid params: logging/setLevel needs params.level, one of debug, info, notice, warning, error, critical, alert, emergency"
+    )]
+    InvalidLogLevel,
+    /// `resources/subscribe` or `unsubscribe` without a string `params.uri`.
+    #[error(
+        "Invalid params: resources/subscribe and resources/unsubscribe need a string params.uri"
+    )]
+    MissingUri,
+    /// `resources/subscribe` of one more resource than a bridged session may hold.
+    #[error(
+        "Invalid params: this session is subscribed to {max} resources, the most it may be; unsubscribe from one first"
+    )]
+    TooManySubscriptions { max: usize },
+    /// A modern upstream kept asking a bridged call's client questions.
+    #[error(
+        "Upstream error: the upstream asked this call's client for input more than {max} times; the call was given up"
+    )]
+    TooManyRounds { max: usize },
+    /// A bridged call needs to ask its client questions, which travel on an event stream
+    /// the client did not accept.
+    #[error(
+        "Not Acceptable: the server needs to ask this client for input, which goes on an event stream: send Accept: application/json, text/event-stream"
+    )]
+    InputNeedsStream,
+    /// A bridged call's client did not answer the server's questions in time.
+    #[error(
+        "Request timeout: the server asked this client for input and got no answer within {} s; the call was given up", .after.as_secs()
+    )]
+    InputNotAnswered { after: Duration },
+    /// New work shed while memory or file descriptors are near their limits.
+    #[error(
+        "Overloaded: the proxy is near its limit of {} ({}) and takes no new sessions or calls until it has recovered; requests in sessions already open are served; retry after the Retry-After delay",
+        .resource.describe(),
+        .resource.key()
+    )]
+    Overloaded { resource: Resource },
     #[error("Session store unavailable: {source}")]
     Store {
         /// `memory`, `redis` or `sealed`.
@@ -137,13 +276,19 @@ pub enum ProxyError {
         session_id: String,
     },
     /// The proxy replica holding a session's process-local part (a stdio server, a
-    /// waiting call) did not answer.
+    /// waiting call) did not answer. Its address is internal: logged, never answered.
     #[error("The proxy replica holding this session is unreachable: {detail}")]
-    OwnerUnreachable {
-        session_id: String,
-        owner: String,
-        detail: String,
-    },
+    OwnerUnreachable { session_id: String, detail: String },
+    /// A request carried the header replicas sign their forwarded requests with, and no
+    /// replica of this cluster signed it (a client passing for a replica).
+    #[error("Forbidden: the mcp-proxy-forwarded header is for the proxy's own replicas, and {0}")]
+    ForgedForwarding(crate::paths::Forged),
+    /// One caller already has its share of the requests this replica forwards to the
+    /// others (`cluster.max_forwarded_per_caller`).
+    #[error(
+        "Too many requests in flight: this caller already has {max} requests on their way to the proxy replica holding its session (cluster.max_forwarded_per_caller = {max}); retry when one has ended"
+    )]
+    ForwardLimit { max: usize },
     /// A stateless (2026-07-28) request refused by its rules.
     #[error("{}", describe_reject(.0))]
     Stateless(Reject),
@@ -183,13 +328,11 @@ impl ProxyError {
     /// match: a new variant does not compile until it is given its answer here.
     pub fn answer(&self) -> (StatusCode, ErrorObject, Fault) {
         use ProxyError as E;
-        let message = self.to_string();
+        let message = bounded(self.to_string());
         let (status, code, data, fault) = match self {
             E::Envelope(e) => {
                 let data = match e {
-                    EnvelopeError::BadId(raw) => Some(json!({
-                        "id": serde_json::from_str::<serde_json::Value>(raw).unwrap_or_default()
-                    })),
+                    EnvelopeError::BadId(raw) => Some(json!({ "id": echo_json(raw) })),
                     _ => None,
                 };
                 (StatusCode::BAD_REQUEST, e.code(), data, Fault::Client)
@@ -227,7 +370,7 @@ impl ProxyError {
             E::OriginForbidden { origin } => (
                 StatusCode::FORBIDDEN,
                 code::INVALID_REQUEST,
-                Some(json!({ "origin": origin })),
+                Some(json!({ "origin": echo(origin) })),
                 Fault::Client,
             ),
             E::Unauthorized { reason, .. } => (
@@ -267,16 +410,16 @@ impl ProxyError {
             E::SessionNotFound { session_id } => (
                 StatusCode::NOT_FOUND,
                 code::SESSION_NOT_FOUND,
-                Some(json!({ "sessionId": session_id })),
+                Some(json!({ "sessionId": echo(session_id) })),
                 Fault::Client,
             ),
             E::SessionHeaderMismatch { header, meta } => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
-                Some(json!({ "sessionId": meta, "headerSessionId": header })),
+                Some(json!({ "sessionId": echo(meta), "headerSessionId": echo(header) })),
                 Fault::Client,
             ),
-            E::SessionHeaderNotVisibleAscii => (
+            E::SessionHeaderNotVisibleAscii | E::SessionHeaderRepeated => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
                 Some(json!({ "header": "Mcp-Session-Id" })),
@@ -285,20 +428,20 @@ impl ProxyError {
             E::SessionIdMismatch { top_level, meta } => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_REQUEST,
-                Some(json!({ "sessionId": meta, "topLevelSessionId": top_level })),
+                Some(json!({ "sessionId": echo(meta), "topLevelSessionId": echo(top_level) })),
                 Fault::Client,
             ),
             E::BadSessionState { session_id } => (
                 StatusCode::BAD_REQUEST,
                 code::INVALID_PARAMS,
-                Some(json!({ "sessionId": session_id })),
+                Some(json!({ "sessionId": echo(session_id) })),
                 Fault::Client,
             ),
             E::SessionRequired { method } => (
                 StatusCode::BAD_REQUEST,
                 code::SESSION_REQUIRED,
                 Some(
-                    json!({ "method": method, "hint": "call sessions/create and send its sessionId in _meta[\"io.modelcontextprotocol/session\"]" }),
+                    json!({ "method": echo(method), "hint": "call sessions/create and send its sessionId in _meta[\"io.modelcontextprotocol/session\"]" }),
                 ),
                 Fault::Client,
             ),
@@ -307,6 +450,55 @@ impl ProxyError {
                 code::INTERNAL_ERROR,
                 Some(json!({ "maxSessions": max })),
                 Fault::Proxy,
+            ),
+            E::InvalidLogLevel | E::MissingUri => (
+                // In-band, as a 2025-11-25 server answers a request in its session.
+                StatusCode::OK,
+                code::INVALID_PARAMS,
+                None,
+                Fault::Client,
+            ),
+            E::TooManySubscriptions { max } => (
+                StatusCode::OK,
+                code::INVALID_PARAMS,
+                Some(json!({ "maxSubscriptions": max })),
+                Fault::Client,
+            ),
+            E::TooManyRounds { max } => (
+                StatusCode::BAD_GATEWAY,
+                code::INTERNAL_ERROR,
+                Some(json!({ "maxRounds": max })),
+                Fault::Upstream,
+            ),
+            E::InputNeedsStream => (
+                StatusCode::NOT_ACCEPTABLE,
+                code::INVALID_REQUEST,
+                None,
+                Fault::Client,
+            ),
+            E::InputNotAnswered { after } => (
+                StatusCode::REQUEST_TIMEOUT,
+                code::INTERNAL_ERROR,
+                Some(json!({ "waitedSeconds": after.as_secs() })),
+                Fault::Client,
+            ),
+            E::TooManyWaiting {
+                limit,
+                max,
+                per_caller,
+            } => (
+                if *per_caller {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                },
+                code::INTERNAL_ERROR,
+                Some(json!({ "limit": limit, "max": max })),
+                if *per_caller {
+                    Fault::Client
+                } else {
+                    Fault::Proxy
+                },
             ),
             E::CallerLimit(refused) => {
                 let data = json!({
@@ -330,6 +522,12 @@ impl ProxyError {
                     ),
                 }
             }
+            E::Overloaded { resource } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::INTERNAL_ERROR,
+                Some(json!({ "resource": resource.label(), "limit": resource.key() })),
+                Fault::Proxy,
+            ),
             E::Store { store, source } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 code::INTERNAL_ERROR,
@@ -342,18 +540,28 @@ impl ProxyError {
             } => (
                 StatusCode::BAD_GATEWAY,
                 code::INTERNAL_ERROR,
-                Some(json!({ "upstream": upstream, "sessionId": session_id, "retried": false })),
+                Some(
+                    json!({ "upstream": upstream, "sessionId": echo(session_id), "retried": false }),
+                ),
                 Fault::Upstream,
             ),
-            E::OwnerUnreachable {
-                session_id,
-                owner,
-                detail,
-            } => (
+            E::OwnerUnreachable { session_id, detail } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 code::INTERNAL_ERROR,
-                Some(json!({ "sessionId": session_id, "owner": owner, "detail": detail })),
+                Some(json!({ "sessionId": echo(session_id), "detail": detail })),
                 Fault::Proxy,
+            ),
+            E::ForgedForwarding(_) => (
+                StatusCode::FORBIDDEN,
+                code::INVALID_REQUEST,
+                Some(json!({ "header": "mcp-proxy-forwarded" })),
+                Fault::Client,
+            ),
+            E::ForwardLimit { max } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::INTERNAL_ERROR,
+                Some(json!({ "limit": "cluster.max_forwarded_per_caller", "max": max })),
+                Fault::Client,
             ),
             E::Stateless(reject) => match reject {
                 Reject::HeaderMismatch(_) => (
@@ -371,13 +579,13 @@ impl ProxyError {
                 Reject::UnsupportedVersion(requested) => (
                     StatusCode::BAD_REQUEST,
                     code::UNSUPPORTED_PROTOCOL_VERSION,
-                    Some(json!({ "supported": SUPPORTED_VERSIONS, "requested": requested })),
+                    Some(json!({ "supported": SUPPORTED_VERSIONS, "requested": echo(requested) })),
                     Fault::Client,
                 ),
                 Reject::MethodNotFound(method) => (
                     StatusCode::NOT_FOUND,
                     code::METHOD_NOT_FOUND,
-                    Some(json!({ "method": method })),
+                    Some(json!({ "method": echo(method) })),
                     Fault::Client,
                 ),
                 Reject::InvalidParams(_) => (
@@ -429,7 +637,7 @@ impl ProxyError {
                     "upstream": upstream,
                     "status": status.as_u16(),
                     "detail": problem,
-                    "id": serde_json::from_str::<serde_json::Value>(request_id).unwrap_or_default(),
+                    "id": echo_json(request_id),
                 })),
                 Fault::Upstream,
             ),
@@ -485,11 +693,114 @@ impl ProxyError {
     /// How long a client should wait before retrying, for errors that pass.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
+            ProxyError::Overloaded { .. } => Some(OVERLOAD_RETRY_AFTER),
             ProxyError::SessionLimit { .. }
+            | ProxyError::TooManyWaiting { .. }
             | ProxyError::Store { .. }
-            | ProxyError::OwnerUnreachable { .. } => Some(Duration::from_secs(1)),
+            | ProxyError::OwnerUnreachable { .. }
+            | ProxyError::ForwardLimit { .. } => Some(Duration::from_secs(1)),
             ProxyError::CallerLimit(refused) => Some(refused.retry_after()),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_echo_is_cut_at_a_character_boundary_with_an_ellipsis() {
+        assert_eq!(echo("short"), "short");
+        let exact = "a".repeat(ECHO_LIMIT);
+        assert_eq!(echo(&exact), exact);
+        let long = "a".repeat(ECHO_LIMIT + 1);
+        assert_eq!(echo(&long), format!("{}…", "a".repeat(ECHO_LIMIT)));
+        // "é" is two bytes: a cut inside one keeps the character out.
+        let accents = format!("a{}", "é".repeat(ECHO_LIMIT));
+        let cut = echo(&accents);
+        assert!(cut.ends_with("é…"), "{cut}");
+        assert_eq!(cut.len(), ECHO_LIMIT - 1 + "…".len());
+    }
+
+    #[test]
+    fn an_echoed_id_is_itself_when_short_and_a_cut_text_when_long() {
+        assert_eq!(echo_json("{\"nested\":true}"), json!({"nested": true}));
+        assert_eq!(echo_json("12"), json!(12));
+        let long_string = json!("x".repeat(10_000)).to_string();
+        assert_eq!(
+            echo_json(&long_string),
+            json!(format!("{}…", "x".repeat(ECHO_LIMIT)))
+        );
+        let long_object = json!({"pad": "y".repeat(10_000)}).to_string();
+        let echoed = echo_json(&long_object);
+        let text = echoed.as_str().unwrap();
+        assert!(
+            text.starts_with("{\"pad\":\"yyy") && text.ends_with('…'),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_long_message_keeps_its_start_and_its_end() {
+        let message = format!("start {} end", "m".repeat(10 * MESSAGE_LIMIT));
+        let bounded = bounded(message);
+        assert!(bounded.len() <= MESSAGE_LIMIT, "{}", bounded.len());
+        assert!(bounded.starts_with("start mmm") && bounded.ends_with("mmm end"));
+        assert!(bounded.contains('…'));
+    }
+
+    #[test]
+    fn no_error_echoes_more_than_its_limits_of_what_a_client_sent() {
+        let huge = "h".repeat(4 * 1024 * 1024);
+        let huge_id = json!({"pad": huge}).to_string();
+        let errors = [
+            ProxyError::Envelope(EnvelopeError::BadId(huge_id.clone())),
+            ProxyError::OriginForbidden {
+                origin: huge.clone(),
+            },
+            ProxyError::SessionNotFound {
+                session_id: huge.clone(),
+            },
+            ProxyError::SessionHeaderMismatch {
+                header: huge.clone(),
+                meta: huge.clone(),
+            },
+            ProxyError::SessionIdMismatch {
+                top_level: huge.clone(),
+                meta: huge.clone(),
+            },
+            ProxyError::BadSessionState {
+                session_id: huge.clone(),
+            },
+            ProxyError::SessionRequired {
+                method: huge.clone(),
+            },
+            ProxyError::NotRetried {
+                upstream: "u".into(),
+                session_id: huge.clone(),
+            },
+            ProxyError::OwnerUnreachable {
+                session_id: huge.clone(),
+                detail: "d".into(),
+            },
+            ProxyError::Stateless(Reject::UnsupportedVersion(huge.clone())),
+            ProxyError::Stateless(Reject::MethodNotFound(huge.clone())),
+            ProxyError::Stateless(Reject::HeaderMismatch(format!(
+                "the Mcp-Method header ({huge:?}) differs from the method (\"tools/call\")"
+            ))),
+            ProxyError::UnusableAnswer {
+                upstream: "u".into(),
+                status: StatusCode::OK,
+                problem: "p".into(),
+                request_id: json!(huge).to_string(),
+            },
+        ];
+        for error in errors {
+            let (_, object, _) = error.answer();
+            assert!(object.message.len() <= MESSAGE_LIMIT, "{error:?}");
+            let data = serde_json::to_string(&object.data).unwrap();
+            assert!(data.len() <= 3 * ECHO_LIMIT, "{} bytes: {data}", data.len());
         }
     }
 }

@@ -5,7 +5,9 @@
 //! One table of accounts does all three, so that no caller can take every place under
 //! the proxy's own caps and leave the others with nothing.
 //!
-//! A caller ([`CallerKey`]) takes a [`Place`] before anything is opened for it; the place
+//! A caller ([`CallerKey`]: a verified subject, else the client's network — never
+//! credentials the proxy did not verify, which cost a client nothing to make up) takes a
+//! [`Place`] before anything is opened for it; the place
 //! goes back when dropped, unless it became a session ([`Place::admitted`]), which is
 //! then counted until [`Fairness::ended`] says it ended. Whoever keeps an upstream session
 //! for a caller without a session record (a pinned session) keeps the place itself.
@@ -24,6 +26,10 @@
 //! again), and is refused only if every account still holds a session.
 //!
 //! Knows nothing of HTTP, stores or upstreams: a session is an id, an upstream a name.
+
+mod in_flight;
+
+pub use in_flight::{Held, InFlight};
 
 use std::collections::HashMap;
 use std::sync::Arc;

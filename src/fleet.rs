@@ -9,7 +9,11 @@
 //! connections, children and pools); a changed one is rebuilt, and its sessions on
 //! replicas that remain go on (records name a replica by its URL's hash); sessions of a
 //! removed upstream, of a removed replica, or of a stdio upstream whose command changed
-//! are ended.
+//! are ended — those this replica owns, and no others. With the memory store that is
+//! every such session; with a shared store (Redis, sealed ids) it is those whose stdio
+//! child lives here: the rest belong to the cluster, and replicas not yet reloaded still
+//! serve them (each replica ends its own when it reloads; an HTTP upstream's are left to
+//! expire). A list that would serve nothing is refused whole, the running one kept.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,15 +23,15 @@ use arc_swap::ArcSwap;
 use http::Uri;
 use tokio::task::JoinHandle;
 
-use crate::config::{NamedUpstream, Target};
+use crate::config::{NamedUpstream, OldClients, Target};
+use crate::error::ProxyError;
 use crate::metrics::Metrics;
-use crate::paths::{
-    Cluster, PassThrough, SessionPath, SessionSettings, StatelessPath, StatelessSettings,
-};
-use crate::route::Rules;
+use crate::paths::upstream_error;
+use crate::paths::{Cluster, PassThrough, SessionPath, SessionSettings, StatelessPath};
+use crate::route::RouteRules;
 use crate::session::{SessionRecord, Sessions, log_tag};
 use crate::upstream::{
-    self, Endings, HttpUpstream, Replicas, StdioSettings, StdioUpstream, Upstream,
+    self, Endings, Era, HttpUpstream, Replicas, StdioSettings, StdioUpstream, Upstream,
 };
 
 /// What every upstream's paths share.
@@ -60,7 +64,10 @@ pub struct Served {
     /// `{path}/{name}`.
     pub path: String,
     pub default: bool,
-    pub rules: Rules,
+    /// `upstream.require_session`.
+    require_session: bool,
+    /// What old clients get in front of a modern upstream.
+    old_clients: OldClients,
     /// How logs name the upstream.
     pub label: Arc<str>,
     pub session: Arc<SessionPath>,
@@ -69,6 +76,40 @@ pub struct Served {
     /// What it was built from (a reload compares it).
     config: NamedUpstream,
     tasks: Vec<JoinHandle<()>>,
+}
+
+impl Served {
+    /// What classification needs to know of this upstream now: its era (found now if it
+    /// is not known yet — once, at its first use; then one atomic load) and its settings.
+    pub async fn rules(&self) -> Result<RouteRules, ProxyError> {
+        let upstream = self.session.upstream();
+        if upstream.replicas().is_none() {
+            // A stdio server: the proxy is every client's transport whatever its era
+            // (each path finds the era with the child it starts).
+            return Ok(RouteRules {
+                require_session: self.require_session,
+                old_clients_pass: false,
+                modern_upstream: false,
+            });
+        }
+        let era = match upstream.era() {
+            Some(era) => era,
+            None => upstream
+                .find_era()
+                .await
+                .map_err(|e| upstream_error(upstream, e))?,
+        };
+        let old_clients_pass = match era {
+            Era::Legacy => true,
+            Era::Modern => self.old_clients == OldClients::PassThrough,
+            Era::Sse => false,
+        };
+        Ok(RouteRules {
+            require_session: self.require_session,
+            old_clients_pass,
+            modern_upstream: era == Era::Modern,
+        })
+    }
 }
 
 impl Drop for Served {
@@ -124,6 +165,19 @@ pub struct Fleet {
     current: ArcSwap<Upstreams>,
 }
 
+/// Why a reload was refused (the running upstreams are kept).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReloadRefused {
+    #[error("the configuration names no upstream")]
+    Nothing,
+    #[error(
+        "the configuration names no upstream (no upstream.url or upstream.command, no [upstreams.NAME]): it would serve the embedded demo server, which starts only with the proxy; restart to run it"
+    )]
+    NoDemo,
+    #[error("upstream {0:?} has no replica to send requests to")]
+    NoReplica(String),
+}
+
 /// What a reload did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Reloaded {
@@ -175,8 +229,23 @@ impl Fleet {
         }
     }
 
-    /// Serves `upstreams` from now on (see the module documentation).
-    pub async fn reload(&self, upstreams: &[NamedUpstream]) -> Reloaded {
+    /// Serves `upstreams` from now on (see the module documentation), unless they would
+    /// serve nothing: then nothing changes.
+    pub async fn reload(&self, upstreams: &[NamedUpstream]) -> Result<Reloaded, ReloadRefused> {
+        if upstreams.is_empty() {
+            return Err(ReloadRefused::Nothing);
+        }
+        for named in upstreams {
+            match &named.config.target {
+                Target::Embedded if self.shared.embedded.is_none() => {
+                    return Err(ReloadRefused::NoDemo);
+                }
+                Target::Http(urls) if urls.is_empty() => {
+                    return Err(ReloadRefused::NoReplica(named.name.clone()));
+                }
+                _ => {}
+            }
+        }
         let old = self.current.load_full();
         let mut report = Reloaded::default();
         let mut list = Vec::with_capacity(upstreams.len());
@@ -215,36 +284,58 @@ impl Fleet {
         if !retired.is_empty() {
             report.sessions_ended = self.retire(retired).await;
         }
-        report
+        Ok(report)
     }
 
-    /// Ends the sessions the retired upstreams leave behind, then what they run.
+    /// Ends the sessions the retired upstreams leave behind that this replica owns (see
+    /// the module documentation), then what they run.
     async fn retire(&self, retired: Vec<(Arc<Served>, Option<Arc<Served>>)>) -> usize {
         let sessions = &self.shared.sessions;
-        let all = match sessions.list(usize::MAX).await {
-            Ok(all) => all,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not list sessions to end those of removed upstreams");
-                Vec::new()
+        // The memory store is this process's own; a shared one is the whole cluster's,
+        // which this replica lists only to end what lives here.
+        let shared = sessions.store().is_shared();
+        let all = if shared {
+            Vec::new()
+        } else {
+            match sessions.list(usize::MAX).await {
+                Ok(all) => all,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not list sessions to end those of removed upstreams");
+                    Vec::new()
+                }
             }
         };
         let mut ended = 0;
         for (old, replacement) in retired {
             // Sessions go with their upstream, unless it was replaced by HTTP replicas and
             // theirs remains (a stdio upstream's children lived in the old one).
-            let goes =
-                |record: &SessionRecord| match replacement.as_ref().map(|n| n.session.upstream()) {
-                    Some(Upstream::Http(replicas))
-                        if matches!(old.session.upstream(), Upstream::Http(_)) =>
-                    {
-                        replicas.get(record.route.replica).is_none()
+            let goes = |record: &SessionRecord| {
+                let now = replacement
+                    .as_ref()
+                    .map(|n| n.session.upstream().replicas());
+                match now {
+                    Some(Some(replicas)) if old.session.upstream().replicas().is_some() => {
+                        replicas.get(record.backing.replica).is_none()
                     }
                     _ => true,
-                };
+                }
+            };
             let mut records = Vec::new();
-            for (id, record) in all.iter().filter(|(_, r)| r.upstream == old.name) {
-                if goes(record)
-                    && let Ok(Some(record)) = sessions.end(id).await
+            let owned: Vec<String> = if shared {
+                old.session.local_sessions()
+            } else {
+                all.iter()
+                    .filter(|(_, r)| r.upstream == old.name)
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            };
+            for id in owned {
+                let Ok(Some(record)) = sessions.peek(&id).await else {
+                    continue;
+                };
+                if record.upstream == old.name
+                    && goes(&record)
+                    && let Ok(Some(record)) = sessions.end(&id).await
                 {
                     records.push(record);
                 }
@@ -317,9 +408,11 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
     let path = format!("{}/{}", shared.base_path, named.name);
     let metrics = &shared.metrics;
     let mut tasks = Vec::new();
+    // A process-local upstream session that ends on its own (a stdio child dies, an
+    // HTTP+SSE session's stream ends) is reported here.
+    let (deaths_tx, mut deaths) = tokio::sync::mpsc::unbounded_channel();
     let upstream = match &u.target {
         Target::Stdio(command) => {
-            let (deaths_tx, deaths) = tokio::sync::mpsc::unbounded_channel();
             let stdio = StdioUpstream::new(
                 StdioSettings {
                     command: command.clone(),
@@ -328,48 +421,40 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
                     stop_grace: u.stop_grace,
                     pool_size: u.pool_size,
                     max_children: u.max_children,
+                    era: u.era,
                 },
                 deaths_tx,
             );
-            (Upstream::Stdio(stdio), Some(deaths))
+            Upstream::stdio(stdio, shared.endings.clone())
         }
-        Target::Http(urls) => (http(shared, u, urls), None),
+        Target::Http(urls) => http(shared, u, urls, deaths_tx),
         Target::Embedded => {
             let urls: Vec<Uri> = shared.embedded.iter().cloned().collect();
-            (http(shared, u, &urls), None)
+            http(shared, u, &urls, deaths_tx)
         }
     };
-    let (upstream, deaths) = upstream;
     let session = Arc::new(SessionPath::new(
         SessionSettings {
             name: name.clone(),
             path: path.clone(),
             sse_idle_timeout: u.sse_idle_timeout,
             on_session_lost: u.on_session_lost,
+            input_wait: named.stateless.request_state_ttl,
         },
         upstream.clone(),
-        shared.endings.clone(),
         shared.sessions.clone(),
         metrics.clone(),
         shared.cluster.clone(),
     ));
     // Its stateless clients' own settings; handles are this upstream's sessions.
-    let st = &named.stateless;
     let stateless = Arc::new(StatelessPath::new(
         upstream.clone(),
         metrics.clone(),
         &shared.keys,
         session.clone(),
-        &StatelessSettings {
-            affinity: st.affinity.clone(),
-            max_pooled: st.max_pooled,
-            max_listens: st.max_listens,
-            pool_idle_ttl: st.pool_idle_ttl,
-            request_state_ttl: st.request_state_ttl,
-            sse_idle_timeout: u.sse_idle_timeout,
-        },
+        &named.stateless,
+        u.sse_idle_timeout,
         shared.cluster.clone(),
-        shared.endings.clone(),
     ));
     // Pooled and pinned upstream sessions idle too long are ended.
     tasks.push({
@@ -383,15 +468,31 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
             }
         })
     });
-    if let Some(mut deaths) = deaths {
-        // A stdio server that dies on its own takes its session with it.
+    // What bridged sessions (old clients of a modern upstream) held here goes when they
+    // go quiet.
+    tasks.push({
+        let session = session.clone();
+        let every = (shared.sessions.settings().idle_ttl / 4)
+            .clamp(Duration::from_millis(200), Duration::from_secs(60));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                session.sweep_bridged();
+            }
+        })
+    });
+    {
+        // A stdio server that dies on its own, or an HTTP+SSE stream that ends, takes its
+        // session with it.
         let watched = session.clone();
         tasks.push(tokio::spawn(async move {
             while let Some(key) = deaths.recv().await {
                 watched.upstream_session_died(&key).await;
             }
         }));
-        // Children of sessions ended elsewhere, or idle, are stopped.
+        // Process-local upstream sessions (children, streams) of sessions ended
+        // elsewhere, or idle, are ended.
         let session = session.clone();
         let every = (shared.sessions.settings().idle_ttl / 4)
             .clamp(Duration::from_millis(200), Duration::from_secs(30));
@@ -404,7 +505,7 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
             }
         }));
     }
-    if let Upstream::Http(_) = &upstream {
+    if upstream.replicas().is_some() {
         // Replicas leave and rejoin rotation by their probes.
         let probed = upstream.clone();
         let every = u.health_interval;
@@ -420,10 +521,8 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
     }
     Served {
         label: upstream.label().clone(),
-        rules: Rules {
-            require_session: u.require_session,
-            sessionless_way_in: upstream.has_sessionless_way_in(),
-        },
+        require_session: u.require_session,
+        old_clients: u.old_clients,
         passthrough: PassThrough::new(
             name.clone(),
             upstream.clone(),
@@ -440,7 +539,12 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
     }
 }
 
-fn http(shared: &Shared, u: &crate::config::UpstreamConfig, urls: &[Uri]) -> Upstream {
+fn http(
+    shared: &Shared,
+    u: &crate::config::UpstreamConfig,
+    urls: &[Uri],
+    deaths: tokio::sync::mpsc::UnboundedSender<String>,
+) -> Upstream {
     let replicas = urls
         .iter()
         .map(|url| {
@@ -459,5 +563,8 @@ fn http(shared: &Shared, u: &crate::config::UpstreamConfig, urls: &[Uri]) -> Ups
             )
         })
         .collect();
-    Upstream::Http(Arc::new(Replicas::new(replicas)))
+    Upstream::http(
+        Arc::new(Replicas::new(replicas, u.era).reporting_deaths(deaths)),
+        shared.endings.clone(),
+    )
 }

@@ -5,10 +5,17 @@
 //! 1. headers: `Origin` (403), who the caller is (`auth`: with `[auth]`, a valid bearer
 //!    token or 401), `Content-Type` (415), `Accept` (406);
 //! 2. the body, capped at `max_body_bytes` (413);
-//! 3. the JSON-RPC envelope (-32700 / -32600) and its `params` (or `result`);
-//! 4. classify → a [`Route`] (`route::classify`, pure);
-//! 5. the path: [`SessionPath`], [`StatelessPath`] or [`PassThrough`] of the upstream
+//! 3. a request another proxy replica forwarded (`mcp-proxy-forwarded`): its signature
+//!    (403 when no replica of this cluster signed it), and the client it names, whom it
+//!    is counted against instead of the forwarding replica's address;
+//! 4. the JSON-RPC envelope (-32700 / -32600) and its `params` (or `result`);
+//! 5. classify → a [`Route`] (`route::classify`, pure);
+//! 6. while the proxy is overloaded (`overload`), new work is refused (503, `shed`);
+//! 6. the path: [`SessionPath`], [`StatelessPath`] or [`PassThrough`] of the upstream
 //!    the URL path names (`{path}/{name}`; the default upstream also at `{path}`).
+//!
+//! The replicas' own endpoint (`paths::cluster::CLUSTER_PATH`, deleted sealed sessions)
+//! shares the client listener, and answers only what a replica signed.
 //!
 //! Every MCP request runs in a span (method, session tag, upstream, status, latency) and
 //! is counted once, whatever path it took.
@@ -17,6 +24,7 @@ mod admission;
 pub(crate) mod checks;
 mod ops;
 mod serve;
+mod shed;
 mod watchdog;
 
 use std::sync::Arc;
@@ -30,7 +38,7 @@ use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
 pub use ops::Ops;
-pub use serve::{ClientAddr, ConnectionLimits, Role, Serving, serve};
+pub use serve::{ClientAddr, ConnectionLimits, DRAIN_IDLE, Phase, Role, Serving, serve};
 
 use crate::auth::Auth;
 use crate::config::HEALTH_PATH;
@@ -39,6 +47,9 @@ use crate::fleet::{Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::meta::Payload;
 use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, method_label};
+use crate::overload::Overload;
+use crate::paths::Cluster;
+use crate::paths::cluster::{CLUSTER_PATH, Signed};
 use crate::response::{self, ProxyBody};
 use crate::route::{self, Bare, BareRoute, Message, Route};
 
@@ -61,6 +72,10 @@ pub struct Limits {
 pub struct Endpoint<'a> {
     pub limits: &'a Limits,
     pub served: &'a Served,
+    /// Whether new work is shed now.
+    pub overload: &'a Overload,
+    /// Checks what other replicas forward.
+    pub cluster: &'a Cluster,
 }
 
 /// Everything a listener serves.
@@ -72,6 +87,8 @@ pub struct Front {
     pub metrics: Arc<Metrics>,
     /// How client connections are bounded.
     pub connections: ConnectionLimits,
+    /// Memory and descriptors, watched: new work is shed near their limits.
+    pub overload: Arc<Overload>,
 }
 
 /// Serves one request: the MCP endpoint, `/healthz`, and the operations endpoints when
@@ -88,12 +105,17 @@ pub async fn handle(
             let endpoint = Endpoint {
                 limits: &front.limits,
                 served,
+                overload: &front.overload,
+                cluster: &front.fleet.shared().cluster,
             };
             return mcp(&front, endpoint, request).await;
         }
+        if path == CLUSTER_PATH {
+            return from_peer(&front, request).await;
+        }
     }
     if (path == HEALTH_PATH || role.serves_operations())
-        && let Some(response) = front.ops.route(&request).await
+        && let Some(response) = front.ops.route(&request, role).await
     {
         return response;
     }
@@ -149,6 +171,25 @@ async fn mcp(
     response
 }
 
+/// A request on the replicas' own endpoint: its body read (capped, in time), then the
+/// cluster answers it — if a replica signed it.
+async fn from_peer(front: &Front, request: Request<Incoming>) -> Response<ProxyBody> {
+    let cluster = &front.fleet.shared().cluster;
+    let (parts, body) = request.into_parts();
+    let limit = cluster.max_push_bytes();
+    let read = checks::read_body(body, &parts.headers, limit);
+    match tokio::time::timeout(front.limits.body_timeout, read).await {
+        Ok(Ok(body)) => cluster.serve_peer(&parts.method, &parts.headers, &body),
+        Ok(Err(e)) => response::error(&e, None),
+        Err(_) => response::error(
+            &ProxyError::BodyTimeout {
+                after: front.limits.body_timeout,
+            },
+            None,
+        ),
+    }
+}
+
 fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
     let mut response = response::status(StatusCode::METHOD_NOT_ALLOWED);
     response
@@ -186,6 +227,18 @@ impl Endpoint<'_> {
                 return (response::error(&e, None), "other");
             }
         };
+        // Forwarded by another replica: signed by it, or refused before anything else.
+        let forwarded = self.cluster.verify(&Signed {
+            method: &parts.method,
+            path: parts.uri.path(),
+            headers: &parts.headers,
+            body: &body,
+        });
+        let peer = match forwarded {
+            Ok(None) => parts.extensions.get::<ClientAddr>().map(|addr| addr.0),
+            Ok(Some(from)) => from.client,
+            Err(e) => return (response::error(&e, None), "other"),
+        };
         let envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,
             Err(e) => return (response::error(&e.into(), None), "other"),
@@ -200,10 +253,7 @@ impl Endpoint<'_> {
             .id
             .filter(|_| envelope.kind == Kind::Request)
             .map(|id| id.get().as_bytes());
-        let raw = match envelope.kind {
-            Kind::Response => envelope.result,
-            Kind::Request | Kind::Notification => envelope.params,
-        };
+        let raw = envelope.params_or_result();
         let payload = match raw.map(Payload::open).transpose() {
             Ok(payload) => payload.flatten(),
             Err(e) => return (response::error(&e.into(), answer_id), label),
@@ -215,10 +265,23 @@ impl Endpoint<'_> {
             envelope: &envelope,
             payload: raw.zip(payload.as_ref()),
             accepts,
-            peer: parts.extensions.get::<ClientAddr>().map(|addr| addr.0),
+            peer,
         };
-        let answered = match route::classify(&message, self.served.rules) {
-            Ok(route) => self.dispatch(&message, route).await,
+        let rules = match self.served.rules().await {
+            Ok(rules) => rules,
+            Err(e) => return (response::error(&e, answer_id), label),
+        };
+        let answered = match route::classify(&message, rules) {
+            Ok(route) => match self.overload.shedding() {
+                Some(resource) if shed::is_new_work(&message, &route) => {
+                    self.overload.shed(resource, "request");
+                    if matches!(route, Route::Create { .. }) {
+                        metrics.rejected(Rejection::Overload);
+                    }
+                    Err(ProxyError::Overloaded { resource })
+                }
+                _ => self.dispatch(&message, route).await,
+            },
             Err(e) => {
                 if message.method() == Some(crate::mcp::Method::SessionsCreate) {
                     metrics.rejected(Rejection::Invalid);
@@ -238,11 +301,7 @@ impl Endpoint<'_> {
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let served = self.served;
         match route {
-            Route::Create {
-                id,
-                dialect,
-                modern,
-            } => served.session.create(message, id, dialect, modern).await,
+            Route::Create { id, era } => served.session.create(message, id, era).await,
             Route::Sep1364Initialize { id, session } => {
                 served
                     .session
@@ -253,8 +312,8 @@ impl Endpoint<'_> {
             Route::Delete { id, session } => served.session.delete(message, id, &session).await,
             Route::Stateless => served.stateless.handle(message).await,
             Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
-            Route::InSession { session, dialect } => {
-                served.session.forward(message, &session, dialect).await
+            Route::InSession { session, era } => {
+                served.session.forward(message, &session, era).await
             }
             Route::PassThrough => {
                 served
@@ -274,19 +333,27 @@ impl Endpoint<'_> {
         let headers = request.headers();
         checks::origin(headers, &self.limits.allowed_origins)?;
         let caller = self.caller(headers, metrics)?;
+        let forwarded = self.cluster.verify(&Signed {
+            method: request.method(),
+            path: request.uri().path(),
+            headers,
+            body: &[],
+        })?;
+        let peer = match forwarded {
+            None => request.extensions().get::<ClientAddr>().map(|addr| addr.0),
+            Some(from) => from.client,
+        };
+        let who = (caller, peer);
         let served = self.served;
         let bare = if request.method() == Method::GET {
             Bare::Get
         } else {
             Bare::Delete
         };
-        match route::classify_bare(bare, headers, served.rules)? {
-            BareRoute::Listen { session } => served.session.listen(headers, caller, &session).await,
+        match route::classify_bare(bare, headers, served.rules().await?)? {
+            BareRoute::Listen { session } => served.session.listen(headers, who, &session).await,
             BareRoute::EndByHeader { session } => {
-                served
-                    .session
-                    .end_by_header(headers, caller, &session)
-                    .await
+                served.session.end_by_header(headers, who, &session).await
             }
             BareRoute::PassThrough => {
                 served

@@ -16,8 +16,10 @@ pub mod fairness;
 pub mod fleet;
 pub mod front;
 pub mod jsonrpc;
+pub mod listeners;
 pub mod mcp;
 pub mod metrics;
+pub mod overload;
 pub mod paths;
 pub mod response;
 pub mod rewrite;
@@ -34,18 +36,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 
 use crate::config::{Config, ConfigError, NamedUpstream, StoreConfig, Target};
 use crate::demo::{DemoOptions, DemoServer};
-use crate::fleet::{Fleet, Reloaded, Shared};
-use crate::front::{Admission, ConnectionLimits, Front, Limits, Ops, Role, Serving, serve};
+use crate::fleet::{Fleet, ReloadRefused, Reloaded, Shared};
+use crate::front::{Admission, ConnectionLimits, Front, Limits, Ops, Phase, Role, Serving, serve};
+use crate::listeners::handover::{HandedOver, Upgrades};
+use crate::listeners::{AddressLock, Holder, Listeners};
 use crate::metrics::Metrics;
+use crate::overload::{Overload, Sampler};
 use crate::paths::Cluster;
 use crate::session::{
-    MemoryStore, ReaperHandle, RedisStore, SealedStore, Sessions, StateSigner, Store, keyed_hmac,
-    spawn_reaper,
+    MemoryStore, ReaperHandle, RedisStore, SealedStore, Sessions, StateSigner, Store, Tombstones,
+    keyed_hmac, spawn_reaper,
 };
 use crate::upstream::Endings;
 use crate::workers::Workers;
@@ -58,6 +63,10 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// Something already serves the address: the proxy never shares it
+    /// (`listeners::exclusive`).
+    #[error("cannot listen on {addr}: address already in use {}", in_use_by(*.holder))]
+    InUse { addr: SocketAddr, holder: Holder },
     #[error("cannot start the embedded demo server: {0}")]
     Demo(std::io::Error),
     #[error("the embedded demo server has an unusable address: {0}")]
@@ -66,6 +75,18 @@ pub enum StartError {
     Store(session::StoreError),
     #[error("cannot start the worker threads: {0}")]
     Workers(std::io::Error),
+    /// `upgrade.socket`: the running proxy's listeners could not be taken over (it keeps
+    /// serving), or the socket could not be created.
+    #[error("{detail}")]
+    Handover { detail: String },
+}
+
+/// Who holds an address, and what to do about it, for [`StartError::InUse`].
+fn in_use_by(holder: Holder) -> &'static str {
+    match holder {
+        Holder::Proxy => "by another mcp-session-proxy; stop it first, or choose another `listen`",
+        Holder::Other => "(another process listens there); stop it, or choose another `listen`",
+    }
 }
 
 /// A running proxy.
@@ -85,46 +106,61 @@ pub struct Running {
     /// The worker threads; stopped last (their runtimes hold the stdio children they
     /// started).
     workers: Workers,
+    /// Keeps another proxy off the listen address until this one stops accepting.
+    lock: Option<AddressLock>,
+    /// Answers the next process on `upgrade.socket`.
+    upgrades: Option<Upgrades>,
+    /// Samples memory and descriptors for the overload manager (the binary only).
+    _sampler: Option<Sampler>,
+    /// Telling the peer replicas of deleted sealed sessions; stopped at shutdown.
+    peer_tasks: PeerTasks,
+}
+
+/// Tasks that tell the peers of deleted sealed sessions; aborted when dropped.
+#[derive(Debug)]
+struct PeerTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for PeerTasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// Starts the proxy: the embedded demo server when no upstream is configured, the
 /// session store, every upstream's paths and tasks, the session reaper, and the
-/// listeners.
+/// listeners — with `upgrade.socket`, the listeners of the proxy running there, which
+/// stops accepting once this one is ready (`listeners::handover`).
 pub async fn start(config: Config) -> Result<Running, StartError> {
     let metrics = Arc::new(Metrics::new());
-    // The workers and their listeners first: the address other replicas reach this one
-    // at may be the port just bound, and the upstream clients keep idle connections per
-    // worker.
+    // The listeners first: the address other replicas reach this one at may be the port
+    // just bound, and an address in use stops the proxy before anything else starts.
     // `workers` unset (a proxy embedded in another program, the tests): the caller's
     // runtime serves; the binary always sets it (src/main.rs).
     let count = config.workers.unwrap_or(1);
+    let upgrade = config.upgrade.socket.as_deref();
+    let (listeners, takeover) =
+        Listeners::acquire(config.listen, config.admin.listen, upgrade, count).await?;
+    let local = listeners.local_addr(config.listen)?;
+    // What the next process will be offered.
+    let held = match &listeners.upgrade {
+        Some(_) => Some(listeners.held(local).map_err(|source| StartError::Listen {
+            addr: local,
+            source,
+        })?),
+        None => None,
+    };
+    // The upstream clients keep idle connections per worker.
     let workers = match config.workers {
         Some(n) => Workers::start(n).map_err(StartError::Workers)?,
         None => Workers::default(),
     };
-    let sockets = workers::bind(config.listen, count)
-        .map_err(|source| StartError::Listen {
-            addr: config.listen,
-            source,
-        })?
-        .into_iter();
-    let operations_listener = match config.admin.listen {
-        Some(addr) => Some(bind(addr).await?),
-        None => None,
-    };
-    let bound = sockets.as_slice().first().map(TcpSocket::local_addr);
-    let local = bound
-        .unwrap_or_else(|| Err(std::io::Error::other("no socket was bound")))
-        .map_err(|source| StartError::Listen {
-            addr: config.listen,
-            source,
-        })?;
     let advertise = config
         .cluster
         .advertise
         .clone()
         .unwrap_or_else(|| format!("http://{}", reachable(local)));
-    let cluster = Arc::new(Cluster::new(advertise, config.upstream.timeout));
 
     let upstreams = config.upstream_set();
     let demo = if upstreams
@@ -163,15 +199,25 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         rand::fill(key.as_mut_slice());
         keys.push(key);
     }
-    let store = match &s.store {
-        StoreConfig::Memory => Store::Memory(MemoryStore::new()),
-        StoreConfig::Redis { url } => Store::Redis(
-            RedisStore::new(url, s.idle_ttl, s.max_sessions).map_err(StartError::Store)?,
+    let tombstones = matches!(s.store, StoreConfig::Sealed { .. })
+        .then(|| Arc::new(Tombstones::new(s.max_tombstones, s.idle_ttl)));
+    let store = match (&s.store, &tombstones) {
+        (StoreConfig::Redis(redis), _) => Store::Redis(
+            RedisStore::new(redis, s.idle_ttl, s.max_sessions).map_err(StartError::Store)?,
         ),
-        StoreConfig::Sealed { .. } => {
-            Store::Sealed(SealedStore::new(&sealing).map_err(StartError::Store)?)
-        }
+        (StoreConfig::Sealed { .. }, Some(tombstones)) => Store::Sealed(
+            SealedStore::new(&sealing, tombstones.clone()).map_err(StartError::Store)?,
+        ),
+        _ => Store::Memory(MemoryStore::new()),
     };
+    let cluster = Arc::new(Cluster::new(paths::cluster::ClusterSettings {
+        advertise,
+        timeout: config.upstream.timeout,
+        keys: &keys,
+        max_forwarded_per_caller: config.cluster.max_forwarded_per_caller,
+        peers: config.cluster.peers.clone(),
+        tombstones,
+    }));
     let sessions = Arc::new(Sessions::new(
         store,
         StateSigner::with_keys(&keys),
@@ -191,13 +237,29 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             withhold_authorization: config.auth.as_ref().is_some_and(|a| !a.forward_token),
             sessions: sessions.clone(),
             metrics: metrics.clone(),
-            cluster,
+            cluster: cluster.clone(),
             keys,
             base_path: config.path.clone(),
             embedded,
         },
         &upstreams,
     ));
+    // Memory and descriptors are the proxy's own to watch only where the proxy is the
+    // process (the binary sets `workers`); embedded, they are the host program's too.
+    let overload = match config.workers {
+        Some(_) => Overload::new(&config.limits, metrics.clone()),
+        None => Overload::with(None, Some(u64::MAX), metrics.clone()),
+    };
+    let admission = Admission::new(
+        config.limits.max_connections,
+        config.limits.max_connections_per_address,
+        metrics.clone(),
+        overload.clone(),
+    );
+    let sampler = config.workers.map(|_| {
+        let admission = admission.clone();
+        Sampler::start(overload.clone(), move || admission.open())
+    });
     let front = Arc::new(Front {
         limits: Limits {
             path: config.path.clone(),
@@ -212,45 +274,78 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             metrics: metrics.clone(),
             serve_metrics: config.admin.metrics,
             admin_token: config.admin.token.clone(),
+            guarded: config.auth.is_some(),
         },
         connections: ConnectionLimits {
-            admission: Admission::new(
-                config.limits.max_connections,
-                config.limits.max_connections_per_address,
-                metrics.clone(),
-            ),
+            admission,
             header_read_timeout: config.limits.header_read_timeout,
             idle_timeout: config.limits.idle_timeout,
         },
         metrics,
+        overload,
     });
     let reaper = spawn_reaper(sessions, s.reap_interval, move |id, record| {
         let fleet = fleet.clone();
         async move { fleet.expired(&id, record).await }
     });
+    if config.auth.is_some() && config.admin.listen.is_none() && config.admin.token.is_none() {
+        tracing::warn!(
+            "[auth] guards the client listener, and with neither admin.listen nor admin.token \
+             the operations endpoints on it show only /healthz and /readyz's status: set \
+             admin.listen (an internal address) or admin.token to read /metrics"
+        );
+    }
+    // Deleted sealed sessions the peers know of, before any request is served here; then
+    // the peers are told of those deleted here, as they come.
+    let learned = cluster.catch_up().await;
+    if learned > 0 {
+        tracing::info!(
+            learned,
+            "deleted sealed sessions learned from the peer replicas"
+        );
+    }
+    let peer_tasks = cluster.spawn_peers();
     let main_role = match config.admin.listen {
         Some(_) => Role::Mcp,
         None => Role::McpAndOperations,
     };
-    let mut serving = Vec::with_capacity(count);
+    let Listeners {
+        mcp,
+        operations,
+        lock,
+        upgrade,
+    } = listeners;
+    // Listeners taken over wait until the running proxy has stopped accepting on them.
+    let phase = match takeover {
+        Some(_) => Phase::Waiting,
+        None => Phase::Accepting,
+    };
     let runtimes: Vec<Handle> = workers.handles().cloned().collect();
-    for (i, socket) in sockets.enumerate() {
+    let mut serving = Vec::with_capacity(mcp.len().max(runtimes.len()));
+    for (listener, worker) in
+        by_worker(mcp, runtimes.len()).map_err(|source| StartError::Listen {
+            addr: local,
+            source,
+        })?
+    {
         // The listener, its accept loop and its connections belong to the worker.
-        let _inside = runtimes.get(i).map(Handle::enter);
-        let listener = listen(socket, config.listen)?;
+        let _inside = runtimes.get(worker).map(Handle::enter);
+        let listener = registered(listener, config.listen)?;
         serving.push(serve_on(
             listener,
             &front,
             main_role,
             config.shutdown_grace,
+            phase,
         )?);
     }
-    let operations = match operations_listener {
+    let operations = match operations {
         Some(listener) => Some(serve_on(
-            listener,
+            registered(listener, local)?,
             &front,
             Role::Operations,
             config.shutdown_grace,
+            phase,
         )?),
         None => None,
     };
@@ -259,7 +354,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .map(|u| u.config.stop_grace)
         .max()
         .unwrap_or(config.upstream.stop_grace);
-    Ok(Running {
+    let mut running = Running {
         serving,
         operations,
         front,
@@ -270,7 +365,64 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         // A stdio child may need all three steps (stdin, SIGTERM, SIGKILL) to end.
         end_within: Duration::from_secs(5).max(stop_grace * 3 + Duration::from_secs(1)),
         workers,
-    })
+        lock,
+        upgrades: None,
+        _sampler: sampler,
+        peer_tasks: PeerTasks(peer_tasks),
+    };
+    let mut upgrade = upgrade;
+    if let Some(takeover) = takeover {
+        match takeover.ready().await {
+            Ok(pid) => {
+                running.open();
+                if let Some(socket) = &mut upgrade {
+                    socket.own();
+                }
+                tracing::info!(
+                    pid,
+                    "took over the listeners of the running proxy (pid {pid}), which stopped \
+                     accepting and lets its requests finish"
+                );
+            }
+            Err(e) => {
+                // Nothing was accepted here; the running proxy keeps serving.
+                running.shutdown().await;
+                return Err(e);
+            }
+        }
+    }
+    if let (Some(socket), Some(held)) = (upgrade, held) {
+        let upgrades = Upgrades::start(socket, held).map_err(|e| StartError::Handover {
+            detail: format!("cannot answer on upgrade.socket: {e}"),
+        })?;
+        running.upgrades = Some(upgrades);
+    }
+    Ok(running)
+}
+
+/// Which worker accepts on which listener: every listener has a worker, and every
+/// worker a listener (the same socket shared by two workers when there are fewer
+/// listeners than workers — after a hand-over from a proxy with fewer workers).
+fn by_worker(
+    listeners: Vec<std::net::TcpListener>,
+    workers: usize,
+) -> std::io::Result<Vec<(std::net::TcpListener, usize)>> {
+    let workers = workers.max(1);
+    let count = listeners.len();
+    let mut assigned = Vec::with_capacity(count.max(workers));
+    if count >= workers {
+        for (i, listener) in listeners.into_iter().enumerate() {
+            assigned.push((listener, i % workers));
+        }
+        return Ok(assigned);
+    }
+    for worker in 0..workers {
+        let Some(listener) = listeners.get(worker % count.max(1)) else {
+            break;
+        };
+        assigned.push((listener.try_clone()?, worker));
+    }
+    Ok(assigned)
 }
 
 /// The key sealing `state` derived from a sealing key (domain-separated from sealing).
@@ -293,16 +445,14 @@ fn reachable(mut addr: SocketAddr) -> SocketAddr {
     addr
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Listen { addr, source })
-}
-
-/// A bound socket listening, on the runtime this is called in.
-fn listen(socket: TcpSocket, addr: SocketAddr) -> Result<TcpListener, StartError> {
-    socket
-        .listen(workers::BACKLOG)
+/// A listening socket on the runtime this is called in.
+fn registered(
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+) -> Result<TcpListener, StartError> {
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| TcpListener::from_std(listener))
         .map_err(|source| StartError::Listen { addr, source })
 }
 
@@ -311,11 +461,12 @@ fn serve_on(
     front: &Arc<Front>,
     role: Role,
     grace: Duration,
+    phase: Phase,
 ) -> Result<Serving, StartError> {
     let addr = listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-    serve(listener, front.clone(), role, grace)
+    serve(listener, front.clone(), role, grace, phase)
         .map_err(|source| StartError::Listen { addr, source })
 }
 
@@ -347,23 +498,81 @@ impl Running {
             .unwrap_or_default()
     }
 
+    /// What each upstream speaks, found now where it is not known yet (each probe within
+    /// `within`): `legacy`, `modern` or `sse` for one upstream, `name=era, …` for several;
+    /// `unknown` for an upstream that did not answer (it is probed again at its first use
+    /// and by its health probes).
+    pub async fn find_eras(&self, within: Duration) -> String {
+        let upstreams = self.front.fleet.upstreams();
+        let mut found = Vec::new();
+        for served in upstreams.all() {
+            let upstream = served.session.upstream();
+            let era = match tokio::time::timeout(within, upstream.find_era()).await {
+                Ok(Ok(era)) => era.name(),
+                _ => "unknown",
+            };
+            found.push((served.name.clone(), era));
+        }
+        match found.as_slice() {
+            [(_, era)] => (*era).to_owned(),
+            all => all
+                .iter()
+                .map(|(name, era)| format!("{name}={era}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
     /// Sessions live in this proxy.
     pub fn live_sessions(&self) -> usize {
         self.front.fleet.sessions().live()
     }
 
+    /// Callers the per-caller limits keep an account for now (`fairness`).
+    pub fn tracked_callers(&self) -> usize {
+        self.front.fleet.sessions().fairness().callers()
+    }
+
     /// Serves the upstream list of `config` from now on (the rest of `config` is not
-    /// applied: it needs a restart).
-    pub async fn reload(&self, config: &Config) -> Reloaded {
+    /// applied: it needs a restart), unless it would serve nothing.
+    pub async fn reload(&self, config: &Config) -> Result<Reloaded, ReloadRefused> {
         self.front.fleet.reload(&config.upstream_set()).await
+    }
+
+    /// Starts accepting on listeners taken over.
+    fn open(&self) {
+        self.serving
+            .iter()
+            .chain(self.operations.iter())
+            .for_each(Serving::open);
+    }
+
+    /// Resolves when a new process has taken the listeners over through
+    /// `upgrade.socket` and is ready (once): then [`Running::stop_accepting`], tell it
+    /// with [`HandedOver::stopped`], and [`Running::shutdown`].
+    pub fn handed_over(&mut self) -> Option<tokio::sync::oneshot::Receiver<HandedOver>> {
+        self.upgrades.as_mut()?.handed_over()
+    }
+
+    /// Stops accepting everywhere (connections carry on), and lets go of the address
+    /// lock and of `upgrade.socket`: another proxy may start on the address from now on.
+    pub async fn stop_accepting(&mut self) {
+        if let Some(upgrades) = self.upgrades.take() {
+            upgrades.stop().await;
+        }
+        for serving in self.serving.iter_mut().chain(self.operations.iter_mut()) {
+            serving.stop_accepting().await;
+        }
+        self.lock = None;
     }
 
     /// Stops accepting, drains requests and streams (up to `shutdown_grace`), then ends
     /// what this process holds: with the memory store every session upstream; with
     /// Redis or sealed ids only the sessions whose stdio child lives here (the others
     /// carry on at the other replicas). Then stops the demo server.
-    pub async fn shutdown(self) {
-        // Every worker stops accepting at once, then each drains within the grace period.
+    pub async fn shutdown(mut self) {
+        self.stop_accepting().await;
+        // Every worker drains within the grace period, at once.
         let draining: Vec<_> = self
             .serving
             .into_iter()
@@ -380,6 +589,7 @@ impl Running {
         // until the deadline to finish.
         let deadline = tokio::time::Instant::now() + self.end_within;
         self.front.fleet.shutdown(deadline, &self.endings).await;
+        drop(self.peer_tasks);
         if let Some(demo) = self.demo {
             demo.stop().await;
         }
@@ -406,12 +616,17 @@ where
     let in_front_of = in_front_of(&config, &upstreams);
     // The process's own limit, so only where the proxy is the process (not embedded).
     front::check_open_file_limit(&config.limits);
-    let running = start(config).await?;
+    let probe_within = config.upstream.connect_timeout.min(Duration::from_secs(3));
+    let mut running = start(config).await?;
+    // What each upstream speaks, found before the first client asks (a server not up yet
+    // is found at its first use).
+    let era = running.find_eras(probe_within).await;
     // The line a person reads first: where to point a client, and at what.
     tracing::info!(
         listen = %running.local_addr(),
         endpoint = %running.url(),
         upstream = %running.upstream_url(),
+        era = %era,
         "mcp-session-proxy is serving {} in front of {in_front_of}",
         running.url(),
     );
@@ -423,12 +638,33 @@ where
         );
     }
     tokio::pin!(shutdown);
+    let mut handed_over = running.handed_over();
     loop {
         tokio::select! {
             () = &mut shutdown => break,
+            handed = next_handover(&mut handed_over) => match handed {
+                Some(handed) => {
+                    tracing::info!(
+                        pid = handed.pid,
+                        "the new process (pid {}) has the listeners and is ready; this one stops \
+                         accepting and lets its requests and streams finish",
+                        handed.pid
+                    );
+                    running.stop_accepting().await;
+                    handed.stopped().await;
+                    break;
+                }
+                None => handed_over = None,
+            },
             Some(()) = next_hangup(&mut hangups) => match reload() {
                 Ok(config) => {
-                    let report = running.reload(&config).await;
+                    let report = match running.reload(&config).await {
+                        Ok(report) => report,
+                        Err(e) => {
+                            tracing::error!(error = %e, "configuration reload refused; the running configuration is kept");
+                            continue;
+                        }
+                    };
                     tracing::info!(
                         kept = ?report.kept,
                         added = ?report.added,
@@ -476,6 +712,16 @@ fn in_front_of(config: &Config, upstreams: &[NamedUpstream]) -> String {
         })
         .collect();
     format!("{} upstreams: {}", upstreams.len(), each.join("; "))
+}
+
+/// The next hand-over (`None` when there will be none).
+async fn next_handover(
+    handed_over: &mut Option<tokio::sync::oneshot::Receiver<HandedOver>>,
+) -> Option<HandedOver> {
+    match handed_over {
+        Some(receiver) => receiver.await.ok(),
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(unix)]

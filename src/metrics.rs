@@ -38,6 +38,8 @@ pub enum Rejection {
     Invalid,
     /// The session store did not answer.
     Store,
+    /// The proxy was shedding new work (`overload`).
+    Overload,
 }
 
 impl Outcome {
@@ -69,6 +71,7 @@ impl Rejection {
             Rejection::Upstream => "upstream",
             Rejection::Invalid => "invalid",
             Rejection::Store => "store",
+            Rejection::Overload => "overload",
         }
     }
 }
@@ -96,6 +99,8 @@ pub enum Closed {
     HeaderTimeout,
     /// Kept alive with no request for `limits.idle_timeout`.
     Idle,
+    /// Refused at accept: file descriptors near `limits.max_open_files` (`overload`).
+    Overload,
 }
 
 impl Closed {
@@ -105,6 +110,7 @@ impl Closed {
             Closed::AddressLimit => "address_limit",
             Closed::HeaderTimeout => "header_timeout",
             Closed::Idle => "idle",
+            Closed::Overload => "overload",
         }
     }
 }
@@ -150,10 +156,31 @@ pub struct ReplicaLabels {
     pub replica: String,
 }
 
+/// A replica and the era it speaks.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaEraLabels {
+    pub upstream: String,
+    pub replica: String,
+    /// `legacy`, `modern`, `sse` or `unknown`.
+    pub era: &'static str,
+}
+
 /// Why `[auth]` refused a request: a fixed set (`auth::AuthError::label`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AuthLabels {
     pub reason: &'static str,
+}
+
+/// What was shed for which resource (`overload`): both fixed sets.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShedLabels {
+    pub resource: &'static str,
+    pub what: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -175,6 +202,7 @@ pub struct Metrics {
     pub auth_refused: Family<AuthLabels, Counter>,
     pub replica_healthy: Family<ReplicaLabels, Gauge>,
     pub replica_sessions: Family<ReplicaLabels, Gauge>,
+    pub replica_era: Family<ReplicaEraLabels, Gauge>,
     pub sessions_rejected: Family<RejectionLabels, Counter>,
     pub caller_refusals: Family<CallerLimitLabels, Counter>,
     pub requests: Family<RequestLabels, Counter>,
@@ -186,6 +214,12 @@ pub struct Metrics {
     pub connections_closed: Family<ClosedLabels, Counter>,
     pub upstream_endings_pending: Gauge,
     pub upstream_endings_dropped: Counter,
+    pub overload_shed: Family<ShedLabels, Counter>,
+    pub overload_active: Family<ResourceLabels, Gauge>,
+    pub resident_memory_bytes: Gauge,
+    pub open_files: Gauge,
+    pub sealed_tombstones: Gauge,
+    pub sealed_tombstones_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -208,6 +242,7 @@ impl Metrics {
             sessions_other_caller: Counter::default(),
             auth_refused: Family::default(),
             replica_healthy: Family::default(),
+            replica_era: Family::default(),
             replica_sessions: Family::default(),
             sessions_rejected: Family::default(),
             caller_refusals: Family::default(),
@@ -223,6 +258,12 @@ impl Metrics {
             connections_closed: Family::default(),
             upstream_endings_pending: Gauge::default(),
             upstream_endings_dropped: Counter::default(),
+            overload_shed: Family::default(),
+            overload_active: Family::default(),
+            resident_memory_bytes: Gauge::default(),
+            open_files: Gauge::default(),
+            sealed_tombstones: Gauge::default(),
+            sealed_tombstones_dropped: Counter::default(),
         };
         registry.register(
             "sessions_active",
@@ -268,6 +309,11 @@ impl Metrics {
             "upstream_replica_healthy",
             "1 while an upstream replica is in rotation for new sessions, else 0",
             m.replica_healthy.clone(),
+        );
+        registry.register(
+            "upstream_replica_era",
+            "1 for the era each upstream replica speaks (legacy, modern, sse; unknown until found)",
+            m.replica_era.clone(),
         );
         registry.register(
             "upstream_replica_sessions",
@@ -329,7 +375,51 @@ impl Metrics {
             "Upstream sessions left to the upstream's own expiry because the queue of endings was full",
             m.upstream_endings_dropped.clone(),
         );
+        registry.register(
+            "overload_shed",
+            "New connections and new work refused (503) while memory or file descriptors were near their limits, by resource and what",
+            m.overload_shed.clone(),
+        );
+        registry.register(
+            "overload_active",
+            "1 while new work is shed for a resource (memory, open_files), else 0",
+            m.overload_active.clone(),
+        );
+        registry.register(
+            "resident_memory_bytes",
+            "Resident memory of the proxy process at the last sample",
+            m.resident_memory_bytes.clone(),
+        );
+        registry.register(
+            "open_files",
+            "File descriptors open in the proxy process at the last sample",
+            m.open_files.clone(),
+        );
+        registry.register(
+            "sealed_tombstones",
+            "Deleted sealed sessions refused here until they would have expired (session.max_tombstones)",
+            m.sealed_tombstones.clone(),
+        );
+        registry.register(
+            "sealed_tombstones_dropped",
+            "Deleted sealed sessions forgotten before their end to stay within session.max_tombstones",
+            m.sealed_tombstones_dropped.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Counts one piece of work shed for `resource` (`what`: `connection` or `request`).
+    pub fn overload_shed(&self, resource: &'static str, what: &'static str) {
+        self.overload_shed
+            .get_or_create(&ShedLabels { resource, what })
+            .inc();
+    }
+
+    /// Whether new work is shed for `resource`.
+    pub fn overload_active(&self, resource: &'static str, active: bool) {
+        self.overload_active
+            .get_or_create(&ResourceLabels { resource })
+            .set(i64::from(active));
     }
 
     /// Counts a client connection the proxy closed itself.
@@ -358,6 +448,16 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels { method, outcome })
             .inc();
+    }
+
+    /// Notes the era a replica speaks (`None`: not found yet).
+    pub fn set_replica_era(&self, replica: ReplicaLabels, era: Option<&'static str>) {
+        let labels = ReplicaEraLabels {
+            upstream: replica.upstream,
+            replica: replica.replica,
+            era: era.unwrap_or("unknown"),
+        };
+        self.replica_era.get_or_create(&labels).set(1);
     }
 
     /// The size gauge of one pool.

@@ -14,14 +14,17 @@
 //! What lives in one proxy process only is reached through [`Cluster`], which forwards
 //! a message to the replica holding it.
 
+mod answer;
+mod bridge;
 pub mod cluster;
+mod framed;
 pub mod headers;
 mod passthrough;
 mod relay;
 mod session;
 mod stateless;
 
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Forged};
 pub use passthrough::PassThrough;
-pub use session::{SessionPath, SessionSettings, binding};
-pub use stateless::{Affinity, Fallback, POOLED_SESSION_MAX_AGE, StatelessPath, StatelessSettings};
+pub use session::{SessionPath, SessionSettings, addr, upstream_error};
+pub use stateless::{Affinity, Fallback, POOLED_SESSION_MAX_AGE, StatelessPath};

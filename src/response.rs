@@ -17,15 +17,17 @@ use crate::mcp::headers::{JSON, SSE};
 /// The JSON-RPC error response for `error`, answering the request with raw `id`.
 pub fn error(error: &ProxyError, id: Option<&[u8]>) -> Response<ProxyBody> {
     let (status, object, fault) = error.answer();
+    // The answer's message, not the error's own text: what it echoes is cut.
+    let error_text = &object.message;
     match fault {
         Fault::Client => {
-            tracing::debug!(status = status.as_u16(), code = object.code, error = %error, "request refused")
+            tracing::debug!(status = status.as_u16(), code = object.code, error = %error_text, "request refused")
         }
         Fault::Upstream => {
-            tracing::warn!(status = status.as_u16(), code = object.code, error = %error, "upstream failure")
+            tracing::warn!(status = status.as_u16(), code = object.code, error = %error_text, "upstream failure")
         }
         Fault::Proxy => {
-            tracing::warn!(status = status.as_u16(), code = object.code, error = %error, "proxy could not serve the request")
+            tracing::warn!(status = status.as_u16(), code = object.code, error = %error_text, "proxy could not serve the request")
         }
     }
     let mut response = json(status, write::error(id, &object));

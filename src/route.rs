@@ -16,15 +16,18 @@
 //!    this way). Refused if it names a session.
 //! 2. No session named, no `Mcp-Session-Id` header at all, and the message looks like the
 //!    stateless protocol (`_meta` protocol version, `server/discover` /
-//!    `subscriptions/listen`, or a non-stateful `MCP-Protocol-Version`) →
-//!    [`Route::Stateless`]. An old connection's `Mcp-Session-Id` means legacy semantics,
-//!    whatever `_meta` the message carries; a message naming a session never takes the
-//!    stateless path.
+//!    `subscriptions/listen`, or a non-stateful `MCP-Protocol-Version`): in front of a
+//!    modern upstream the client and the server speak the same era →
+//!    [`Route::PassThrough`], as it came; in front of any other → [`Route::Stateless`],
+//!    bridged. An old connection's `Mcp-Session-Id` means legacy semantics, whatever
+//!    `_meta` the message carries; a message naming a session never takes the stateless
+//!    path.
 //! 3. `initialize` in SEP-1364's dialect (a top-level `sessionId`, `null` or an id) →
 //!    [`Route::Sep1364Initialize`].
-//! 4. `initialize` naming no session, when the upstream has no session-less way in (a
-//!    stdio server) → [`Route::LegacyInitialize`]: the proxy is the old client's
-//!    transport.
+//! 4. `initialize` naming no session, when old clients do not pass to the upstream as
+//!    they are (a stdio server, an HTTP+SSE one, a modern one — unless the operator
+//!    passes them to a dual server) → [`Route::LegacyInitialize`]: the proxy is the old
+//!    client's transport, and its bridge to a modern server.
 //! 5. A session is named:
 //!    - a request that ends it (`sessions/delete`, `session/delete`, `terminate`) →
 //!      [`Route::Delete`];
@@ -33,16 +36,26 @@
 //!    - anything else → [`Route::InSession`].
 //! 6. No session named:
 //!    - a request that would end one → refused (nothing to delete);
-//!    - `upstream.require_session`, or an upstream with no session-less way in →
+//!    - `upstream.require_session`, or an upstream old clients do not pass to →
 //!      refused with -32044;
-//!    - otherwise → [`Route::PassThrough`] (an old client, untouched).
+//!    - otherwise → [`Route::PassThrough`] (an old client of a server of its own era,
+//!      untouched).
+//!
+//! The routes that serve a client in a session ([`Route::Create`], [`Route::InSession`])
+//! carry what it speaks, a [`ClientEra`] read off the message here, once
+//! ([`session_era`]); [`Route::Sep1364Initialize`] and [`Route::LegacyInitialize`] name
+//! theirs.
+//!
+//! The upstream's era is part of the rules ([`RouteRules`]), read once per request (one atomic
+//! load: the era is found when the upstream is first used, and again by its probes).
 //!
 //! `GET` and `DELETE` carry no message ([`classify_bare`]): a data-layer
 //! `Mcp-Session-Id` makes them [`BareRoute::Listen`] and [`BareRoute::EndByHeader`];
 //! without one they pass through (or are refused as in 6).
 //!
-//! Before any of this, an `Mcp-Session-Id` header that is not visible ASCII is refused
-//! (-32600): no session, the proxy's or an upstream's, can have such an id.
+//! Before any of this, an `Mcp-Session-Id` header that is not visible ASCII, or that is
+//! sent more than once, is refused (-32600): no session, the proxy's or an upstream's,
+//! can have such an id, and a request belongs to one session only.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -54,10 +67,10 @@ use serde_json::value::RawValue;
 
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, raw_str};
-use crate::mcp::Method;
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{Accepts, MCP_SESSION_ID};
 use crate::mcp::meta::{self, MetaError, Payload, SessionMeta};
+use crate::mcp::{ClientEra, Method};
 use crate::session::is_issued_shape;
 use crate::stateless;
 
@@ -110,34 +123,25 @@ pub struct SessionRef<'a> {
     pub state: Option<Cow<'a, str>>,
 }
 
-/// How a client asked for a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// The data-layer sessions draft: `sessions/create`, the session in `_meta`.
-    DataLayer,
-    /// SEP-1364: a top-level `sessionId`, `params.capabilities` on `sessions/create`,
-    /// `initialize` carrying a `sessionId`, `terminate`.
-    Sep1364,
-}
-
 /// The path a message takes. See the module documentation for the precedence.
 #[derive(Debug, Clone)]
 pub enum Route<'a> {
     /// `sessions/create`: the proxy opens an upstream session and answers.
     Create {
         id: &'a RawValue,
-        dialect: Dialect,
-        /// The request carries 2026-07-28's per-request protocol version.
-        modern: bool,
+        /// What the client speaks ([`session_era`]): never [`ClientEra::Legacy`].
+        era: ClientEra,
     },
-    /// SEP-1364 alternative 2: `initialize` opening a session (`None`) or naming one.
+    /// SEP-1364 alternative 2: `initialize` opening a session (`None`) or naming one (the
+    /// client speaks [`ClientEra::Sep1364`]).
     Sep1364Initialize {
         id: &'a RawValue,
         session: Option<SessionRef<'a>>,
     },
-    /// An old client's `initialize` where the proxy must be its transport (stdio).
+    /// An old client's `initialize` where the proxy must be its transport (stdio): the
+    /// client speaks [`ClientEra::Legacy`].
     LegacyInitialize { id: &'a RawValue },
-    /// The stateless protocol (2026-07-28).
+    /// The stateless protocol (2026-07-28) in front of an upstream of another era: bridged.
     Stateless,
     /// A request ending the session it names.
     Delete {
@@ -149,9 +153,11 @@ pub enum Route<'a> {
     /// Any other message in a session, relayed on its upstream session.
     InSession {
         session: SessionRef<'a>,
-        dialect: Dialect,
+        /// What the client speaks as far as the message tells ([`session_era`]); the
+        /// session's record says whether it is an old client's.
+        era: ClientEra,
     },
-    /// No session: passed to the upstream untouched.
+    /// No session, and the client speaks the upstream's era: passed to it untouched.
     PassThrough,
 }
 
@@ -175,22 +181,32 @@ pub enum Bare {
 
 /// What classification needs to know of the upstream and the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rules {
+pub struct RouteRules {
     /// `upstream.require_session`: messages without a data-layer session are refused.
     pub require_session: bool,
-    /// The upstream takes messages outside any session (HTTP; a stdio server does not).
-    pub sessionless_way_in: bool,
+    /// Old clients' messages reach the upstream as they are: a Streamable HTTP server
+    /// that speaks `initialize` (a modern one only when `upstream.old_clients =
+    /// "pass_through"`). Otherwise (stdio, HTTP+SSE, modern) the proxy is their
+    /// transport.
+    pub old_clients_pass: bool,
+    /// The UPSTREAM speaks the modern protocol (2026-07-28; `upstream::Era::Modern`) and
+    /// is reached over HTTP: stateless clients pass to it as they are. What the client
+    /// speaks is the message's ([`ClientEra`]).
+    pub modern_upstream: bool,
 }
 
-impl Rules {
+impl RouteRules {
     /// Whether a message naming no session may pass through.
     fn passes_without_session(self) -> bool {
-        self.sessionless_way_in && !self.require_session
+        self.old_clients_pass && !self.require_session
     }
 }
 
 /// Decides the route of a message (`POST`). See the module documentation.
-pub fn classify<'a>(message: &'a Message<'a, 'a>, rules: Rules) -> Result<Route<'a>, ProxyError> {
+pub fn classify<'a>(
+    message: &'a Message<'a, 'a>,
+    rules: RouteRules,
+) -> Result<Route<'a>, ProxyError> {
     classify_message(message, rules)
 }
 
@@ -198,7 +214,7 @@ pub fn classify<'a>(message: &'a Message<'a, 'a>, rules: Rules) -> Result<Route<
 pub fn classify_bare(
     request: Bare,
     headers: &HeaderMap,
-    rules: Rules,
+    rules: RouteRules,
 ) -> Result<BareRoute<'_>, ProxyError> {
     let (session, method) = (header_session(headers)?, request.as_str());
     match (session, request) {
@@ -218,7 +234,7 @@ impl Bare {
 }
 
 /// A message naming no session: it passes through, or is refused with -32044.
-fn without_session(method: &str, rules: Rules) -> Result<(), ProxyError> {
+fn without_session(method: &str, rules: RouteRules) -> Result<(), ProxyError> {
     if rules.passes_without_session() {
         Ok(())
     } else {
@@ -230,18 +246,18 @@ fn without_session(method: &str, rules: Rules) -> Result<(), ProxyError> {
 
 fn classify_message<'a>(
     message: &'a Message<'a, 'a>,
-    rules: Rules,
+    rules: RouteRules,
 ) -> Result<Route<'a>, ProxyError> {
     let envelope = message.envelope;
     let params = message.params();
     let method = message.method();
     let request_id = message.request_id();
     // SEP-1364: a top-level `sessionId` (`null` before a session exists).
-    let (dialect, top_level) = match envelope.session_id {
-        None => (Dialect::DataLayer, None),
-        Some(raw) if raw.get() == "null" => (Dialect::Sep1364, None),
+    let (sep1364, top_level) = match envelope.session_id {
+        None => (false, None),
+        Some(raw) if raw.get() == "null" => (true, None),
         Some(raw) => match raw_str(raw) {
-            Some(id) => (Dialect::Sep1364, Some(id)),
+            Some(id) => (true, Some(id)),
             None => return Err(ProxyError::Meta(MetaError::MalformedSession)),
         },
     };
@@ -253,7 +269,7 @@ fn classify_message<'a>(
     // SEP-1364 names the session to end in `params.sessionId`: always for its own
     // `session/delete` and `terminate`, and for `sessions/delete` in its dialect.
     let sep1364_end = matches!(method, Some(Method::SessionDelete | Method::Terminate));
-    let in_params = if sep1364_end || (ending && dialect == Dialect::Sep1364) {
+    let in_params = if sep1364_end || (ending && sep1364) {
         params.and_then(|p| p.member("sessionId")).and_then(raw_str)
     } else {
         None
@@ -265,28 +281,27 @@ fn classify_message<'a>(
         if params.and_then(|p| p.meta(meta::SESSION)).is_some() {
             return Err(ProxyError::CreateInSession);
         }
-        let dialect = match params.and_then(|p| p.member("capabilities")) {
-            Some(_) => Dialect::Sep1364,
-            None => dialect,
-        };
-        let modern = params.is_some_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some());
+        // SEP-1364 alternative 1 passes the client's capabilities as `params.capabilities`.
+        let sep1364 = sep1364 || params.and_then(|p| p.member("capabilities")).is_some();
         return Ok(Route::Create {
             id,
-            dialect,
-            modern,
+            era: session_era(sep1364, params),
         });
     }
     if session.is_none()
         && header.is_none()
         && stateless::detect(message.headers, envelope.method(), params)
     {
-        return Ok(Route::Stateless);
+        return Ok(match rules.modern_upstream {
+            true => Route::PassThrough,
+            false => Route::Stateless,
+        });
     }
     if let (Some(id), Some(Method::Initialize)) = (request_id, method) {
-        if dialect == Dialect::Sep1364 {
+        if sep1364 {
             return Ok(Route::Sep1364Initialize { id, session });
         }
-        if session.is_none() && !rules.sessionless_way_in {
+        if session.is_none() && !rules.old_clients_pass {
             return Ok(Route::LegacyInitialize { id });
         }
     }
@@ -297,9 +312,27 @@ fn classify_message<'a>(
         {
             Ok(Route::InitializedAck { session })
         }
-        (Some(session), _) => Ok(Route::InSession { session, dialect }),
+        (Some(session), _) => Ok(Route::InSession {
+            session,
+            era: session_era(sep1364, params),
+        }),
         (None, Some(_)) if ending => Err(ProxyError::DeleteWithoutSession),
         (None, _) => without_session(envelope.method(), rules).map(|()| Route::PassThrough),
+    }
+}
+
+/// What the client of a data-layer session speaks, as far as its message tells: SEP-1364's
+/// shape first (2026-07-28 has no top-level `sessionId`, so a message carrying one speaks
+/// SEP-1364's dialect whatever version it names, and is answered in it), then a `_meta`
+/// protocol version (2026-07-28 puts one on every request), else the data-layer draft.
+/// `initialize` without a session is [`ClientEra::Legacy`], and never comes here.
+fn session_era(sep1364: bool, params: Option<&Payload<'_>>) -> ClientEra {
+    if sep1364 {
+        ClientEra::Sep1364
+    } else if params.is_some_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some()) {
+        ClientEra::Modern
+    } else {
+        ClientEra::DataLayer
     }
 }
 
@@ -342,19 +375,28 @@ fn session_ref<'a>(
     }
 }
 
+/// The data-layer session a bare `Mcp-Session-Id` names, if it names one.
+fn header_session(headers: &HeaderMap) -> Result<Option<SessionRef<'_>>, ProxyError> {
+    Ok(session_header(headers)?.and_then(issued))
+}
+
 /// The `Mcp-Session-Id` header, if any. Both worlds require a session id to be visible
 /// ASCII (0x21–0x7E: the 2025-11-25 transport, "Session Management"; the data-layer
 /// sessions draft): a value with anything else in it (a space, a tab, bytes of 0x80 and
 /// up) names no session anyone could have issued, and is refused before it reaches a
 /// session or an upstream. An empty value is left alone: some clients send one before
 /// they have a session, and servers read it as none.
-/// The data-layer session a bare `Mcp-Session-Id` names, if it names one.
-fn header_session(headers: &HeaderMap) -> Result<Option<SessionRef<'_>>, ProxyError> {
-    Ok(session_header(headers)?.and_then(issued))
-}
-
+///
+/// A request belongs to one session, so the header comes once: with several, the one
+/// checked here (against `_meta`, the caller's binding) need not be the one an upstream
+/// or another hop reads, so such a request is refused whole.
 fn session_header(headers: &HeaderMap) -> Result<Option<&HeaderValue>, ProxyError> {
-    match headers.get(&MCP_SESSION_ID) {
+    let mut values = headers.get_all(&MCP_SESSION_ID).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(ProxyError::SessionHeaderRepeated);
+    }
+    match first {
         Some(value)
             if !value.is_empty()
                 && !value

@@ -5,6 +5,7 @@
 //! Records live in one of three stores (`session.store`): this process's memory, a
 //! Redis server shared by proxy replicas, or nowhere — sealed into the sessionId.
 
+pub mod aead;
 mod id;
 mod manager;
 mod memory;
@@ -13,14 +14,16 @@ mod redis;
 mod sealed;
 mod state;
 mod store;
+mod tombstones;
 
 pub use id::{generate as generate_id, is_issued_shape, is_visible_ascii, log_tag};
 pub use manager::{
     Issued, Lease, NewSession, ReaperHandle, SessionError, Sessions, Settings, Slot, spawn_reaper,
 };
 pub use memory::MemoryStore;
-pub use record::{ClientIdentity, Millis, Route, SessionRecord, now_millis, rfc3339};
+pub use record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis, rfc3339};
 pub use redis::RedisStore;
 pub use sealed::SealedStore;
 pub use state::{StateSigner, keyed_hmac};
-pub use store::{Renewal, SessionStore, Store, StoreError};
+pub use store::{Renewal, Reroute, SessionStore, Store, StoreError};
+pub use tombstones::{IdHash, Tombstone, Tombstones};

@@ -1,8 +1,9 @@
 //! The threads serving requests (`workers`): thread per core. Each worker is a thread
 //! running a current-thread runtime, with its own listener on the listen address
-//! (`SO_REUSEPORT`: the kernel spreads connections over them) and its own idle upstream
-//! connections (`upstream::connections`), so a request is served from accept to answer
-//! on one thread and never hands work to another. The thread that started the proxy
+//! (`listeners`: a `SO_REUSEPORT` group of this process's own, which the kernel spreads
+//! connections over) and its own idle upstream connections (`upstream::connections`), so
+//! a request is served from accept to answer on one thread and never hands work to
+//! another. The thread that started the proxy
 //! keeps the rest (the reaper, the endings, probes, signals, the operations listener
 //! when it has its own address), so that neither a blocked log write there nor
 //! background work stalls a request.
@@ -12,11 +13,9 @@
 
 use std::cell::Cell;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
-use tokio::net::TcpSocket;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -62,20 +61,24 @@ struct Worker {
 }
 
 impl Workers {
-    /// Starts `count` worker threads, each running a current-thread runtime.
+    /// Starts `count` worker threads, each running a current-thread runtime; returns once
+    /// every one runs (so that it has its name, and is a worker, from then on).
     pub fn start(count: usize) -> io::Result<Workers> {
         MOST.fetch_max(count + 1, Ordering::Relaxed);
         let mut threads = Vec::with_capacity(count);
+        let (running, started) = std::sync::mpsc::channel::<()>();
         for index in 1..=count {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
             let handle = runtime.handle().clone();
             let (stop, stopped) = oneshot::channel::<()>();
+            let running = running.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("mcp-worker-{index}"))
                 .spawn(move || {
                     INDEX.with(|i| i.set(index));
+                    let _ = running.send(());
                     // The runtime runs its tasks while it waits to be stopped.
                     let _ = runtime.block_on(stopped);
                 })?;
@@ -85,6 +88,13 @@ impl Workers {
                 _thread: thread,
             });
         }
+        drop(running);
+        // A thread that could not start has dropped its sender: the wait ends.
+        for _ in 0..count {
+            if started.recv().is_err() {
+                break;
+            }
+        }
         Ok(Workers { threads })
     }
 
@@ -93,33 +103,3 @@ impl Workers {
         self.threads.iter().map(|w| &w.handle)
     }
 }
-
-/// `count` sockets bound to `addr`, all on the same port, not yet listening (a socket
-/// listens on the runtime that will accept from it: `TcpSocket::listen` in its context).
-/// With more than one, each has `SO_REUSEPORT` and the kernel spreads new connections
-/// over them; a port 0 is the one the first socket got.
-pub fn bind(addr: SocketAddr, count: usize) -> io::Result<Vec<TcpSocket>> {
-    let mut addr = addr;
-    let mut sockets = Vec::with_capacity(count.max(1));
-    for _ in 0..count.max(1) {
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
-        // As `TcpListener::bind` does: a restarted proxy binds despite TIME_WAIT.
-        socket.set_reuseaddr(true)?;
-        if count > 1 {
-            socket.set_reuseport(true)?;
-        }
-        socket.bind(addr)?;
-        if addr.port() == 0 {
-            addr = socket.local_addr()?;
-        }
-        sockets.push(socket);
-    }
-    Ok(sockets)
-}
-
-/// The backlog of every listener (as `TcpListener::bind`'s).
-pub const BACKLOG: u32 = 1024;

@@ -622,10 +622,18 @@ async fn a_caller_holds_a_bounded_number_of_handles() {
     open(&mut alice).await;
     let third = alice.call_tool("session_open", json!({})).await;
     assert_tool_error(&third, "2 sessions open");
+    // Another caller: another address (unverified credentials share their address's
+    // count, whatever they are).
     let mut bob = h
         .stateless_client()
-        .with_header("authorization", "Bearer bob");
+        .with_header("authorization", "Bearer bob")
+        .calling_from(OTHER_ADDRESS);
     open(&mut bob).await;
+    let mut also_here = h
+        .stateless_client()
+        .with_header("authorization", "Bearer carol");
+    let refused = also_here.call_tool("session_open", json!({})).await;
+    assert_tool_error(&refused, "2 sessions open");
     close(&mut alice, &first).await;
     open(&mut alice).await;
     assert_eq!(h.proxy.live_sessions(), 3);

@@ -14,10 +14,10 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{Harness, SessionClient, StatelessClient, assert, gauge, post_json};
+use common::{Harness, SessionClient, StatelessClient, assert, listener_url, post_json};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use mcp_session_proxy::auth::{Key, Rules};
-use mcp_session_proxy::config::{Affinity, AuthConfig, Config};
+use mcp_session_proxy::config::{Affinity, AuthConfig, Config, Secret};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
@@ -40,7 +40,28 @@ fn auth_on(forward_token: bool) -> impl FnOnce(&mut Config) {
             resource_metadata: Some(METADATA.into()),
         });
         c.stateless.affinity = Affinity::Shared;
+        c.admin.token = Some(Secret(ADMIN.as_bytes().to_vec()));
     }
+}
+
+/// The admin token: with `[auth]`, the operations endpoints on the client listener need it.
+const ADMIN: &str = "an-admin-token-nobody-guesses";
+
+/// GET `path` on the proxy's main listener with `authorization` (if any): status, body.
+async fn get(h: &Harness, path: &str, authorization: Option<&str>) -> (u16, String) {
+    let mut request = h.http.get(listener_url(&h.proxy, path));
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// A value of `/metrics`, read with the admin token.
+async fn admin_gauge(h: &Harness, name: &str) -> Option<i64> {
+    let (_, text) = get(h, "/metrics", Some(&bearer(ADMIN))).await;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
 }
 
 fn now() -> u64 {
@@ -158,7 +179,7 @@ async fn every_request_needs_a_valid_token_and_a_refusal_says_why() {
         "nothing refused reached the upstream"
     );
     assert_eq!(
-        gauge(&h.proxy, "mcp_proxy_auth_refused_total{reason=\"expired\"}").await,
+        admin_gauge(&h, "mcp_proxy_auth_refused_total{reason=\"expired\"}").await,
         Some(3)
     );
     // A valid token gets in.
@@ -250,5 +271,55 @@ async fn the_upstream_never_sees_the_token_unless_forward_token() {
             .all(|a| a.as_deref() == Some(bearer(&alice).as_str())),
         "forward_token passes the client's token on: {seen:?}"
     );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn with_auth_the_operations_endpoints_show_clients_nothing_internal() {
+    let h = Harness::with_config(auth_on(false)).await;
+    let client = bearer(&token("alice", 1));
+    // Health: everyone, as a load balancer needs.
+    assert_eq!(get(&h, "/healthz", None).await.0, 200);
+    // Readiness: its status, to anyone, and nothing more — not to a client with a valid
+    // token either.
+    for authorization in [None, Some(client.as_str())] {
+        let (status, body) = get(&h, "/readyz", authorization).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({"status": "ready"})
+        );
+        assert!(!body.contains(&h.demo.url()), "{body}");
+    }
+    // Metrics: only with the admin token.
+    for authorization in [
+        None,
+        Some(client.as_str()),
+        Some("Bearer not-the-admin-token"),
+    ] {
+        let (status, body) = get(&h, "/metrics", authorization).await;
+        assert_eq!(status, 401, "{authorization:?}: {body}");
+        assert!(!body.contains("mcp_proxy_"), "{body}");
+    }
+    let (status, metrics) = get(&h, "/metrics", Some(&bearer(ADMIN))).await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("mcp_proxy_sessions_active"), "{metrics}");
+    // The admin token shows readiness in full.
+    let (status, body) = get(&h, "/readyz", Some(&bearer(ADMIN))).await;
+    assert_eq!(status, 200);
+    let ready: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["upstream"], h.demo.url(), "{ready}");
+    assert_eq!(ready["checks"]["store"], "ok");
+    h.stop().await;
+
+    // Without an admin token there is no way in on the client listener: not served.
+    let h = Harness::with_config(|c| {
+        auth_on(false)(c);
+        c.admin.token = None;
+    })
+    .await;
+    assert_eq!(get(&h, "/metrics", Some(&client)).await.0, 404);
+    assert_eq!(get(&h, "/readyz", None).await.1, r#"{"status":"ready"}"#);
+    assert_eq!(get(&h, "/healthz", None).await.0, 200);
     h.stop().await;
 }

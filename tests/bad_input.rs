@@ -313,6 +313,165 @@ async fn an_mcp_session_id_header_outside_visible_ascii_is_invalid_request() {
 }
 
 #[tokio::test]
+async fn a_repeated_mcp_session_id_header_is_invalid_request() {
+    let h = Harness::start().await;
+    let mut c = h.client();
+    c.create().await;
+    let ours = c.session_id().to_owned();
+    let legacy = LegacyClient::connect(h.url(), "2025-11-25").await;
+    h.demo.clear_journal();
+    let twice = |first: &str, second: &str| {
+        let mut headers = HeaderMap::new();
+        headers.append("mcp-session-id", HeaderValue::from_str(first).unwrap());
+        headers.append("mcp-session-id", HeaderValue::from_str(second).unwrap());
+        headers
+    };
+    let refused = |answer: &Value, what: &str| {
+        assert_eq!(answer["error"]["code"], -32600, "{what}: {answer}");
+        assert_eq!(
+            answer["error"]["data"],
+            json!({"header": "Mcp-Session-Id"}),
+            "{what}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("Mcp-Session-Id header is sent more than once"),
+            "{what}: {message}"
+        );
+    };
+    let pairs = [
+        // Ours checked first, another read after it; the same one twice; an old client's
+        // upstream id beside ours, either way round.
+        (ours.as_str(), "mcps_someone-elses"),
+        (ours.as_str(), ours.as_str()),
+        (legacy.session.as_str(), ours.as_str()),
+        (ours.as_str(), legacy.session.as_str()),
+        (legacy.session.as_str(), legacy.session.as_str()),
+    ];
+    for (first, second) in pairs {
+        let headers = twice(first, second);
+        let what = format!("{first} + {second}");
+        // An old client's message (no _meta: it would pass through), one naming our
+        // session in _meta, and a notification.
+        for body in [
+            json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"}),
+            c.message(json!(8), "tools/list", json!({})),
+        ] {
+            let reply = post_json(&h.http, &h.url(), &body, &headers).await;
+            assert_eq!(reply.status, 400, "{what}: {}", reply.text);
+            assert_eq!(reply.json()["id"], 8, "{what}");
+            refused(&reply.json(), &what);
+        }
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let reply = post_json(&h.http, &h.url(), &note, &headers).await;
+        assert_eq!(reply.status, 400, "{what}: {}", reply.text);
+        refused(&reply.json(), &what);
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let response = h.bare(method.clone(), &headers).await;
+            assert_eq!(response.status(), 400, "{method} {what}");
+            let answer: Value = response.json().await.unwrap();
+            assert_eq!(answer["id"], Value::Null, "{method} {what}");
+            refused(&answer, &format!("{method} {what}"));
+        }
+    }
+    assert!(
+        h.demo.journal().is_empty(),
+        "nothing reached the upstream: {:?}",
+        h.demo.journal()
+    );
+    // Both sessions are untouched (the DELETEs ended neither).
+    assert_eq!(c.tool_text("counter", json!({})).await, "1");
+    let list = legacy
+        .post(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}))
+        .await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    h.stop().await;
+}
+
+/// Whether `echoed` is `sent` cut as errors cut what they echo: its first 256 bytes and
+/// an ellipsis.
+fn cut_from(echoed: &Value, sent: &str) -> bool {
+    echoed.as_str().is_some_and(|e| {
+        e.len() == 256 + "…".len() && e.ends_with('…') && sent.starts_with(&e[..256])
+    })
+}
+
+#[tokio::test]
+async fn errors_echo_at_most_a_few_hundred_bytes_of_what_the_client_sent() {
+    let h = Harness::start().await;
+    // A session id of a megabyte in _meta (the body may be 4 MiB): -32043 names it cut.
+    let huge = format!("mcps_{}", "a".repeat(1024 * 1024));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": in_session(json!({}), &huge, None)});
+    let reply = h.post(&body).await;
+    assert_eq!(reply.status, 404);
+    let error = &reply.json()["error"];
+    assert_eq!(error["code"], -32043);
+    assert!(cut_from(&error["data"]["sessionId"], &huge), "{error}");
+    assert!(reply.text.len() < 2048, "{} bytes", reply.text.len());
+
+    // In the header (hyper takes heads of up to ~400 KB): alone, it names the session;
+    // beside another in _meta, both are named, cut.
+    let header = format!("mcps_{}", "b".repeat(200 * 1024));
+    let reply = post_json(
+        &h.http,
+        &h.url(),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        &session_header(&header),
+    )
+    .await;
+    assert_eq!(reply.status, 404, "{}", reply.text);
+    assert!(cut_from(
+        &reply.json()["error"]["data"]["sessionId"],
+        &header
+    ));
+    assert!(reply.text.len() < 2048, "{} bytes", reply.text.len());
+    let reply = post_json(&h.http, &h.url(), &body, &session_header(&header)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    let error = &reply.json()["error"];
+    assert_eq!(error["code"], -32600);
+    assert!(cut_from(&error["data"]["sessionId"], &huge), "{error}");
+    assert!(
+        cut_from(&error["data"]["headerSessionId"], &header),
+        "{error}"
+    );
+    let message = error["message"].as_str().unwrap();
+    assert!(message.len() <= 1024, "{} bytes", message.len());
+    assert!(
+        message.contains("names another session than _meta"),
+        "{message}"
+    );
+
+    // A request id that is not a string or a number, of a megabyte: named cut.
+    let bad_id = json!({"pad": "c".repeat(1024 * 1024)});
+    let reply = h
+        .post(&json!({"jsonrpc": "2.0", "id": bad_id, "method": "ping"}))
+        .await;
+    assert_eq!(reply.status, 400);
+    assert!(cut_from(
+        &reply.json()["error"]["data"]["id"],
+        &bad_id.to_string()
+    ));
+    assert!(reply.text.len() < 2048, "{} bytes", reply.text.len());
+
+    // A valid id of a megabyte is the response's id, whole (JSON-RPC 2.0), and only there.
+    let long_id = "d".repeat(1024 * 1024);
+    let reply = h
+        .post(
+            &json!({"jsonrpc": "2.0", "id": long_id, "method": "tools/list",
+            "params": in_session(json!({}), &huge, None)}),
+        )
+        .await;
+    assert_eq!(reply.json()["id"], long_id.as_str());
+    assert!(
+        reply.text.len() < long_id.len() + 2048,
+        "{} bytes",
+        reply.text.len()
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn malformed_session_metadata_is_invalid_params() {
     let h = Harness::start().await;
     for session in [

@@ -218,7 +218,7 @@ async fn a_file_with_several_bad_entries_reports_every_one() {
             problem_lines(&stderr),
             [
                 "max_body_bytes (in proxy.toml): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
-                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url and sealed_keys.",
+                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url, redis_sentinels, redis_master_name, redis_username, redis_password, redis_db, redis_timeout, redis_wait_replicas, redis_wait_timeout, sealed_keys and max_tombstones.",
                 "session.reap_interval (in proxy.toml): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
                 "shutdown_grace (in proxy.toml): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
             ]
@@ -245,7 +245,7 @@ async fn environment_problems_name_the_variable_and_suggest_the_right_one() {
         assert_eq!(
             problem_lines(&stderr),
             [
-                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, cluster, limits and auth.",
+                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, cluster, limits, auth and upgrade.",
                 "upstream.pool_size (from the environment variable MCP_PROXY_UPSTREAM__POOL_SIZE): \"many\" is not a whole number of 0 or more; write e.g. MCP_PROXY_UPSTREAM__POOL_SIZE=2",
             ]
         );
@@ -581,8 +581,9 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
             serde_json::from_str::<Value>(&body).unwrap(),
             json!({"status": "ready", "checks": {"config": "ok", "upstream": "ok", "store": "ok"},
                    "store": "memory", "upstream": proxy.startup("upstream"),
-                   "upstreams": {"default": {"status": "ok", "default": true,
-                                             "replicas": {(proxy.startup("upstream")): "ok"}}}})
+                   "upstreams": {"default": {"status": "ok", "default": true, "era": "legacy",
+                                             "replicas": {(proxy.startup("upstream")): "ok"},
+                                             "eras": {(proxy.startup("upstream")): "legacy"}}}})
         );
 
         // sessions/create
@@ -1334,6 +1335,45 @@ async fn each_worker_has_its_own_thread_and_serves_the_shared_sessions() {
             );
             state = session_meta(&echoed)["state"].as_str().unwrap().to_owned();
         }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_wildcard_listen_sharing_sessions_needs_the_address_other_replicas_reach() {
+    bounded(async {
+        let key = "7".repeat(64);
+        let dir = WorkDir::with_proxy_toml(&format!(
+            "[session]\nstore = \"sealed\"\nsealed_keys = [\"{key}\"]\n"
+        ));
+        // As the Docker image sets it: every interface.
+        let wildcard = [("MCP_PROXY_LISTEN", "0.0.0.0:0")];
+        let stderr = refused(dir.path(), &[], &wildcard).await;
+        let problems = problem_lines(&stderr);
+        assert!(
+            problems.len() == 1
+                && problems[0].starts_with("cluster.advertise")
+                && problems[0].contains("wildcard address (0.0.0.0:0)")
+                && problems[0].contains("other proxy replicas cannot reach this one at 127.0.0.1"),
+            "{stderr}"
+        );
+        assert_eq!(refused(dir.path(), &["check"], &wildcard).await, stderr);
+        // Told where others reach it, it starts.
+        let output = run_to_exit(
+            dir.path(),
+            &["check"],
+            &[
+                ("MCP_PROXY_LISTEN", "0.0.0.0:0"),
+                ("MCP_PROXY_CLUSTER__ADVERTISE", "http://10.0.0.5:8080"),
+            ],
+        )
+        .await;
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     })
     .await;
 }

@@ -51,3 +51,13 @@ fn the_rewrite_corpus_holds() {
 fn the_sse_corpus_holds() {
     corpus("sse", fuzz::sse);
 }
+
+#[test]
+fn the_sse_upstream_corpus_holds() {
+    corpus("sse_upstream", fuzz::sse_upstream);
+}
+
+#[test]
+fn the_id_restore_corpus_holds() {
+    corpus("id_restore", fuzz::id_restore);
+}

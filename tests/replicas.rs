@@ -22,6 +22,8 @@ mod common;
 use std::future::Future;
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::fleet::{Nginx, ProxyProcess, Redis, Replicas, free_port, scratch_dir};
 use common::procs::{Marker, marked};
 use common::*;
@@ -93,6 +95,16 @@ fn sealed_session(keys: &[&str]) -> String {
 
 fn counter(message: &Value) -> u64 {
     assert::text_of(message).parse().unwrap()
+}
+
+/// No trace of `proxy`'s address (its IP and port) in `text`, which a client got.
+fn assert_no_address_of(proxy: &ProxyProcess, text: &str) {
+    assert!(
+        !text.contains(&proxy.listen.to_string())
+            && !text.contains(&format!(":{}", proxy.listen.port())),
+        "{} is named in what a client got: {text}",
+        proxy.listen
+    );
 }
 
 /// The same session, reached through another proxy.
@@ -535,6 +547,44 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
         assert_eq!(marked(&marker).len(), 1);
         assert_eq!(on_b.tool_text("echo", json!({"text": "fwd"})).await, "fwd");
 
+        // A client cannot pass for a replica: the header replicas sign is refused from it
+        // (POST, GET, DELETE), before anything is served, and nothing says where A is.
+        for value in ["1", "1;1800000000000;-;AAAA"] {
+            let mut forged = via(&on_a, b.url("/mcp"));
+            forged
+                .extra
+                .insert("mcp-proxy-forwarded", value.parse().unwrap());
+            let reply = forged
+                .request("tools/call", json!({"name": "pid", "arguments": {}}))
+                .await;
+            assert_eq!(
+                (reply.status, reply.error_code()),
+                (403, Some(-32600)),
+                "{}",
+                reply.text
+            );
+            assert_eq!(
+                reply.json()["error"]["data"]["header"],
+                "mcp-proxy-forwarded"
+            );
+            assert_no_address_of(&a, &reply.text);
+            for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+                let bare = http_client()
+                    .request(method.clone(), b.url("/mcp"))
+                    .header("mcp-session-id", on_a.session_id())
+                    .header("accept", "text/event-stream")
+                    .header("mcp-proxy-forwarded", value)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(bare.status(), 403, "{method}");
+            }
+        }
+        // The replicas' own endpoint is not there for clients.
+        let (status, _) = b.get("/cluster/tombstones").await;
+        assert_eq!(status, 404);
+        assert_eq!(marked(&marker).len(), 1, "still A's one child");
+
         // Deleted through B: A stops its child.
         assert_eq!(on_b.delete().await.status, 200);
         let stopped = eventually(Duration::from_secs(10), || marked(&marker).is_empty()).await;
@@ -551,7 +601,15 @@ async fn a_stdio_session_arriving_at_the_wrong_replica_is_forwarded_to_its_owner
         assert_eq!(reply.status, 503, "{}", reply.text);
         let error = &reply.json()["error"];
         assert_eq!(error["code"], -32603);
-        assert_eq!(error["data"]["owner"], a.url(""));
+        assert_eq!(error["data"]["sessionId"], orphan.session_id());
+        // The owner's address is internal: logged at B, never answered.
+        assert!(error["data"].get("owner").is_none(), "{}", reply.text);
+        assert_no_address_of(&a, &reply.text);
+        assert!(
+            b.eventually_logged(&a.listen.to_string(), Duration::from_secs(5))
+                .await,
+            "B logs which replica did not answer"
+        );
         assert!(
             marked(&marker).iter().all(|p| p.ppid != b.pid() as i32),
             "B started no child"
@@ -733,6 +791,14 @@ async fn an_input_required_retry_at_the_wrong_replica_reaches_the_waiting_call()
         let retry = json!({"name": "sample", "arguments": {"prompt": "Say cheese"},
             "inputResponses": {"sample-1": {"role": "assistant", "content": {"type": "text", "text": "cheese"}, "model": "m"}},
             "requestState": state});
+        // The token names the replica holding the call, sealed: no client reads it.
+        let raw = URL_SAFE_NO_PAD.decode(&state).unwrap();
+        for needle in [a.listen.to_string(), a.listen.port().to_string()] {
+            assert!(
+                !raw.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{needle} is readable in the requestState"
+            );
+        }
         let done = on_b.request("tools/call", retry.clone()).await;
         assert_eq!(done.status, 200, "{}", done.text);
         let done = done.json();
@@ -947,6 +1013,412 @@ async fn nginx_round_robin_in_front_of_two_replicas_sharing_redis() {
             assert_eq!(client.delete().await.status, 200);
         }
         assert_eq!(upstream.live(), [0, 0]);
+    })
+    .await;
+}
+
+/// A client whose connections come from `ip` (every 127.0.0.0/8 address is this host's).
+fn from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Calls `hang` (never answered) in `session`'s stdio session through `proxy`, once from
+/// each of `addresses`: the calls, in flight.
+fn hang_through(
+    session: &SessionClient,
+    proxy: &ProxyProcess,
+    addresses: impl IntoIterator<Item = [u8; 4]>,
+) -> Vec<tokio::task::JoinHandle<Reply>> {
+    addresses
+        .into_iter()
+        .map(|ip| {
+            let mut call = via(session, proxy.url("/mcp"));
+            call.http = from(ip);
+            tokio::spawn(async move {
+                call.request("tools/call", json!({"name": "hang", "arguments": {}}))
+                    .await
+            })
+        })
+        .collect()
+}
+
+/// What the calls of `hanging` that already ended answered.
+async fn ended(hanging: &mut [tokio::task::JoinHandle<Reply>]) -> Vec<String> {
+    let mut ended = Vec::new();
+    for call in hanging.iter_mut().filter(|call| call.is_finished()) {
+        let reply = call.await.unwrap();
+        ended.push(format!("{} {}", reply.status, reply.text));
+    }
+    ended
+}
+
+#[tokio::test]
+async fn one_callers_hanging_calls_do_not_cut_forwarding_for_the_others() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let marker = Marker::new("replicas-hanging");
+        let toml = format!(
+            "{}[limits]\nmax_connections_per_address = 10\n",
+            stdio_config(0, &redis, &marker)
+        );
+        let a = ProxyProcess::start(&toml).await;
+        let b = ProxyProcess::start(&toml).await;
+        // Mallory's session: its child runs at A.
+        let mut mallory =
+            SessionClient::new(a.url("/mcp")).with_header("authorization", "Bearer mallory");
+        mallory.http = from([127, 0, 0, 2]);
+        mallory.create().await;
+        // Twelve calls that never end, through B, each from an address of its own (B's cap
+        // per address does not stop them): B forwards every one to A, B's one address there.
+        let mut hanging = hang_through(&mallory, &b, (0..12).map(|i| [127, 0, 1, 10 + i]));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            ended(&mut hanging).await,
+            Vec::<String>::new(),
+            "all still in flight"
+        );
+
+        // Another caller's session at A, used through B, is served.
+        let mut alice =
+            SessionClient::new(a.url("/mcp")).with_header("authorization", "Bearer alice");
+        alice.http = from([127, 0, 0, 3]);
+        alice.create().await;
+        let mut alice_b = via(&alice, b.url("/mcp"));
+        alice_b.http = from([127, 0, 0, 4]);
+        let reply = alice_b
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "through"}}),
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        assert_eq!(assert::text_of(&reply.json()), "through");
+        assert_eq!(ended(&mut hanging).await, Vec::<String>::new());
+        for call in hanging {
+            call.abort();
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_caller_gets_at_most_its_share_of_the_forwarded_requests() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let marker = Marker::new("replicas-share");
+        let toml = format!(
+            "{}[cluster]\nmax_forwarded_per_caller = 3\n",
+            stdio_config(0, &redis, &marker)
+        );
+        let a = ProxyProcess::start(&toml).await;
+        let b = ProxyProcess::start(&toml).await;
+        let mut mallory =
+            SessionClient::new(a.url("/mcp")).with_header("authorization", "Bearer mallory");
+        mallory.create().await;
+        let hanging = hang_through(&mallory, &b, [[127, 0, 0, 1]; 3]);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+
+        // A fourth at once is refused to mallory's address (credentials nothing verified
+        // are no caller of their own: they share their address's budget)…
+        let mut fourth = via(&mallory, b.url("/mcp"));
+        let reply = fourth
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "4"}}),
+            )
+            .await;
+        assert_eq!(
+            (reply.status, reply.error_code()),
+            (429, Some(-32603)),
+            "{}",
+            reply.text
+        );
+        let error = &reply.json()["error"];
+        assert_eq!(error["data"]["limit"], "cluster.max_forwarded_per_caller");
+        assert_eq!(error["data"]["max"], 3);
+        assert!(
+            reply.headers.contains_key("retry-after"),
+            "{:?}",
+            reply.headers
+        );
+        assert_no_address_of(&a, &reply.text);
+        // …but not to anyone else (another address), nor at A itself, where nothing is
+        // forwarded.
+        let mut alice =
+            SessionClient::new(a.url("/mcp")).with_header("authorization", "Bearer alice");
+        alice.http = from([127, 0, 0, 5]);
+        alice.create().await;
+        let mut alice_b = via(&alice, b.url("/mcp"));
+        alice_b.http = from([127, 0, 0, 5]);
+        assert_eq!(alice_b.tool_text("echo", json!({"text": "a"})).await, "a");
+        assert_eq!(mallory.tool_text("echo", json!({"text": "m"})).await, "m");
+
+        // Its clients gone, mallory's places come back.
+        for call in hanging {
+            call.abort();
+        }
+        let back = eventually_async(Duration::from_secs(10), || async {
+            let mut again = via(&mallory, b.url("/mcp"));
+            again
+                .request(
+                    "tools/call",
+                    json!({"name": "echo", "arguments": {"text": "5"}}),
+                )
+                .await
+                .status
+                == 200
+        })
+        .await;
+        assert!(back, "mallory's places were not given back");
+    })
+    .await;
+}
+
+/// A proxy at `port` with sealed ids, in front of `upstream`, telling `peer` of deletes.
+fn sealed_peer(port: u16, upstream: &str, peer: u16) -> String {
+    format!(
+        "listen = \"127.0.0.1:{port}\"\n\
+         [upstream]\nurl = {upstream:?}\nhealth_interval = \"1h\"\n\
+         [session]\n{}\n\
+         [cluster]\npeers = [\"http://127.0.0.1:{peer}\"]\n",
+        sealed_session(&[K1])
+    )
+}
+
+#[tokio::test]
+async fn a_deleted_sealed_session_is_refused_at_every_replica_whatever_the_upstream_does() {
+    bounded(async {
+        // An upstream that refuses DELETE (405) and keeps the session: only the proxy can
+        // stop the id from serving.
+        let upstream =
+            mcp_session_proxy::demo::DemoServer::start(mcp_session_proxy::demo::DemoOptions {
+                record: true,
+                no_delete: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let (port_a, port_b) = (free_port(), free_port());
+        let a = ProxyProcess::start(&sealed_peer(port_a, &upstream.url(), port_b)).await;
+        let mut b = ProxyProcess::start(&sealed_peer(port_b, &upstream.url(), port_a)).await;
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        assert_eq!(counter(&on_a.call_tool("counter", json!({})).await), 1);
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        assert_eq!(counter(&on_b.call_tool("counter", json!({})).await), 2);
+        let calls = || {
+            upstream
+                .journal()
+                .iter()
+                .filter(|r| r.method() == Some("tools/call"))
+                .count()
+        };
+
+        // Deleted at A: the upstream keeps its session (405)…
+        let deleted = on_a.delete().await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text);
+        assert_eq!(
+            upstream.live_sessions(),
+            1,
+            "the upstream refused to end it"
+        );
+        // …and yet, once the delete is answered, no replica serves the id, with or without
+        // its latest state, and nothing more reaches the upstream.
+        for url in [b.url("/mcp"), a.url("/mcp")] {
+            let mut again = via(&on_b, url.clone());
+            let reply = again
+                .request("tools/call", json!({"name": "counter", "arguments": {}}))
+                .await;
+            assert::assert_session_not_found(&reply, on_a.session_id());
+            again.state = None;
+            assert::assert_session_not_found(&again.delete().await, on_a.session_id());
+        }
+        assert_eq!(calls(), 2);
+
+        // A restarted B asks A, and still refuses it.
+        b.kill().await;
+        drop(b);
+        let b = ProxyProcess::start(&sealed_peer(port_b, &upstream.url(), port_a)).await;
+        let reply = via(&on_b, b.url("/mcp"))
+            .request("tools/call", json!({"name": "counter", "arguments": {}}))
+            .await;
+        assert::assert_session_not_found(&reply, on_a.session_id());
+        assert_eq!(calls(), 2);
+        let (_, metrics) = b.get("/metrics").await;
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l == "mcp_proxy_sealed_tombstones 1"),
+            "{metrics}"
+        );
+
+        // Other sessions are untouched, wherever they are used.
+        let mut other = SessionClient::new(b.url("/mcp"));
+        other.create().await;
+        assert_eq!(counter(&other.call_tool("counter", json!({})).await), 1);
+        assert_eq!(
+            counter(
+                &via(&other, a.url("/mcp"))
+                    .call_tool("counter", json!({}))
+                    .await
+            ),
+            2
+        );
+    })
+    .await;
+}
+
+/// Two upstreams, `alpha` (the default) and `beta`, behind a proxy at `port` sharing
+/// sessions through `redis`.
+fn two_upstreams(port: u16, redis: &Redis, alpha: &Replicas, beta: Option<&Replicas>) -> String {
+    let mut toml = format!(
+        "listen = \"127.0.0.1:{port}\"\n\
+         [session]\n{}\n\
+         [upstreams.alpha]\ndefault = true\nurls = {}\nhealth_interval = \"1h\"\n",
+        redis_session(redis),
+        urls_toml(&alpha.urls())
+    );
+    if let Some(beta) = beta {
+        toml.push_str(&format!(
+            "[upstreams.beta]\nurls = {}\nhealth_interval = \"1h\"\n",
+            urls_toml(&beta.urls())
+        ));
+    }
+    toml
+}
+
+#[tokio::test]
+async fn a_reload_ends_only_what_its_replica_owns_and_refuses_to_serve_nothing() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let alpha = Replicas::start(1).await;
+        let beta = Replicas::start(1).await;
+        let port_a = free_port();
+        let a = ProxyProcess::start(&two_upstreams(port_a, &redis, &alpha, Some(&beta))).await;
+        let b = ProxyProcess::start(&two_upstreams(0, &redis, &alpha, Some(&beta))).await;
+        // Sessions of beta, opened at A and at B; one of alpha.
+        let mut beta_a = SessionClient::new(a.url("/mcp/beta"));
+        beta_a.create().await;
+        let mut beta_b = SessionClient::new(b.url("/mcp/beta"));
+        beta_b.create().await;
+        let mut on_alpha = SessionClient::new(a.url("/mcp/alpha"));
+        on_alpha.create().await;
+        assert_eq!(counter(&on_alpha.call_tool("counter", json!({})).await), 1);
+        assert_eq!(beta.live(), [2]);
+
+        // A drops beta; B, not reloaded yet, still serves it — every beta session.
+        std::fs::write(
+            a.dir().join("proxy.toml"),
+            two_upstreams(port_a, &redis, &alpha, None),
+        )
+        .unwrap();
+        a.signal("HUP");
+        assert!(
+            a.eventually_logged("configuration reloaded", Duration::from_secs(10))
+                .await,
+            "{}",
+            a.log()
+        );
+        assert_eq!(beta.live(), [2], "nothing ended upstream");
+        for session in [&beta_b, &beta_a] {
+            let mut at_b = via(session, b.url("/mcp/beta"));
+            assert_eq!(counter(&at_b.call_tool("counter", json!({})).await), 1);
+        }
+        let gone = beta_a.request("tools/list", json!({})).await;
+        assert_eq!(gone.status, 404, "A serves no beta any more: {}", gone.text);
+
+        // A file naming no upstream would serve nothing: refused, the running one kept.
+        std::fs::write(
+            a.dir().join("proxy.toml"),
+            format!("listen = \"127.0.0.1:{port_a}\"\n"),
+        )
+        .unwrap();
+        a.signal("HUP");
+        assert!(
+            a.eventually_logged("configuration reload refused", Duration::from_secs(10))
+                .await,
+            "{}",
+            a.log()
+        );
+        assert!(a.log().contains("names no upstream"), "{}", a.log());
+        assert_eq!(counter(&on_alpha.call_tool("counter", json!({})).await), 2);
+        assert_eq!(alpha.live(), [1]);
+    })
+    .await;
+}
+
+/// An old client bridged to a modern-only server (the TypeScript SDK 2.x, `legacy:
+/// 'reject'`) whose session is deleted through another replica: the replica that holds
+/// the bridged session's calls ends them — a call waiting for the client's answer ends
+/// at once rather than when its wait runs out.
+#[tokio::test]
+async fn a_bridged_session_deleted_at_another_replica_ends_at_its_owner() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let server = common::peers::ts2_http(common::peers::Ts2Mode::Reject).await;
+        let urls = [server.url()];
+        let a = ProxyProcess::start(&config(0, &urls, &redis_session(&redis))).await;
+        let b = ProxyProcess::start(&config(0, &urls, &redis_session(&redis))).await;
+        let old =
+            LegacyClient::connect_with(a.url("/mcp"), "2025-11-25", json!({"elicitation": {}}))
+                .await;
+        assert!(old.session.starts_with("mcps_"), "bridged: {}", old.session);
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                          "params": {"name": "ask", "arguments": {"question": "Colour?"}}});
+        let response = post_streaming(&old.http, &old.url, &call, &old.headers()).await;
+        assert_eq!(response.status(), 200);
+        let mut reader = EventReader::new(response);
+        let asked = reader.next_request("elicitation/create").await;
+        assert_eq!(asked["params"]["message"], "Colour?", "{asked}");
+
+        // Deleted through B, which holds nothing of it.
+        let deleted = http_client()
+            .delete(b.url("/mcp"))
+            .header("mcp-session-id", &old.session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), 204);
+
+        // A's call waiting for the answer ends now (its wait would be minutes).
+        let ended = tokio::time::timeout(Duration::from_secs(10), reader.rest()).await;
+        assert!(
+            ended.is_ok(),
+            "the owner kept the deleted session's call waiting"
+        );
+        let reply = old
+            .post(json!({"jsonrpc": "2.0", "id": 8, "method": "ping"}))
+            .await;
+        assert_eq!(reply.status, 404, "{}", reply.text);
+    })
+    .await;
+}
+
+/// A data-layer session of a modern server (the TypeScript SDK 2.x, `legacy: 'reject'`)
+/// outlives the proxy replica that opened it: the server holds nothing for it, so the
+/// next request at another replica is served there, not refused as a lost session.
+#[tokio::test]
+async fn a_data_layer_session_of_a_modern_server_outlives_its_replica() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let server = common::peers::ts2_http(common::peers::Ts2Mode::Reject).await;
+        let urls = [server.url()];
+        let mut a = ProxyProcess::start(&config(0, &urls, &redis_session(&redis))).await;
+        let b = ProxyProcess::start(&config(0, &urls, &redis_session(&redis))).await;
+        let mut on_a = SessionClient::new(a.url("/mcp"));
+        on_a.create().await;
+        let echoed = on_a.call_tool("echo", json!({"msg": "a"})).await;
+        assert!(echoed.get("error").is_none(), "{echoed}");
+        a.kill().await;
+        let mut on_b = via(&on_a, b.url("/mcp"));
+        let echoed = on_b.call_tool("echo", json!({"msg": "b"})).await;
+        assert!(echoed.get("error").is_none(), "{echoed}");
+        assert::check_session_meta(&echoed, on_a.session_id());
     })
     .await;
 }

@@ -789,3 +789,172 @@ async fn an_upstream_answering_what_is_not_the_response_is_a_clear_502() {
     assert_eq!(reply.json()["result"]["content"][0]["text"], "fine");
     proxy.shutdown().await;
 }
+
+// === what one stateless client can hold ===
+
+/// Calls `sample`, which asks the client's model: the call waits for the answer.
+async fn ask(c: &mut StatelessClient) -> Reply {
+    c.request(
+        "tools/call",
+        json!({"name": "sample", "arguments": {"prompt": "?"}}),
+    )
+    .await
+}
+
+/// A proxy with the waiting bounds `max_per_caller` and `max_pooled`, and one caller with
+/// `n` calls parked on `input_required`.
+async fn parked(max_per_caller: usize, max_pooled: usize, n: usize) -> (Harness, StatelessClient) {
+    let h = Harness::with_config(|c| {
+        c.stateless.max_waiting_per_caller = max_per_caller;
+        c.stateless.max_pooled = max_pooled;
+    })
+    .await;
+    let mut c = h
+        .stateless_client()
+        .with_capabilities(json!({"sampling": {}}));
+    for _ in 0..n {
+        let reply = ask(&mut c).await;
+        assert_eq!(
+            reply.json()["result"]["resultType"],
+            "input_required",
+            "{}",
+            reply.text
+        );
+    }
+    (h, c)
+}
+
+/// Calls waiting for their client's input hold an upstream session for minutes: one
+/// caller may have `stateless.max_waiting_per_caller` of them, and the pool's last
+/// quarter never waits.
+#[tokio::test]
+async fn calls_waiting_for_input_are_bounded_per_caller_and_leave_the_pool_room() {
+    // Per caller.
+    let (h, mut c) = parked(2, 8, 2).await;
+    let refused = ask(&mut c).await;
+    assert_eq!(refused.status, 429, "{}", refused.text);
+    assert_eq!(
+        refused.json()["error"]["data"]["limit"],
+        "stateless.max_waiting_per_caller"
+    );
+    assert!(refused.headers.contains_key("retry-after"));
+    h.stop().await;
+
+    // In all: a pool of 4 lets 3 wait, and keeps the fourth place for a call that runs.
+    let (h, mut c) = parked(0, 4, 3).await;
+    let refused = ask(&mut c).await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(
+        refused.json()["error"]["data"]["limit"],
+        "stateless.max_pooled"
+    );
+    // The refused call gives its place back as its session ends: a call that runs is
+    // served.
+    let served = eventually_async(Duration::from_secs(3), || {
+        let mut c = h.stateless_client();
+        async move {
+            let reply = c
+                .request(
+                    "tools/call",
+                    json!({"name": "echo", "arguments": {"msg": "hi"}}),
+                )
+                .await;
+            reply.status == 200
+        }
+    })
+    .await;
+    assert!(served, "the pool's last place serves a call that runs");
+    h.stop().await;
+}
+
+/// A stateless call whose client leaves before the (JSON) answer: its upstream session is
+/// ended at once (a 2025-11-25 server stops the session's work), not held until the
+/// upstream answers — and a pooled one is never handed to the next call.
+#[tokio::test]
+async fn a_client_leaving_before_its_answer_ends_the_calls_upstream_session() {
+    for shared in [false, true] {
+        let h = Harness::with_config(|c| {
+            if shared {
+                c.stateless.affinity = Affinity::Shared;
+            }
+        })
+        .await;
+        let c = h.stateless_client();
+        let params = c.params(json!({"name": "sleep", "arguments": {"ms": 10_000}}));
+        let mut headers = StatelessClient::headers("tools/call", &params);
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        headers.insert(
+            "accept",
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let gave_up = http_client()
+            .post(h.url())
+            .headers(headers)
+            .timeout(Duration::from_millis(300))
+            .body(body.to_string())
+            .send()
+            .await;
+        assert!(gave_up.is_err(), "the call answers after 10 s");
+        assert!(
+            eventually(Duration::from_secs(3), || h.demo.live_sessions() == 0).await,
+            "shared {shared}: the call's upstream session was ended"
+        );
+        h.stop().await;
+    }
+}
+
+/// An upstream asking the client something every few milliseconds cannot keep it waiting:
+/// the questions gathered into one `input_required` are gathered within a bound.
+#[tokio::test]
+async fn the_questions_are_gathered_within_a_bound_however_often_they_come() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let mut c =
+        common::StatelessClient::new(proxy.url()).with_capabilities(json!({"elicitation": {}}));
+    let asked = std::time::Instant::now();
+    let reply = c
+        .request("tools/call", json!({"name": "nag", "arguments": {}}))
+        .await;
+    let took = asked.elapsed();
+    let result = &reply.json()["result"];
+    assert_eq!(result["resultType"], "input_required", "{}", reply.text);
+    assert!(
+        took < Duration::from_millis(1500),
+        "questions came every 20 ms for 4 s; the client waited {took:?}"
+    );
+    let asked = result["inputRequests"].as_object().unwrap().len();
+    assert!((1..200).contains(&asked), "{asked} questions");
+    proxy.shutdown().await;
+}
+
+/// A `subscriptions/listen` naming many resources subscribes to a bounded number of them
+/// (each is a round trip upstream), and its acknowledgement names only those.
+#[tokio::test]
+async fn a_listen_subscribes_to_a_bounded_number_of_resources() {
+    let rogue = common::rogue::Rogue::start().await;
+    let proxy = mcp_session_proxy::start(config_for(&rogue.url()))
+        .await
+        .unwrap();
+    let uris: Vec<String> = (0..500).map(|n| format!("demo://r/{n}")).collect();
+    let mut listener = common::StatelessClient::new(proxy.url());
+    let response = listener
+        .send(
+            "subscriptions/listen",
+            json!({"notifications": {"resourceSubscriptions": uris}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut stream = EventReader::new(response);
+    let ack = stream.next().await.unwrap();
+    let honoured = ack["params"]["notifications"]["resourceSubscriptions"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(honoured, 64, "{ack}");
+    assert_eq!(rogue.subscribes(), 64);
+    drop(stream);
+    proxy.shutdown().await;
+}

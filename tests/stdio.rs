@@ -6,7 +6,8 @@
 //! in stdio mode and the FastMCP fixture with `--stdio` (both installed by
 //! `tests/interop/setup.sh`). `tests/interop/misbehaving_server.py` (standard library
 //! only) crashes, hangs, floods, writes garbage, ignores SIGTERM and starts a grandchild
-//! on demand. The proxy in front of them is `common::stdio::StdioProxy`.
+//! on demand, and tells its environment. The proxy in front of them is
+//! `common::stdio::StdioProxy`.
 //!
 //! Processes are counted exactly (`common::procs`): every child a test starts carries a
 //! marker unique to that test in its environment, found by reading `/proc`. A process is
@@ -279,6 +280,34 @@ async fn the_pool_prestarts_children_and_makes_create_fast() {
     cold.shutdown().await;
     assert_nothing_left(&warm_marker);
     assert_nothing_left(&cold_marker);
+}
+
+/// A child that writes its answer right behind a burst of notifications, more than the
+/// proxy queues for a reader: notifications past the queue may be dropped (a slow reader
+/// loses them rather than stalling the child), the answer never is.
+#[tokio::test]
+async fn an_answer_behind_a_burst_of_notifications_is_never_dropped() {
+    let marker = Marker::new("burst");
+    let proxy = StdioProxy::start(stdio_config(misbehaving(&marker, &[])), &marker).await;
+    let mut client = proxy.client();
+    client.create().await;
+    for _ in 0..3 {
+        let params = json!({
+            "name": "burst",
+            "arguments": {"count": 500},
+            "_meta": {"progressToken": "p"},
+        });
+        let reply = client.request("tools/call", params).await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        let last = common::final_message(&reply);
+        assert_eq!(
+            last["result"]["content"][0]["text"], "after 500",
+            "the answer arrives: {}",
+            reply.text
+        );
+    }
+    proxy.shutdown().await;
+    assert_nothing_left(&marker);
 }
 
 #[tokio::test]
@@ -1262,20 +1291,8 @@ async fn a_legacy_client_initializes_calls_and_deletes_over_stdio() {
     let children = proxy.children();
     assert_eq!(children.len(), 1, "{children:?}");
 
-    let called = old
-        .post(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"message": "old client"}}}))
-        .await;
-    assert_eq!(called.status, 200, "{}", called.text);
-    let message = final_message(&called);
-    assert_eq!(message["id"], 1);
+    let message = old.call(1, "echo", json!({"message": "old client"})).await;
     assert_eq!(text_of(&message), "Echo: old client");
-    assert!(
-        message["result"]
-            .get("_meta")
-            .is_none_or(|m| m.get(SESSION_KEY).is_none()),
-        "a legacy client's result carries no session _meta: {message}"
-    );
 
     let deleted = old.delete().await;
     assert!(
@@ -1329,10 +1346,7 @@ async fn unsolicited_notifications_reach_the_listen_stream_and_request_ones_thei
         )
         .await;
     assert_eq!(scheduled, "scheduled");
-    let message = tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("nothing on the listen stream")
-        .expect("the listen stream ended");
+    let message = stream.expect_within(Duration::from_secs(5)).await;
     assert_eq!(message["method"], "notifications/message", "{message}");
     assert_eq!(
         message["params"]["data"], "unsolicited",
@@ -1413,4 +1427,141 @@ async fn isolated_stateless_calls_each_get_a_child_of_their_own() {
     assert_eq!(pids.len(), 3, "a child per call: {pids:?}");
     proxy.shutdown().await;
     assert_nothing_left(&marker);
+}
+
+// ---------------------------------------------------------------------------------------
+// What a child inherits of the proxy's environment.
+
+#[tokio::test]
+async fn a_child_gets_its_configured_environment_and_none_of_the_proxys_secrets() {
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+
+    // The real binary, with its secrets in the configuration file and in MCP_PROXY_*
+    // variables, and a secret of another name in its environment.
+    let marker = Marker::new("environ");
+    let script = common::interop::repo_root().join("tests/interop/misbehaving_server.py");
+    let sealed_key = "5e".repeat(32);
+    let state_key = "57".repeat(32);
+    let hs256_secret = "an hs256 secret of the proxy, 32 bytes or more";
+    let admin_token = "admin-token-from-the-environment";
+    let redis_password = "redis-password-in-a-url";
+    let other_secret = "a database password the proxy was started with";
+    // The interpreter itself, not a version manager's shim (which sets variables of its
+    // own before running it).
+    let python = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_owned();
+    let toml = format!(
+        "[session]\nstore = \"sealed\"\nsealed_keys = [\"{sealed_key}\"]\n\
+         state_key = \"{state_key}\"\n\
+         [auth]\nhs256_secret = \"{hs256_secret}\"\nissuer = \"https://idp.test/\"\n\
+         audience = \"https://proxy.test/mcp\"\n\
+         [upstream]\ncommand = {python:?}\nargs = [{:?}]\npool_size = 0\n\
+         inherit_env = [\"PASSED_ON_PURPOSE\"]\n\
+         [upstream.env]\n{} = {:?}\nGIVEN_BY_THE_CONFIGURATION = \"yes\"\n",
+        script.display().to_string(),
+        common::procs::MARKER_VAR,
+        marker.to_string(),
+    );
+    let redis_url = format!("redis://:{redis_password}@127.0.0.1:1/0");
+    let proxy = common::binary::ProxyProcess::launch()
+        .toml(&toml)
+        .env(&[
+            ("MCP_PROXY_ADMIN__TOKEN", admin_token),
+            ("MCP_PROXY_SESSION__REDIS_URL", &redis_url),
+            ("DATABASE_PASSWORD", other_secret),
+            ("PASSED_ON_PURPOSE", "passed"),
+            ("TZ", "Europe/Paris"),
+        ])
+        .start()
+        .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = encode(
+        &Header::new(Algorithm::HS256),
+        &json!({"iss": "https://idp.test/", "aud": "https://proxy.test/mcp", "sub": "alice",
+            "exp": now + 600}),
+        &EncodingKey::from_secret(hs256_secret.as_bytes()),
+    )
+    .unwrap();
+    let mut client = SessionClient::new(proxy.url("/mcp"))
+        .with_header("authorization", &format!("Bearer {token}"));
+    client.create().await;
+    let answer = client.call_tool("environ", json!({})).await;
+    let env: std::collections::HashMap<String, String> =
+        serde_json::from_str(text_of(&answer)).unwrap();
+
+    let leaked: Vec<&String> = env
+        .keys()
+        .filter(|name| name.to_ascii_uppercase().starts_with("MCP_PROXY_"))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "the proxy's settings reached the child: {leaked:?}"
+    );
+    for secret in [
+        sealed_key.as_str(),
+        &state_key,
+        hs256_secret,
+        admin_token,
+        redis_password,
+        other_secret,
+    ] {
+        let holders: Vec<&String> = env
+            .iter()
+            .filter(|(name, value)| name.contains(secret) || value.contains(secret))
+            .map(|(name, _)| name)
+            .collect();
+        assert!(
+            holders.is_empty(),
+            "{secret:?} reached the child in {holders:?}"
+        );
+    }
+    assert_eq!(env.get("DATABASE_PASSWORD"), None);
+    // What the configuration gives, what it asks to pass on, and the base.
+    assert_eq!(env["GIVEN_BY_THE_CONFIGURATION"], "yes");
+    assert_eq!(env[common::procs::MARKER_VAR], marker.to_string());
+    assert_eq!(env["PASSED_ON_PURPOSE"], "passed");
+    assert_eq!(env["TZ"], "Europe/Paris");
+    assert_eq!(
+        env.get("PATH").map(String::as_str),
+        std::env::var("PATH").ok().as_deref(),
+        "the child finds its tools where the proxy does"
+    );
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    let allowed = [
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "GIVEN_BY_THE_CONFIGURATION",
+        "PASSED_ON_PURPOSE",
+        common::procs::MARKER_VAR,
+    ];
+    let unexpected: Vec<&&str> = names
+        .iter()
+        .filter(|name| !allowed.contains(name) && !name.starts_with("LC_"))
+        .collect();
+    // Python itself may set a few of its own (e.g. LC_CTYPE coercion) — only those.
+    assert!(
+        unexpected.is_empty(),
+        "the child got variables nobody gave it: {unexpected:?} (all: {names:?})"
+    );
+    drop(proxy);
+    assert!(
+        eventually(Duration::from_secs(5), || common::procs::marked(&marker)
+            .is_empty())
+        .await,
+        "the child outlived its proxy"
+    );
 }

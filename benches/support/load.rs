@@ -313,19 +313,29 @@ impl Client {
                 if tool == Tool::Sse && !response.body.starts_with(b"event: message\ndata: {") {
                     return fail("not one message event");
                 }
+                // `resultType` comes first from a modern server, last when the proxy
+                // adds it to a legacy server's result.
+                let result = find(&response.body, br#""result":{"#);
+                let content = find(
+                    &response.body,
+                    br#""content":[{"type":"text","text":"ok"}]"#,
+                );
                 if find(&response.body, format!(r#""id":{id},"#).as_bytes()).is_none()
-                    || find(
-                        &response.body,
-                        br#""result":{"content":[{"type":"text","text":"ok"}]"#,
-                    )
-                    .is_none()
+                    || !matches!((result, content), (Some(r), Some(c)) if r < c)
                 {
                     return fail("not the tool's result for this id");
                 }
-                if let Protocol::Stateless(_) = self.protocol
-                    && find(&response.body, br#""resultType":"complete""#).is_none()
-                {
-                    return fail("not a complete 2026-07-28 result");
+                let complete = find(&response.body, br#""resultType":"complete""#).is_some();
+                match self.protocol {
+                    Protocol::Stateless(_) if !complete => {
+                        return fail("not a complete 2026-07-28 result");
+                    }
+                    // An old client never sees 2026-07-28's members (through the
+                    // reverse bridge, the proxy takes them off).
+                    Protocol::Legacy if find(&response.body, b"\"resultType\"").is_some() => {
+                        return fail("a 2026-07-28 resultType reached a 2025-11-25 client");
+                    }
+                    _ => {}
                 }
                 if self.protocol == Protocol::DataLayer {
                     let Some(at) = find(&response.body, SESSION_META) else {
@@ -733,17 +743,20 @@ pub fn open_loop(
 /// One session opened and one call of each kind, checked: the targets work before they
 /// are measured.
 pub fn smoke(target: &Target) -> Result<(), String> {
+    smoke_calls(target, &[Tool::Json, Tool::Sse, Tool::Json])
+}
+
+/// A session opened and a call of each of `tools`, checked (a target that may answer
+/// an event stream's one response as JSON — the reverse bridge — is smoked with JSON
+/// calls only).
+pub fn smoke_calls(target: &Target, tools: &[Tool]) -> Result<(), String> {
     let mut client = Client::new(target.protocol, target.addr);
     let mut conn = BlockingConn::connect(target.addr).map_err(|e| e.to_string())?;
     let steps: Vec<Step> = client
         .open_steps()
         .iter()
         .copied()
-        .chain([
-            Step::Call(Tool::Json),
-            Step::Call(Tool::Sse),
-            Step::Call(Tool::Json),
-        ])
+        .chain(tools.iter().map(|&tool| Step::Call(tool)))
         .collect();
     for step in steps {
         let request = client.request(step);

@@ -52,7 +52,17 @@ pub fn kill_all() {
         }
         signal(pid, Signal::SIGKILL);
     }
-    for name in ["proxy", "nginx", "redis", "proxy-redis", "proxy-sealed"] {
+    for name in [
+        "proxy",
+        "nginx",
+        "redis",
+        "redis-replica",
+        "redis-sentinel",
+        "proxy-redis",
+        "proxy-redis-sentinel",
+        "proxy-sealed",
+        "proxy-modern",
+    ] {
         let dir = std::env::temp_dir().join(format!("mcp-bench-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -149,6 +159,27 @@ fn wait_http(guard: &mut Guard, addr: SocketAddr, path: &str, ok_status: Option<
 }
 
 fn probe(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
+    let data = get_raw(addr, path)?;
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    match response.parse(&data) {
+        Ok(_) if response.code.is_some() => Ok(response.code.unwrap_or(0)),
+        _ => Err(std::io::Error::other("no HTTP answer")),
+    }
+}
+
+/// `GET path` on `addr` on a fresh connection: the status and the body (which must have a
+/// length).
+pub fn get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    let data = get_raw(addr, path)?;
+    match super::http::parse(&data) {
+        Ok(Some((response, _))) => Ok((response.status, response.body)),
+        _ => Err(std::io::Error::other("no complete HTTP answer")),
+    }
+}
+
+/// The bytes of the answer to `GET path` on `addr` (`Connection: close`, read to the end).
+fn get_raw(addr: SocketAddr, path: &str) -> std::io::Result<Vec<u8>> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(500))?;
     stream.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut request = Vec::new();
@@ -160,26 +191,32 @@ fn probe(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
     stream.write_all(&request)?;
     let mut data = Vec::new();
     let _ = stream.read_to_end(&mut data);
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    match response.parse(&data) {
-        Ok(_) if response.code.is_some() => Ok(response.code.unwrap_or(0)),
-        _ => Err(std::io::Error::other("no HTTP answer")),
-    }
+    Ok(data)
 }
 
 /// The fast upstream: this binary with `MCP_BENCH_ROLE=upstream`.
 pub fn spawn_upstream() -> (Guard, SocketAddr) {
+    spawn_role("upstream", "upstream")
+}
+
+/// The fast modern-only (2026-07-28) upstream: this binary with
+/// `MCP_BENCH_ROLE=modern-upstream` (`super::modern`).
+pub fn spawn_modern_upstream() -> (Guard, SocketAddr) {
+    spawn_role("modern-upstream", "modern upstream")
+}
+
+/// This binary as the upstream `role`, once it says `READY <port>`.
+fn spawn_role(role: &str, name: &'static str) -> (Guard, SocketAddr) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = Command::new(exe)
-        .env("MCP_BENCH_ROLE", "upstream")
+        .env("MCP_BENCH_ROLE", role)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start the upstream");
     let stdout = child.stdout.take().expect("upstream stdout");
-    let guard = Guard::new("upstream", child, Duration::from_secs(1));
+    let guard = Guard::new(name, child, Duration::from_secs(1));
     let mut line = String::new();
     BufReader::new(stdout)
         .read_line(&mut line)
@@ -188,7 +225,7 @@ pub fn spawn_upstream() -> (Guard, SocketAddr) {
         .trim()
         .strip_prefix("READY ")
         .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("upstream said {line:?} instead of READY <port>"));
+        .unwrap_or_else(|| panic!("{name} said {line:?} instead of READY <port>"));
     (guard, SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
@@ -281,20 +318,63 @@ pub fn proxy_command(dir: &Path, nofile: Option<u64>) -> Command {
 /// A `redis-server` of the benchmark's own: loopback, a free port, no persistence.
 /// `None` when it is not installed.
 pub fn spawn_redis() -> Option<(Guard, SocketAddr)> {
-    let port = free_port();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let dir = scratch("redis");
+    spawn_redis_as("redis", &[])
+}
+
+/// Redis under Sentinel: a replica of the server at `primary` and one sentinel watching
+/// it as `sessions` (the steady state a proxy sees: the primary it names, a replica that
+/// acknowledges each creation's `WAIT`). Their guards, and the sentinel's address.
+pub fn spawn_sentinel_set(primary: SocketAddr) -> Option<(Vec<Guard>, SocketAddr)> {
+    let port = primary.port().to_string();
+    let (replica, _) = spawn_redis_as("redis-replica", &["--replicaof", "127.0.0.1", &port])?;
+    let sentinel_port = free_port();
+    let dir = scratch("redis-sentinel");
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {sentinel_port}\nbind 127.0.0.1\ndir {}\nsentinel monitor sessions 127.0.0.1 {port} 1\n",
+            dir.display()
+        ),
+    )
+    .ok()?;
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--dir"])
-        .arg(&dir)
+        .arg(&conf)
+        .arg("--sentinel")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .ok()?;
-    let mut guard = Guard::new("redis", child, Duration::from_secs(1));
+    let mut sentinel = Guard::new("redis-sentinel", child, Duration::from_secs(1));
+    sentinel.dir = Some(dir);
+    let addr = SocketAddr::from(([127, 0, 0, 1], sentinel_port));
+    listening(&mut sentinel, addr);
+    Some((vec![replica, sentinel], addr))
+}
+
+fn spawn_redis_as(name: &'static str, extra: &[&str]) -> Option<(Guard, SocketAddr)> {
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = scratch(name);
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--dir"])
+        .arg(&dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()?;
+    let mut guard = Guard::new(name, child, Duration::from_secs(1));
     guard.dir = Some(dir);
+    listening(&mut guard, addr);
+    Some((guard, addr))
+}
+
+/// Waits until the `redis-server` of `guard` listens on `addr`.
+fn listening(guard: &mut Guard, addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
         assert!(guard.alive(), "redis-server exited during start-up");
@@ -304,7 +384,6 @@ pub fn spawn_redis() -> Option<(Guard, SocketAddr)> {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    Some((guard, addr))
 }
 
 /// `n` `PING` round trips to Redis on one connection, each timed, paced at `rate` per

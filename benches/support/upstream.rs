@@ -48,20 +48,21 @@ struct State {
     salt: u64,
 }
 
+/// A JSON-RPC message as both bench upstreams read it.
 #[derive(Deserialize)]
-struct Envelope<'a> {
+pub(super) struct Envelope<'a> {
     #[serde(borrow)]
-    jsonrpc: Cow<'a, str>,
+    pub(super) jsonrpc: Cow<'a, str>,
     #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
+    pub(super) id: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    method: Option<Cow<'a, str>>,
+    pub(super) method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    params: Option<&'a RawValue>,
+    pub(super) params: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    result: Option<&'a RawValue>,
+    pub(super) result: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    error: Option<&'a RawValue>,
+    pub(super) error: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -72,16 +73,19 @@ struct Params<'a> {
     meta: Option<HashMap<Cow<'a, str>, &'a RawValue>>,
 }
 
-/// Runs the upstream instead of the benchmark when this binary was started as one
-/// (`MCP_BENCH_ROLE=upstream`, by `procs::spawn_upstream`); returns otherwise.
+/// Runs an upstream instead of the benchmark when this binary was started as one
+/// (`MCP_BENCH_ROLE=upstream`: this one; `modern-upstream`: `super::modern`'s; by
+/// `procs::spawn_upstream` / `procs::spawn_modern_upstream`); returns otherwise.
 pub fn serve_if_asked() {
-    if std::env::var("MCP_BENCH_ROLE").as_deref() == Ok("upstream") {
-        main();
+    match std::env::var("MCP_BENCH_ROLE").as_deref() {
+        Ok("upstream") => run(serve()),
+        Ok("modern-upstream") => run(super::modern::serve()),
+        _ => {}
     }
 }
 
-/// Runs the upstream until standard input closes. Never returns.
-pub fn main() -> ! {
+/// Runs an upstream's `serve` until standard input closes. Never returns.
+pub(super) fn run(serve: impl std::future::Future<Output = ()>) -> ! {
     let threads = std::env::var("MCP_BENCH_UPSTREAM_THREADS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -105,20 +109,24 @@ pub fn main() -> ! {
         }
         std::process::exit(0);
     });
-    runtime.block_on(serve());
+    runtime.block_on(serve);
     std::process::exit(0)
 }
 
-async fn serve() {
+/// A loopback listener on a free port, announced to the parent as `READY <port>`.
+pub(super) async fn listen() -> tokio::net::TcpListener {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("upstream bind");
     let port = listener.local_addr().expect("upstream addr").port();
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "READY {port}").expect("stdout");
-        out.flush().expect("stdout");
-    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY {port}").expect("stdout");
+    out.flush().expect("stdout");
+    listener
+}
+
+async fn serve() {
+    let listener = listen().await;
     let salt = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -148,7 +156,7 @@ async fn serve() {
     }
 }
 
-fn reply(
+pub(super) fn reply(
     status: StatusCode,
     content_type: Option<&'static str>,
     body: Bytes,
@@ -163,12 +171,12 @@ fn reply(
     response
 }
 
-fn empty(status: StatusCode) -> Response<Full<Bytes>> {
+pub(super) fn empty(status: StatusCode) -> Response<Full<Bytes>> {
     reply(status, None, Bytes::new())
 }
 
 /// A JSON-RPC error response (`id` raw, `null` when unknown).
-fn error(
+pub(super) fn error(
     status: StatusCode,
     id: Option<&RawValue>,
     code: i32,
@@ -189,7 +197,7 @@ fn error(
     reply(status, Some("application/json"), Bytes::from(body))
 }
 
-fn result(id: &RawValue, result: &[u8]) -> Vec<u8> {
+pub(super) fn result(id: &RawValue, result: &[u8]) -> Vec<u8> {
     let mut body = Vec::with_capacity(40 + result.len());
     body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     body.extend_from_slice(id.get().as_bytes());
@@ -199,11 +207,37 @@ fn result(id: &RawValue, result: &[u8]) -> Vec<u8> {
     body
 }
 
-fn json(body: Vec<u8>) -> Response<Full<Bytes>> {
+/// What a bench upstream answers.
+type Reply = Response<Full<Bytes>>;
+
+/// A message and its params as `P`, read from a request's `body`; or the 400 that refuses
+/// it (-32700 not JSON, -32600 not JSON-RPC 2.0, -32602 params of another shape).
+pub(super) fn parse<'b, P: Deserialize<'b>>(
+    body: &'b [u8],
+) -> Result<(Envelope<'b>, Option<P>), Box<Reply>> {
+    let refuse = |id, code, message| Box::new(error(StatusCode::BAD_REQUEST, id, code, message));
+    let Ok(message) = serde_json::from_slice::<Envelope<'_>>(body) else {
+        return Err(refuse(None, -32700, "Parse error"));
+    };
+    if message.jsonrpc != "2.0" {
+        return Err(refuse(message.id, -32600, "Invalid Request"));
+    }
+    let params = match message
+        .params
+        .map(|raw| serde_json::from_str::<P>(raw.get()))
+    {
+        None => None,
+        Some(Ok(params)) => Some(params),
+        Some(Err(_)) => return Err(refuse(message.id, -32602, "Invalid params")),
+    };
+    Ok((message, params))
+}
+
+pub(super) fn json(body: Vec<u8>) -> Response<Full<Bytes>> {
     reply(StatusCode::OK, Some("application/json"), Bytes::from(body))
 }
 
-fn header<'r>(request: &'r Request<Incoming>, name: &str) -> Option<&'r str> {
+pub(super) fn header<'r>(request: &'r Request<Incoming>, name: &str) -> Option<&'r str> {
     request.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -283,31 +317,9 @@ async fn post(state: &State, request: Request<Incoming>) -> Response<Full<Bytes>
         Ok(body) => body.to_bytes(),
         Err(_) => return empty(StatusCode::BAD_REQUEST),
     };
-    let Ok(message) = serde_json::from_slice::<Envelope<'_>>(&body) else {
-        return error(StatusCode::BAD_REQUEST, None, -32700, "Parse error");
-    };
-    if message.jsonrpc != "2.0" {
-        return error(
-            StatusCode::BAD_REQUEST,
-            message.id,
-            -32600,
-            "Invalid Request",
-        );
-    }
-    let params = match message
-        .params
-        .map(|raw| serde_json::from_str::<Params<'_>>(raw.get()))
-    {
-        None => None,
-        Some(Ok(params)) => Some(params),
-        Some(Err(_)) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                message.id,
-                -32602,
-                "Invalid params",
-            );
-        }
+    let (message, params) = match parse::<Params<'_>>(&body) {
+        Ok(parsed) => parsed,
+        Err(refused) => return *refused,
     };
     if params
         .as_ref()

@@ -18,6 +18,16 @@
 //!   two at any point — and the stamped event stream (`EventBody` with the session
 //!   rewrite) writes the same bytes however its input is cut, and always carries the
 //!   response to the request (stamped, or the error the proxy adds).
+//! - [`sse_upstream`]: an HTTP+SSE (2024-11-05) session's stream as the proxy reads it
+//!   (the decoder behind a body, each event framed as `endpoint` or `message`) gives the
+//!   same frames however the stream is cut, each message the data of its event; and an
+//!   endpoint is only ever resolved to a request target at the stream's own origin.
+//! - [`id_restore`]: the proxy's own request ids toward an upstream and the client's id
+//!   put back on the answer (`upstream::ids`): a request is renamed to a fresh integer id
+//!   and is otherwise byte for byte the input; whatever the upstream answers, what comes
+//!   back as the response carries the client's id byte for byte and is otherwise the
+//!   upstream's bytes; only a response naming the proxy's id (or, in a whole body, an
+//!   error with a `null` id) is taken for it, and only once.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -34,7 +44,9 @@ use mcp_session_proxy::response::EventRewrite;
 use mcp_session_proxy::rewrite::stateless;
 use mcp_session_proxy::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
 use mcp_session_proxy::rewrite::to_upstream::{strip_session, strip_top_level_session};
-use mcp_session_proxy::sse::{Decoded, Decoder, EventBody, Item};
+use mcp_session_proxy::sse::{Decoded, Decoder, EventBody, Item, ItemSource};
+use mcp_session_proxy::upstream::ids::{RenamedRequests, outgoing};
+use mcp_session_proxy::upstream::{self, Frame as SseFrame};
 use serde_json::value::RawValue;
 
 /// The `_meta` keys of the stateless protocol that `stateless::to_upstream` takes off.
@@ -484,4 +496,220 @@ impl Body for Chunks {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
     }
+}
+
+// === sse_upstream ===
+
+/// The URL an HTTP+SSE session's stream is opened at, in the `sse_upstream` target.
+const SSE_URL: &str = "http://127.0.0.1:8000/sse";
+
+/// An HTTP+SSE session's stream, cut every way. The first byte sets the event size
+/// limit, the second where to cut in two; the rest is the stream.
+pub fn sse_upstream(data: &[u8]) {
+    let [size, cut, stream @ ..] = data else {
+        return;
+    };
+    let limit = 16 + usize::from(*size) * 8;
+    let at = usize::from(*cut) % (stream.len() + 1);
+    let bytewise: Vec<&[u8]> = stream.chunks(1).collect();
+    let whole = frames(&[stream], limit);
+    assert_eq!(
+        whole,
+        frames(&bytewise, limit),
+        "byte by byte, the session's stream reads otherwise"
+    );
+    assert_eq!(
+        whole,
+        frames(&[&stream[..at], &stream[at..]], limit),
+        "cut at {at}, the session's stream reads otherwise"
+    );
+    // Each message is the data of a `message` event (or of an event of no type), as
+    // the decoder gives it.
+    let (items, _) = decode(&[stream], limit);
+    let messages: Vec<String> = items
+        .into_iter()
+        .filter_map(|item| match item {
+            Item::Event(event) if matches!(event.event.as_deref(), None | Some("message")) => {
+                event.data.filter(|d| !d.trim().is_empty())
+            }
+            _ => None,
+        })
+        .collect();
+    let framed: Vec<&String> = whole
+        .0
+        .iter()
+        .filter_map(|frame| match frame {
+            SseFrame::Message(data) => Some(data),
+            SseFrame::Endpoint(_) => None,
+        })
+        .collect();
+    assert_eq!(
+        framed,
+        messages.iter().collect::<Vec<_>>(),
+        "messages lost or made up"
+    );
+    let base = SSE_URL.parse().expect("the base URL");
+    for frame in &whole.0 {
+        let SseFrame::Endpoint(named) = frame else {
+            continue;
+        };
+        let Ok(target) = upstream::resolve_endpoint(&base, named) else {
+            continue;
+        };
+        let target = target.as_str();
+        assert!(
+            target.starts_with('/') && !target.contains('#'),
+            "not an origin-form target: {target:?}"
+        );
+        // Named with another scheme, or with a host name (the stream's host is an
+        // address), it is elsewhere.
+        if let Some((scheme, rest)) = named.trim().split_once("://")
+            && is_scheme(scheme)
+        {
+            let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or_default();
+            let host = authority.rsplit('@').next().unwrap_or_default();
+            assert!(
+                scheme.eq_ignore_ascii_case("http")
+                    && !host.starts_with(|c: char| c.is_ascii_alphabetic()),
+                "{named:?} was taken for an endpoint at the stream's origin"
+            );
+        }
+    }
+}
+
+/// Whether `word` is a URI scheme (RFC 3986 §3.1).
+fn is_scheme(word: &str) -> bool {
+    word.starts_with(|c: char| c.is_ascii_alphabetic())
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// The frames of an HTTP+SSE session's stream arriving in `chunks`, read as the proxy
+/// reads them, and how the stream ended.
+fn frames(chunks: &[&[u8]], limit: usize) -> (Vec<SseFrame>, Option<String>) {
+    let mut source = Decoded::new(
+        Chunks(chunks.iter().map(|c| Bytes::copy_from_slice(c)).collect()),
+        limit,
+    );
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut out = Vec::new();
+    loop {
+        match source.poll_item(&mut cx) {
+            Poll::Ready(Some(Ok(item))) => out.extend(upstream::frame(item)),
+            Poll::Ready(Some(Err(end))) => return (out, Some(format!("{end:?}"))),
+            Poll::Ready(None) => return (out, None),
+            Poll::Pending => panic!("a body whose chunks are all there waited"),
+        }
+    }
+}
+
+// === id_restore ===
+
+/// Where the proxy's id goes in the upstream's answer of the `id_restore` target.
+const OURS_MARK: &[u8] = b"@@";
+
+/// A request with the client's id (the input up to its first NUL) renamed toward an
+/// upstream, then the upstream's answer (the rest, `@@` standing for the proxy's id)
+/// restored. The first byte chooses whether the answer is a whole body and whether the
+/// request is in an upstream session.
+pub fn id_restore(data: &[u8]) {
+    let [flags, rest @ ..] = data else {
+        return;
+    };
+    let (whole, in_session) = (flags & 1 == 1, flags & 2 == 2);
+    let (client_id, answer) = match rest.iter().position(|b| *b == 0) {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, &[][..]),
+    };
+    let mut request = br#"{"jsonrpc":"2.0","id":"#.to_vec();
+    request.extend_from_slice(client_id);
+    request.extend_from_slice(br#","method":"tools/call","params":{"name":"x"}}"#);
+    let table = Arc::new(RenamedRequests::default());
+    let session = in_session.then_some("fuzz-session");
+    let (sent, restore) = outgoing(Bytes::from(request.clone()), session, &table);
+    let Some(mut restore) = restore else {
+        // Not a request the proxy can rename (no JSON, no id): it goes as it came.
+        assert_eq!(&sent[..], &request[..], "an unrenamed message was changed");
+        return;
+    };
+    // The renamed request: the client's id replaced by an integer, nothing else touched.
+    let ours = restore.upstream_id().expect("in flight").to_vec();
+    assert!(
+        ours.iter().all(u8::is_ascii_digit),
+        "not an integer id: {ours:?}"
+    );
+    let envelope = Envelope::parse(&sent).expect("the renamed request parses");
+    assert_eq!(envelope.kind, Kind::Request);
+    assert_eq!(envelope.id.map(|id| id.get().as_bytes()), Some(&ours[..]));
+    let parsed = Envelope::parse(&request).expect("the request parsed");
+    let id = parsed.id.expect("the request has an id");
+    let client = id.get().as_bytes().to_vec();
+    let range = range_in(&request, id).expect("the id in the request");
+    let mut expected = request[..range.start].to_vec();
+    expected.extend_from_slice(&ours);
+    expected.extend_from_slice(&request[range.end..]);
+    assert_eq!(
+        &sent[..],
+        &expected[..],
+        "the renamed request differs beyond its id"
+    );
+
+    // Whatever the upstream answers.
+    let answer = replace_all(answer, OURS_MARK, &ours);
+    if let Some(restored) = restore.response(&answer, whole) {
+        check_restored(&answer, &restored, &client);
+        assert!(
+            restore.upstream_id().is_none(),
+            "answered, yet still in flight"
+        );
+        assert!(
+            restore.response(&answer, whole).is_none(),
+            "one request, two responses"
+        );
+    } else if let Ok(envelope) = Envelope::parse(&answer)
+        && envelope.kind == Kind::Response
+        && envelope.id.is_some_and(|id| same_id(id.get(), &ours))
+    {
+        panic!("the response to the request was not taken for it");
+    }
+
+    // A plain response naming the proxy's id always is.
+    let (_, fresh) = outgoing(Bytes::from(request), session, &table);
+    let mut fresh = fresh.expect("renamed again");
+    let ours = fresh.upstream_id().expect("in flight").to_vec();
+    let mut plain = br#"{"jsonrpc":"2.0","id":"#.to_vec();
+    plain.extend_from_slice(&ours);
+    plain.extend_from_slice(br#","result":{}}"#);
+    let restored = fresh.response(&plain, whole).expect("its own response");
+    check_restored(&plain, &restored, &client);
+}
+
+/// `restored` is `answer` with its id replaced by `client`, byte for byte.
+fn check_restored(answer: &[u8], restored: &[u8], client: &[u8]) {
+    let envelope = Envelope::parse(restored).expect("the restored response parses");
+    assert_eq!(envelope.kind, Kind::Response);
+    let id = envelope.id.expect("a response has an id");
+    assert_eq!(id.get().as_bytes(), client, "not the client's id");
+    let original = Envelope::parse(answer).expect("the answer parsed");
+    let range = range_in(answer, original.id.expect("an id")).expect("the id in the answer");
+    assert_eq!(&restored[..range.start], &answer[..range.start]);
+    assert_eq!(
+        &restored[range.start + client.len()..],
+        &answer[range.end..],
+        "the restored response differs beyond its id"
+    );
+}
+
+/// `bytes` with every `mark` replaced by `with`.
+fn replace_all(bytes: &[u8], mark: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while let Some(at) = rest.windows(mark.len()).position(|w| w == mark) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(with);
+        rest = &rest[at + mark.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
 }

@@ -23,6 +23,15 @@ pub struct RawConfig {
     pub cluster: RawCluster,
     pub limits: RawLimits,
     pub auth: RawAuth,
+    pub upgrade: RawUpgrade,
+}
+
+/// `[upgrade]`: restarts that drop nothing.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpgrade {
+    /// The Unix socket a running proxy hands its listeners over on; "": off.
+    pub socket: String,
 }
 
 /// `[auth]`: off unless `hs256_secret` or `jwks_file` is set.
@@ -71,6 +80,10 @@ pub struct RawLimits {
     pub request_body_timeout: String,
     pub upstream_idle_timeout: String,
     pub upstream_idle_connections: u64,
+    /// Resident memory (bytes) at which new work is shed; 0: 90 % of the cgroup's limit.
+    pub max_memory: u64,
+    /// Open descriptors at which new work is shed; 0: 90 % of the open-file limit.
+    pub max_open_files: u64,
 }
 
 impl Default for RawLimits {
@@ -83,17 +96,34 @@ impl Default for RawLimits {
             request_body_timeout: "30s".into(),
             upstream_idle_timeout: "30s".into(),
             upstream_idle_connections: 64,
+            max_memory: 0,
+            max_open_files: 0,
         }
     }
 }
 
 /// How proxy replicas reach each other (forwarding to the replica that holds a stdio
-/// server or a waiting call).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// server or a waiting call; deleted sealed sessions told to the others).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawCluster {
     /// The base URL other replicas reach this one at; "": `http://<listen>`.
     pub advertise: String,
+    /// The other replicas' base URLs (their `cluster.advertise`), told of every sealed
+    /// session deleted here.
+    pub peers: Vec<String>,
+    /// Requests of one caller forwarded to other replicas at once, from this replica.
+    pub max_forwarded_per_caller: u64,
+}
+
+impl Default for RawCluster {
+    fn default() -> Self {
+        RawCluster {
+            advertise: String::new(),
+            peers: Vec::new(),
+            max_forwarded_per_caller: 16,
+        }
+    }
 }
 
 /// One `[upstreams.NAME]` table: where it is, and overrides of the `[upstream]` settings.
@@ -112,6 +142,8 @@ pub struct RawNamedUpstream {
     pub args: Vec<String>,
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inherit_env: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,6 +166,10 @@ pub struct RawNamedUpstream {
     pub on_session_lost: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub era: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_clients: Option<String>,
     /// Overrides of the `[stateless]` settings for this upstream's stateless clients.
     #[serde(skip_serializing_if = "RawStatelessOverrides::is_empty")]
     pub stateless: RawStatelessOverrides,
@@ -170,6 +206,8 @@ pub struct RawStatelessOverrides {
     pub pool_idle_ttl: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_state_ttl: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_waiting_per_caller: Option<u64>,
 }
 
 impl RawStatelessOverrides {
@@ -202,7 +240,8 @@ impl RawStatelessOverrides {
             max_pooled,
             max_listens,
             pool_idle_ttl,
-            request_state_ttl
+            request_state_ttl,
+            max_waiting_per_caller
         );
         (merged, set)
     }
@@ -224,6 +263,7 @@ pub struct RawStateless {
     pub max_listens: u64,
     pub pool_idle_ttl: String,
     pub request_state_ttl: String,
+    pub max_waiting_per_caller: u64,
 }
 
 impl Default for RawStateless {
@@ -242,6 +282,7 @@ impl Default for RawStateless {
             max_listens: 100,
             pool_idle_ttl: "5m".into(),
             request_state_ttl: "5m".into(),
+            max_waiting_per_caller: 10,
         }
     }
 }
@@ -263,7 +304,24 @@ pub struct RawSession {
     pub store: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_url: Option<String>,
+    /// Redis Sentinel addresses, instead of `redis_url`.
+    pub redis_sentinels: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_master_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_password: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_db: Option<u64>,
+    pub redis_timeout: String,
+    /// Absent: 1 with sentinels, else 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_wait_replicas: Option<u64>,
+    pub redis_wait_timeout: String,
     pub sealed_keys: Vec<String>,
+    /// Deleted sealed sessions remembered at once (their ids still open).
+    pub max_tombstones: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -276,6 +334,9 @@ pub struct RawUpstream {
     pub command: Option<String>,
     pub args: Vec<String>,
     pub env: std::collections::BTreeMap<String, String>,
+    /// Names of the proxy's environment variables a stdio child inherits, besides the
+    /// base every child gets.
+    pub inherit_env: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     pub pool_size: u64,
@@ -288,8 +349,14 @@ pub struct RawUpstream {
     pub max_message_bytes: u64,
     /// `fail` or `reinitialize`.
     pub on_session_lost: String,
-    /// How often each replica is probed with an `initialize`.
+    /// How often each replica is probed (its era found again; a legacy one asked for a
+    /// session).
     pub health_interval: String,
+    /// `auto` (found by probing), `legacy`, `modern` or `sse`.
+    pub era: String,
+    /// Old clients in front of a modern upstream: `bridge` (the proxy terminates their
+    /// `initialize` sessions) or `pass_through`.
+    pub old_clients: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -326,6 +393,7 @@ impl Default for RawConfig {
             cluster: RawCluster::default(),
             limits: RawLimits::default(),
             auth: RawAuth::default(),
+            upgrade: RawUpgrade::default(),
         }
     }
 }
@@ -341,7 +409,16 @@ impl Default for RawSession {
             state_key: None,
             store: "memory".into(),
             redis_url: None,
+            redis_sentinels: Vec::new(),
+            redis_master_name: None,
+            redis_username: None,
+            redis_password: None,
+            redis_db: None,
+            redis_timeout: "1s".into(),
+            redis_wait_replicas: None,
+            redis_wait_timeout: "100ms".into(),
             sealed_keys: Vec::new(),
+            max_tombstones: 100_000,
         }
     }
 }
@@ -354,6 +431,7 @@ impl Default for RawUpstream {
             command: None,
             args: Vec::new(),
             env: std::collections::BTreeMap::new(),
+            inherit_env: Vec::new(),
             cwd: None,
             pool_size: 2,
             max_children: 1000,
@@ -365,6 +443,8 @@ impl Default for RawUpstream {
             max_message_bytes: 16 * 1024 * 1024,
             on_session_lost: "fail".into(),
             health_interval: "10s".into(),
+            era: "auto".into(),
+            old_clients: "bridge".into(),
         }
     }
 }

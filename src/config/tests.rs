@@ -92,6 +92,14 @@ fn a_file_sets_values_and_flags_win_over_it() {
     assert_eq!(config.session.state_key.unwrap().0.len(), 32);
 }
 
+/// The key each problem names, in order (a problem starts with its key path).
+fn problem_keys(err: &ConfigError) -> Vec<&str> {
+    err.problems
+        .iter()
+        .map(|p| p.split(' ').next().unwrap())
+        .collect()
+}
+
 #[test]
 fn bad_values_name_their_keys() {
     let err = load_file(
@@ -99,11 +107,7 @@ fn bad_values_name_their_keys() {
         Overrides::default(),
     )
     .unwrap_err();
-    let keys: Vec<&str> = err
-        .problems
-        .iter()
-        .map(|p| p.split(' ').next().unwrap())
-        .collect();
+    let keys = problem_keys(&err);
     assert_eq!(
         keys,
         [
@@ -287,28 +291,62 @@ fn upstream_tables_are_checked_key_by_key() {
 }
 
 #[test]
+fn a_child_inherits_only_named_variables_and_never_the_proxys_settings() {
+    let config = load_file(
+        "[upstream]\ncommand = \"server\"\ninherit_env = [\"HTTPS_PROXY\"]\n\
+         [upstreams.b]\ncommand = \"other\"\ninherit_env = [\"NODE_EXTRA_CA_CERTS\"]\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let inherited = |name: &str| {
+        let set = config.upstream_set();
+        let upstream = set.iter().find(|u| u.name == name).unwrap();
+        upstream
+            .config
+            .target
+            .command()
+            .unwrap()
+            .inherit_env
+            .clone()
+    };
+    assert_eq!(inherited("default"), ["HTTPS_PROXY"]);
+    assert_eq!(inherited("b"), ["NODE_EXTRA_CA_CERTS"]);
+    let problems = problems_of(
+        "[upstream]\ncommand = \"server\"\n\
+         inherit_env = [\"MCP_PROXY_ADMIN__TOKEN\", \"mcp_proxy_session__state_key\", \"A=B\", \"\"]\n\
+         [upstreams.b]\nurl = \"http://127.0.0.1:1/mcp\"\ninherit_env = [\"HOME\"]\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "upstream.inherit_env[0] (in FILE): MCP_PROXY_ADMIN__TOKEN is one of the proxy's own \
+             settings, which a child never inherits; give the child a value of its own in env \
+             instead",
+            "upstream.inherit_env[1] (in FILE): mcp_proxy_session__state_key is one of the \
+             proxy's own settings, which a child never inherits; give the child a value of its \
+             own in env instead",
+            "upstream.inherit_env[2] (in FILE): \"A=B\" is not the name of an environment variable",
+            "upstream.inherit_env[3] (in FILE): \"\" is not the name of an environment variable",
+            "upstreams.b.inherit_env (in FILE): variables for a child without upstreams.b.command",
+        ]
+    );
+}
+
+#[test]
 fn two_defaults_or_none_among_several_are_refused() {
     let two = "[upstreams.a]\ndefault = true\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\ndefault = true\nurl = \"http://127.0.0.1:2/mcp\"\n";
-    assert!(
-        load_file(two, Overrides::default())
-            .unwrap_err()
-            .to_string()
-            .contains("only one upstream")
-    );
     let none = "[upstreams.a]\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\nurl = \"http://127.0.0.1:2/mcp\"\n";
-    assert!(
-        load_file(none, Overrides::default())
-            .unwrap_err()
-            .to_string()
-            .contains("default = true")
-    );
     let taken = "[upstream]\nurl = \"http://127.0.0.1:1/mcp\"\n[upstreams.b]\ndefault = true\nurl = \"http://127.0.0.1:2/mcp\"\n";
-    assert!(
-        load_file(taken, Overrides::default())
+    for (toml, says) in [
+        (two, "only one upstream"),
+        (none, "default = true"),
+        (taken, "upstreams.b.default"),
+    ] {
+        let text = load_file(toml, Overrides::default())
             .unwrap_err()
-            .to_string()
-            .contains("upstreams.b.default")
-    );
+            .to_string();
+        assert!(text.contains(says), "{text}");
+    }
 }
 
 #[test]
@@ -321,11 +359,19 @@ fn the_stores_and_what_they_need() {
         Overrides::default(),
     )
     .unwrap();
+    let StoreConfig::Redis(one) = &redis.session.store else {
+        panic!("{:?}", redis.session.store)
+    };
     assert_eq!(
-        redis.session.store,
-        StoreConfig::Redis {
+        one.servers,
+        RedisServers::Server {
             url: "redis://127.0.0.1:6379/0".into()
         }
+    );
+    // One server: nothing waits for replicas unless asked.
+    assert_eq!(
+        (one.wait_replicas, one.timeout, one.wait_timeout),
+        (0, Duration::from_secs(1), Duration::from_millis(100))
     );
     let err = load_file("[session]\nstore = \"redis\"\n", Overrides::default()).unwrap_err();
     let text = err.to_string();
@@ -360,6 +406,126 @@ fn the_stores_and_what_they_need() {
 }
 
 #[test]
+fn redis_sentinels_name_the_primary_and_its_credentials() {
+    let config = load_file(
+        &format!(
+            "[session]\nstore = \"redis\"\nstate_key = \"{KEY_A}\"\n\
+             redis_sentinels = [\"redis://10.0.0.1:26379\", \"redis://:sentinel-secret@10.0.0.2:26379\"]\n\
+             redis_master_name = \"sessions\"\nredis_username = \"proxy\"\nredis_password = \"hunter2\"\n\
+             redis_db = 3\nredis_timeout = \"2s\"\n"
+        ),
+        Overrides::default(),
+    )
+    .unwrap();
+    let StoreConfig::Redis(redis) = &config.session.store else {
+        panic!("{:?}", config.session.store)
+    };
+    assert_eq!(
+        redis.servers,
+        RedisServers::Sentinel {
+            sentinels: vec![
+                "redis://10.0.0.1:26379".into(),
+                "redis://:sentinel-secret@10.0.0.2:26379".into()
+            ],
+            master_name: "sessions".into(),
+        }
+    );
+    assert_eq!(redis.username.as_deref(), Some("proxy"));
+    assert_eq!(redis.password, Some(Secret(b"hunter2".to_vec())));
+    assert_eq!((redis.db, redis.timeout), (3, Duration::from_secs(2)));
+    // With sentinels a creation waits for one replica by default.
+    assert_eq!(
+        (redis.wait_replicas, redis.wait_timeout),
+        (1, Duration::from_millis(100))
+    );
+    // Neither password is ever printed.
+    let printed = format!("{:?}", config.session.store);
+    assert!(
+        !printed.contains("hunter2") && !printed.contains("sentinel-secret"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn a_redis_url_is_printed_without_its_password() {
+    assert_eq!(
+        without_password("redis://proxy:s3cr:et@10.0.0.1:6379/2"),
+        "redis://proxy:<hidden>@10.0.0.1:6379/2"
+    );
+    assert_eq!(
+        without_password("redis://:pw@h:26379"),
+        "redis://:<hidden>@h:26379"
+    );
+    assert_eq!(without_password("redis://h:6379/0"), "redis://h:6379/0");
+    assert_eq!(without_password("not a url"), "not a url");
+}
+
+#[test]
+fn a_redis_store_is_one_server_or_sentinels_and_says_what_is_missing() {
+    let problems = |toml: &str| {
+        let text = format!("[session]\nstore = \"redis\"\nstate_key = \"{KEY_A}\"\n{toml}");
+        let mut text = load_file(&text, Overrides::default())
+            .unwrap_err()
+            .to_string();
+        // Where each value was set (the temporary file's path) is left out.
+        while let Some(start) = text.find(" (in /") {
+            let end = start + text[start..].find(')').unwrap();
+            text.replace_range(start..=end, "");
+        }
+        text
+    };
+    let both = problems(
+        "redis_url = \"redis://h:6379\"\nredis_sentinels = [\"redis://s:26379\"]\nredis_master_name = \"m\"\n",
+    );
+    assert!(
+        both.contains("session.redis_sentinels: give either session.redis_url"),
+        "{both}"
+    );
+    let nameless = problems("redis_sentinels = [\"redis://s:26379\"]\n");
+    assert!(
+        nameless.contains("session.redis_master_name: session.redis_sentinels needs the name"),
+        "{nameless}"
+    );
+    let bad = problems(
+        "redis_sentinels = [\"redis://s:26379\", \"http://s:26379\", \"redis://:pw@s:26379/2\"]\nredis_master_name = \"m\"\n",
+    );
+    assert!(
+        bad.contains("session.redis_sentinels[1]: \"http://s:26379\" must be a Redis URL")
+            && bad.contains("session.redis_sentinels[2]: a sentinel has no databases")
+            && !bad.contains("session.redis_sentinels[0]"),
+        "{bad}"
+    );
+    let twice = problems(
+        "redis_url = \"redis://u:pw@h:6379/0\"\nredis_password = \"other\"\nredis_db = 1\nredis_master_name = \"m\"\n",
+    );
+    assert!(
+        twice.contains("session.redis_password: a password is already in session.redis_url")
+            && twice.contains(
+                "session.redis_db: with session.redis_url the database is the URL's path"
+            )
+            && twice.contains("session.redis_master_name: names the primary")
+            && !twice.contains("pw@"),
+        "{twice}"
+    );
+    let slow = problems(
+        "redis_url = \"redis://h:6379\"\nredis_wait_replicas = 1\nredis_wait_timeout = \"2s\"\nredis_timeout = \"1s\"\n",
+    );
+    assert!(
+        slow.contains(
+            "session.redis_wait_timeout: 2s must be shorter than session.redis_timeout (1s)"
+        ),
+        "{slow}"
+    );
+    let tls = problems("redis_url = \"redis://h:notaport\"\n");
+    assert!(
+        tls.contains(
+            "session.redis_url: \"redis://h:notaport\" is not a Redis URL this proxy can use"
+        ),
+        "{tls}"
+    );
+}
+
+#[test]
 fn cluster_advertise_must_be_an_http_base_url() {
     let config = load_file(
         "[cluster]\nadvertise = \"http://10.0.0.5:8080/\"\n",
@@ -376,6 +542,62 @@ fn cluster_advertise_must_be_an_http_base_url() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("cluster.advertise"), "{err}");
+}
+
+#[test]
+fn a_wildcard_listen_with_shared_sessions_needs_an_advertised_address() {
+    const KEY: &str = "5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1ed5ea1";
+    let redis = format!(
+        "listen = \"0.0.0.0:8080\"\n[session]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/0\"\nstate_key = \"{KEY}\"\n"
+    );
+    let sealed = format!(
+        "listen = \"[::]:8080\"\n[session]\nstore = \"sealed\"\nsealed_keys = [\"{KEY}\"]\n"
+    );
+    for toml in [&redis, &sealed] {
+        let err = load_file(toml, Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("cluster.advertise") && err.contains("wildcard"),
+            "{err}"
+        );
+        // With the address others reach it at, it is fine.
+        let advertised = format!("{toml}[cluster]\nadvertise = \"http://10.0.0.5:8080\"\n");
+        assert!(load_file(&advertised, Overrides::default()).is_ok());
+    }
+    // Sessions of this process alone: nobody else looks for it.
+    assert!(load_file("listen = \"0.0.0.0:8080\"\n", Overrides::default()).is_ok());
+    // Nor is a loopback listen refused: replicas on this host reach it.
+    let loopback = redis.replace("0.0.0.0", "127.0.0.1");
+    assert!(load_file(&loopback, Overrides::default()).is_ok());
+}
+
+#[test]
+fn cluster_peers_are_base_urls_and_the_forwarding_cap_is_at_least_one() {
+    let config = load_file(
+        "[cluster]\npeers = [\"http://10.0.0.6:8080/\", \"http://10.0.0.7:8080\"]\nmax_forwarded_per_caller = 4\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        config.cluster.peers,
+        ["http://10.0.0.6:8080", "http://10.0.0.7:8080"]
+    );
+    assert_eq!(config.cluster.max_forwarded_per_caller, 4);
+    let defaults = load_file("", Overrides::default()).unwrap();
+    assert_eq!(defaults.cluster.max_forwarded_per_caller, 16);
+    assert_eq!(defaults.session.max_tombstones, 100_000);
+    let problems = problems_of(
+        "[cluster]\npeers = [\"10.0.0.6\", \"https://10.0.0.7:8080\"]\nmax_forwarded_per_caller = 0\n",
+    );
+    assert_eq!(
+        problems,
+        [
+            "cluster.max_forwarded_per_caller (in FILE): 0 is too small; the minimum is 1",
+            "cluster.peers[0] (in FILE): \"10.0.0.6\" must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\"",
+            "cluster.peers[1] (in FILE): \"https://10.0.0.7:8080\" must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\"",
+        ]
+    );
 }
 
 /// The problems of a file, with its path replaced by `FILE`.
@@ -408,7 +630,7 @@ fn every_problem_of_a_file_is_reported_in_key_order() {
         [
             "listen (in FILE): \"nowhere\" is not a socket address; write e.g. \"127.0.0.1:8080\"",
             "max_body_bytes (in FILE): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
-            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url and sealed_keys.",
+            "session.idel_ttl (in FILE): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url, redis_sentinels, redis_master_name, redis_username, redis_password, redis_db, redis_timeout, redis_wait_replicas, redis_wait_timeout, sealed_keys and max_tombstones.",
             "session.reap_interval (in FILE): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
             "upstream.require_session (in FILE): \"yes\" is not true or false; write e.g. false",
             "upstream.timeout (in FILE): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
@@ -421,7 +643,7 @@ fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
     let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
     let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
                shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, \
-               cluster, limits and auth.";
+               cluster, limits, auth and upgrade.";
     assert_eq!(
         problems,
         [
@@ -708,7 +930,7 @@ fn a_bad_stateless_override_is_named_where_it_was_written() {
         [
             // Inherited, wrong at its source: said once, there.
             "stateless.pin_idle_ttl (in FILE): \"later\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
-            "upstreams.alpha.stateless.afinity (in FILE): unknown key; did you mean affinity? The keys of [upstreams.alpha.stateless] are affinity, fallback, pin_header, max_pinned, pin_idle_ttl, handle_open_tool, handle_close_tool, handle_argument, max_handles_per_caller, max_pooled, max_listens, pool_idle_ttl and request_state_ttl.",
+            "upstreams.alpha.stateless.afinity (in FILE): unknown key; did you mean affinity? The keys of [upstreams.alpha.stateless] are affinity, fallback, pin_header, max_pinned, pin_idle_ttl, handle_open_tool, handle_close_tool, handle_argument, max_handles_per_caller, max_pooled, max_listens, pool_idle_ttl, request_state_ttl and max_waiting_per_caller.",
             "upstreams.alpha.stateless.max_pinned (in FILE): 0 is too small; the minimum is 1",
         ]
     );
@@ -908,5 +1130,56 @@ fn auth_problems_are_each_named_by_key() {
     assert!(
         typo.iter().any(|p| p.contains("did you mean audience")),
         "{typo:?}"
+    );
+}
+
+#[test]
+fn the_upgrade_socket_is_off_by_default_and_must_fit_a_unix_socket_path() {
+    assert!(Config::defaults().upgrade.socket.is_none());
+    let config = load_file(
+        "[upgrade]\nsocket = \"/run/mcp-session-proxy/upgrade.sock\"\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        config.upgrade.socket.unwrap(),
+        std::path::PathBuf::from("/run/mcp-session-proxy/upgrade.sock")
+    );
+    let long = format!("/run/{}", "x".repeat(91));
+    let err = load_file(
+        &format!("[upgrade]\nsocket = \"{long}\"\n"),
+        Overrides::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err.problems.len(), 1, "{err}");
+    assert!(
+        err.problems[0].starts_with("upgrade.socket")
+            && err.problems[0].contains("at most 95 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn overload_thresholds_are_automatic_at_0_and_refused_when_too_small() {
+    let defaults = Config::defaults();
+    assert_eq!(defaults.limits.max_memory, None);
+    assert_eq!(defaults.limits.max_open_files, None);
+    let config = load_file(
+        "[limits]\nmax_memory = 536870912\nmax_open_files = 1000\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(config.limits.max_memory, Some(536_870_912));
+    assert_eq!(config.limits.max_open_files, Some(1000));
+    let err = load_file(
+        "[limits]\nmax_memory = 1000\nmax_open_files = 10\n",
+        Overrides::default(),
+    )
+    .unwrap_err();
+    let keys = problem_keys(&err);
+    assert_eq!(
+        keys,
+        ["limits.max_memory", "limits.max_open_files"],
+        "{err}"
     );
 }

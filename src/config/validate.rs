@@ -1,6 +1,8 @@
 //! Raw → typed configuration. Every problem is collected (not just the first), each
 //! naming its key path and saying what a good value looks like.
 
+mod store;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -10,9 +12,10 @@ use http::header::HeaderName;
 use super::HEALTH_PATH;
 use super::raw::{RawConfig, RawNamedUpstream, RawStateless};
 use super::{
-    AdminConfig, Affinity, AuthConfig, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM,
-    Fallback, LimitsConfig, LogConfig, LogFormat, OnSessionLost, Problem, Secret, SessionConfig,
-    StatelessConfig, StoreConfig, Target, UpstreamConfig, UpstreamDef, UpstreamOverrides,
+    AdminConfig, Affinity, AuthConfig, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM, Era,
+    Fallback, LimitsConfig, LogConfig, LogFormat, OldClients, OnSessionLost, Problem, Secret,
+    SessionConfig, StatelessConfig, StoreConfig, Target, UpgradeConfig, UpstreamConfig,
+    UpstreamDef, UpstreamOverrides,
 };
 use crate::rewrite::handles::HandleTools;
 use crate::upstream::PinSettings;
@@ -169,6 +172,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             command: u.command.as_deref(),
             args: &u.args,
             env: &u.env,
+            inherit_env: &u.inherit_env,
             cwd: u.cwd.as_deref(),
         },
     );
@@ -197,8 +201,10 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         &u.health_interval,
         Duration::from_millis(100),
     );
+    let era = p.era("upstream.era", &u.era);
+    let old_clients = p.old_clients("upstream.old_clients", &u.old_clients);
     let upstreams = named_upstreams(&mut p, &raw, &target);
-    let store = store(&mut p, &raw, &target, on_session_lost, &upstreams);
+    let store = store::store(&mut p, &raw, &target, on_session_lost, &upstreams);
     // A cap above the cap on every session would let one caller take them all (a sealed
     // store has no cap on every session: any value holds there).
     if max_sessions_per_caller > max_sessions && !matches!(store, StoreConfig::Sealed { .. }) {
@@ -209,18 +215,8 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             ),
         );
     }
-    let advertise = match raw.cluster.advertise.trim() {
-        "" => None,
-        url => match url.parse::<Uri>() {
-            Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => {
-                Some(url.trim_end_matches('/').to_owned())
-            }
-            _ => {
-                p.add("cluster.advertise", format!("{url:?} must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\""));
-                None
-            }
-        },
-    };
+    let cluster = cluster(&mut p, &raw, listen, &store);
+    let max_tombstones = p.size("session.max_tombstones", s.max_tombstones, 1);
 
     let format = match raw.log.format.as_str() {
         "text" => LogFormat::Text,
@@ -293,9 +289,28 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             l.upstream_idle_connections,
             0,
         ),
+        max_memory: match l.max_memory {
+            0 => None,
+            n if n < MIN_MAX_MEMORY => {
+                p.add("limits.max_memory", format!("{n} is too small; write at least {MIN_MAX_MEMORY} (bytes of resident memory), or 0 for 90% of the cgroup's memory limit"));
+                None
+            }
+            n => Some(n),
+        },
+        max_open_files: match l.max_open_files {
+            0 => None,
+            n if n < MIN_MAX_OPEN_FILES => {
+                p.add("limits.max_open_files", format!("{n} is too small; write at least {MIN_MAX_OPEN_FILES}, or 0 for 90% of the open-file limit"));
+                None
+            }
+            n => Some(n),
+        },
     };
 
     let auth = auth(&mut p, &raw.auth);
+    let upgrade = UpgradeConfig {
+        socket: upgrade_socket(&mut p, &raw.upgrade.socket),
+    };
 
     if !p.0.is_empty() {
         return Err(p.0);
@@ -315,6 +330,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             reap_interval,
             state_key,
             store,
+            max_tombstones,
         },
         upstream: UpstreamConfig {
             target,
@@ -328,6 +344,8 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             max_message_bytes,
             on_session_lost,
             health_interval,
+            era,
+            old_clients,
         },
         log: LogConfig {
             level: raw.log.level,
@@ -340,11 +358,43 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         },
         stateless,
         upstreams,
-        cluster: ClusterConfig { advertise },
+        cluster,
         limits,
         auth,
+        upgrade,
     })
 }
+
+/// The longest `upgrade.socket` path: a Unix socket's path holds at most 107 bytes
+/// (unix(7), `sun_path`), and the socket is first bound beside it under a name 12 bytes
+/// longer (`.<pid>.new`).
+const MAX_UPGRADE_SOCKET: usize = 95;
+
+/// `upgrade.socket`: "" is off; otherwise a path short enough for a Unix socket.
+fn upgrade_socket(p: &mut Problems, socket: &str) -> Option<std::path::PathBuf> {
+    let socket = socket.trim();
+    if socket.is_empty() {
+        return None;
+    }
+    if socket.len() > MAX_UPGRADE_SOCKET || socket.ends_with('/') {
+        p.add(
+            "upgrade.socket",
+            format!(
+                "{socket:?} is not a usable Unix socket path: write a file path of at most \
+                 {MAX_UPGRADE_SOCKET} bytes, e.g. \"/run/mcp-session-proxy/upgrade.sock\", or \"\" \
+                 for no hand-over"
+            ),
+        );
+        return None;
+    }
+    Some(std::path::PathBuf::from(socket))
+}
+
+/// The least `limits.max_memory` (16 MiB): the proxy itself needs some before any work.
+const MIN_MAX_MEMORY: u64 = 16 * 1024 * 1024;
+/// The least `limits.max_open_files`: the proxy's own descriptors (runtimes, listeners,
+/// logs) before any connection.
+const MIN_MAX_OPEN_FILES: u64 = 64;
 
 /// The most clock skew `auth.leeway` allows: more would keep expired tokens alive.
 const MAX_LEEWAY: Duration = Duration::from_secs(300);
@@ -443,6 +493,22 @@ fn auth(p: &mut Problems, a: &super::RawAuth) -> Option<AuthConfig> {
     })
 }
 
+/// Why a stdio child may not inherit the proxy's variable `name`, if it may not.
+fn not_inheritable(name: &str) -> Option<String> {
+    if name.is_empty() || name.contains(['=', '\0']) {
+        return Some(format!(
+            "{name:?} is not the name of an environment variable"
+        ));
+    }
+    // The proxy's own settings (its keys, tokens, secrets) never reach a child.
+    crate::upstream::is_proxy_setting(name).then(|| {
+        format!(
+            "{name} is one of the proxy's own settings, which a child never inherits; give \
+             the child a value of its own in env instead"
+        )
+    })
+}
+
 /// The keys that say where an upstream is.
 struct TargetKeys<'a> {
     url: Option<&'a str>,
@@ -450,6 +516,7 @@ struct TargetKeys<'a> {
     command: Option<&'a str>,
     args: &'a [String],
     env: &'a std::collections::BTreeMap<String, String>,
+    inherit_env: &'a [String],
     cwd: Option<&'a str>,
 }
 
@@ -492,6 +559,7 @@ impl Problems {
                 program: program.to_owned(),
                 args: k.args.to_vec(),
                 env: k.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                inherit_env: k.inherit_env.to_vec(),
                 cwd: k.cwd.filter(|c| !c.is_empty()).map(Into::into),
             });
         let target = match (urls.is_empty(), command) {
@@ -512,6 +580,17 @@ impl Problems {
                 format!("arguments without {table}.command"),
             );
         }
+        if !matches!(target, Target::Stdio(_)) && !k.inherit_env.is_empty() {
+            self.add(
+                &format!("{table}.inherit_env"),
+                format!("variables for a child without {table}.command"),
+            );
+        }
+        for (i, name) in k.inherit_env.iter().enumerate() {
+            if let Some(why) = not_inheritable(name) {
+                self.add(&format!("{table}.inherit_env[{i}]"), why);
+            }
+        }
         if let Target::Stdio(CommandSpec { cwd: Some(cwd), .. }) = &target
             && !cwd.is_dir()
         {
@@ -521,6 +600,33 @@ impl Problems {
             );
         }
         target
+    }
+
+    fn era(&mut self, key: &str, value: &str) -> Option<Era> {
+        match value.trim() {
+            "auto" => None,
+            other => Era::parse(other).or_else(|| {
+                self.add(
+                    key,
+                    format!("{other:?} must be \"auto\" (found by probing), \"legacy\", \"modern\" or \"sse\""),
+                );
+                None
+            }),
+        }
+    }
+
+    fn old_clients(&mut self, key: &str, value: &str) -> OldClients {
+        match value.trim() {
+            "bridge" => OldClients::Bridge,
+            "pass_through" => OldClients::PassThrough,
+            other => {
+                self.add(
+                    key,
+                    format!("{other:?} must be \"bridge\" or \"pass_through\""),
+                );
+                OldClients::Bridge
+            }
+        }
     }
 
     fn on_session_lost(&mut self, key: &str, value: &str) -> OnSessionLost {
@@ -574,6 +680,7 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
                 command: def.command.as_deref(),
                 args: &def.args,
                 env: &def.env,
+                inherit_env: &def.inherit_env,
                 cwd: def.cwd.as_deref(),
             },
         );
@@ -652,88 +759,80 @@ fn overrides(p: &mut Problems, table: &str, def: &RawNamedUpstream) -> UpstreamO
             def.health_interval.as_deref(),
             ms(100),
         ),
+        era: def.era.as_deref().map(|v| p.era(&key("era"), v)),
+        old_clients: def
+            .old_clients
+            .as_deref()
+            .map(|v| p.old_clients(&key("old_clients"), v)),
     }
 }
 
 /// `session.max_sessions_per_caller` when it is not written: a tenth of the cap on every
 /// session (at least one), so that one caller never holds more than a tenth of them and
 /// it takes ten to fill the proxy.
-fn default_per_caller(max_sessions: usize) -> usize {
-    (max_sessions / 10).max(1)
-}
-
-/// `session.store` and what it needs.
-fn store(
+/// `[cluster]`: where other replicas reach this one, its peers, and the bound on one
+/// caller's forwarded requests.
+fn cluster(
     p: &mut Problems,
     raw: &RawConfig,
-    own: &Target,
-    on_session_lost: OnSessionLost,
-    upstreams: &[UpstreamDef],
-) -> StoreConfig {
-    let s = &raw.session;
-    let redis_url = s
-        .redis_url
-        .as_deref()
-        .map(str::trim)
-        .filter(|u| !u.is_empty());
-    let store = match s.store.trim() {
-        "memory" => StoreConfig::Memory,
-        "redis" => match redis_url {
-            Some(url)
-                if ["redis://", "rediss://", "unix://", "redis+unix://"]
-                    .iter()
-                    .any(|s| url.starts_with(s)) =>
-            {
-                StoreConfig::Redis {
-                    url: url.to_owned(),
-                }
-            }
-            Some(url) => {
-                p.add(
-                    "session.redis_url",
-                    format!("{url:?} must be a Redis URL such as \"redis://127.0.0.1:6379/0\""),
-                );
-                StoreConfig::Memory
-            }
-            None => {
-                p.add("session.redis_url", "session.store = \"redis\" needs the server's URL, e.g. \"redis://127.0.0.1:6379/0\"");
-                StoreConfig::Memory
-            }
-        },
-        "sealed" => {
-            let mut keys = Vec::new();
-            for (i, key) in s.sealed_keys.iter().enumerate() {
-                match decode_hex(key.trim()) {
-                    Some(bytes) if bytes.len() == 32 => keys.push(Secret(bytes)),
-                    _ => p.add(&format!("session.sealed_keys[{i}]"), "must be exactly 64 hexadecimal digits (32 bytes), e.g. the output of `openssl rand -hex 32`"),
-                }
-            }
-            if s.sealed_keys.is_empty() {
-                p.add("session.sealed_keys", "session.store = \"sealed\" needs at least one key (64 hex digits; the first seals, every one opens)");
-            }
-            let own_used = !matches!(own, Target::Embedded) || upstreams.is_empty();
-            let reinitializing = own_used && on_session_lost == OnSessionLost::Reinitialize
-                || upstreams.iter().any(|u| {
-                    u.overrides.on_session_lost.unwrap_or(on_session_lost)
-                        == OnSessionLost::Reinitialize
-                });
-            if reinitializing {
-                p.add("session.store", "on_session_lost = \"reinitialize\" needs a store (memory or redis): a sealed sessionId cannot be pointed at a new upstream session");
-            }
-            StoreConfig::Sealed { keys }
+    listen: SocketAddr,
+    store: &StoreConfig,
+) -> ClusterConfig {
+    let c = &raw.cluster;
+    let base_url = |p: &mut Problems, key: &str, url: &str| match url.parse::<Uri>() {
+        Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => {
+            Some(url.trim_end_matches('/').to_owned())
         }
-        other => {
-            p.add(
-                "session.store",
-                format!("{other:?} must be \"memory\", \"redis\" or \"sealed\""),
-            );
-            StoreConfig::Memory
+        _ => {
+            p.add(key, format!("{url:?} must be the http:// base URL other proxy replicas reach this one at, e.g. \"http://10.0.0.5:8080\""));
+            None
         }
     };
-    if s.store.trim() == "redis" && s.state_key.is_none() {
-        p.add("session.state_key", "session.store = \"redis\" needs a state_key shared by every proxy replica (64 hex digits), so that each accepts the others' session state");
+    let advertise = match c.advertise.trim() {
+        "" => None,
+        url => base_url(p, "cluster.advertise", url),
+    };
+    // With a wildcard listen address, the advertised default would be loopback: replicas
+    // on other hosts would take this one's sessions for gone (its stdio children, its
+    // waiting calls). Only a shared store makes other replicas look here at all.
+    let shared = matches!(
+        store,
+        StoreConfig::Redis { .. } | StoreConfig::Sealed { .. }
+    );
+    if advertise.is_none() && shared && listen.ip().is_unspecified() {
+        p.add(
+            "cluster.advertise",
+            format!(
+                "must be set when listen is a wildcard address ({listen}) and sessions are shared (session.store = {:?}): other proxy replicas cannot reach this one at {}; write the URL they reach it at, e.g. \"http://10.0.0.5:{}\"",
+                match store {
+                    StoreConfig::Redis { .. } => "redis",
+                    _ => "sealed",
+                },
+                if listen.is_ipv4() { "127.0.0.1" } else { "[::1]" },
+                listen.port()
+            ),
+        );
     }
-    store
+    let peers = c
+        .peers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, url)| base_url(p, &format!("cluster.peers[{i}]"), url.trim()))
+        .collect();
+    let max_forwarded_per_caller = p.size(
+        "cluster.max_forwarded_per_caller",
+        c.max_forwarded_per_caller,
+        1,
+    );
+    ClusterConfig {
+        advertise,
+        peers,
+        max_forwarded_per_caller,
+    }
+}
+
+fn default_per_caller(max_sessions: usize) -> usize {
+    (max_sessions / 10).max(1)
 }
 
 /// The `[stateless]` settings, each problem named by `key` (an upstream's own
@@ -753,6 +852,11 @@ fn stateless(p: &mut Problems, key: &dyn Fn(&str) -> String, st: &RawStateless) 
             &key("request_state_ttl"),
             &st.request_state_ttl,
             Duration::from_secs(1),
+        ),
+        max_waiting_per_caller: p.size(
+            &key("max_waiting_per_caller"),
+            st.max_waiting_per_caller,
+            0,
         ),
     }
 }

@@ -43,6 +43,9 @@ pub struct DemoOptions {
     /// Answer GET with 405, as a server without a notification stream may (2025-11-25,
     /// "Listening for Messages from the Server").
     pub no_get_stream: bool,
+    /// Answer DELETE with 405 and keep the session, as a server that does not let clients
+    /// end sessions may (2025-11-25, "Session Management").
+    pub no_delete: bool,
 }
 
 impl Default for DemoOptions {
@@ -52,6 +55,7 @@ impl Default for DemoOptions {
             always_sse: false,
             record: false,
             no_get_stream: false,
+            no_delete: false,
         }
     }
 }
@@ -73,6 +77,7 @@ pub(super) struct State {
     authority: String,
     always_sse: bool,
     no_get_stream: bool,
+    no_delete: bool,
     sessions: DashMap<String, Arc<Session>>,
     journal: Journal,
 }
@@ -104,6 +109,7 @@ impl DemoServer {
             authority: local_addr.to_string(),
             always_sse: options.always_sse,
             no_get_stream: options.no_get_stream,
+            no_delete: options.no_delete,
             sessions: DashMap::new(),
             journal: Journal::new(options.record),
         });
@@ -272,7 +278,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<DemoB
         match parts.method {
             Method::POST => post(&state, &parts.headers, body, &mut received).await,
             Method::GET if !state.no_get_stream => get(&state, &parts.headers),
-            Method::DELETE => delete(&state, &parts.headers),
+            Method::DELETE if !state.no_delete => delete(&state, &parts.headers),
             _ => reply(
                 StatusCode::METHOD_NOT_ALLOWED,
                 None,

@@ -3,7 +3,9 @@
 //!
 //! A connection over either cap is closed as soon as it is accepted (the client sees the
 //! connection close before any answer): it costs nothing more than the accept, and it
-//! leaves the kernel's backlog free for the connections that fit. One address cannot
+//! leaves the kernel's backlog free for the connections that fit. So is every new
+//! connection while file descriptors are near their limit (`overload`): the descriptors
+//! left are kept for the connections already open. One address cannot
 //! take every place, and the header-read and idle timeouts (`watchdog`) give back the
 //! places of clients that hold connections without using them.
 
@@ -15,6 +17,7 @@ use dashmap::DashMap;
 
 use crate::config::LimitsConfig;
 use crate::metrics::{Closed, Metrics};
+use crate::overload::Overload;
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -24,6 +27,7 @@ pub struct Admission {
     open: AtomicUsize,
     per_address: DashMap<IpAddr, usize>,
     metrics: Arc<Metrics>,
+    overload: Arc<Overload>,
 }
 
 /// One admitted connection's places; given back when dropped.
@@ -35,20 +39,32 @@ pub struct Admitted {
 
 impl Admission {
     /// At most `max` connections, and `max_per_address` from one address (`None`: no
-    /// cap per address).
-    pub fn new(max: usize, max_per_address: Option<usize>, metrics: Arc<Metrics>) -> Arc<Self> {
+    /// cap per address); none while `overload` sheds for file descriptors.
+    pub fn new(
+        max: usize,
+        max_per_address: Option<usize>,
+        metrics: Arc<Metrics>,
+        overload: Arc<Overload>,
+    ) -> Arc<Self> {
         Arc::new(Admission {
             max,
             max_per_address,
             open: AtomicUsize::new(0),
             per_address: DashMap::new(),
             metrics,
+            overload,
         })
     }
 
     /// Takes the places of a connection from `address`, or says which cap it is over
     /// (and counts the refusal).
     pub fn admit(self: &Arc<Self>, address: IpAddr) -> Result<Admitted, Closed> {
+        let opening = self.open.load(Ordering::Acquire).saturating_add(1);
+        if let Err(resource) = self.overload.admit_connection(opening) {
+            self.overload.shed(resource, "connection");
+            self.metrics.connection_closed(Closed::Overload);
+            return Err(Closed::Overload);
+        }
         let max = self.max;
         if self
             .open
@@ -147,9 +163,28 @@ mod tests {
         IpAddr::from([127, 0, 0, last])
     }
 
+    fn admission(max: usize, per_address: Option<usize>) -> Arc<Admission> {
+        let metrics = Arc::new(Metrics::new());
+        let overload = Overload::with(None, Some(u64::MAX), metrics.clone());
+        Admission::new(max, per_address, metrics, overload)
+    }
+
+    #[test]
+    fn no_connection_is_admitted_while_descriptors_are_short() {
+        let metrics = Arc::new(Metrics::new());
+        let overload = Overload::with(None, Some(100), metrics.clone());
+        let admission = Admission::new(10, None, metrics, overload.clone());
+        overload.sample(0, 98, 0, None);
+        let first = admission.admit(ip(1)).unwrap();
+        assert_eq!(admission.admit(ip(1)).unwrap_err(), Closed::Overload);
+        drop(first);
+        overload.sample(0, 50, 0, None);
+        assert!(admission.admit(ip(1)).is_ok());
+    }
+
     #[test]
     fn both_caps_hold_and_places_come_back() {
-        let admission = Admission::new(3, Some(2), Arc::new(Metrics::new()));
+        let admission = admission(3, Some(2));
         let a1 = admission.admit(ip(1)).unwrap();
         let a2 = admission.admit(ip(1)).unwrap();
         assert_eq!(admission.admit(ip(1)).unwrap_err(), Closed::AddressLimit);
@@ -168,7 +203,7 @@ mod tests {
 
     #[test]
     fn without_a_cap_per_address_only_the_total_counts() {
-        let admission = Admission::new(2, None, Arc::new(Metrics::new()));
+        let admission = admission(2, None);
         let _a = admission.admit(ip(1)).unwrap();
         let _b = admission.admit(ip(1)).unwrap();
         assert_eq!(admission.admit(ip(1)).unwrap_err(), Closed::Limit);

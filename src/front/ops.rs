@@ -1,6 +1,14 @@
 //! Operations endpoints: `/healthz`, `/readyz`, `/metrics`, and the token-protected admin
 //! API (`/admin/sessions`). None of them shows a usable sessionId: sessions are named by
 //! a 64-bit hash (the same tag the logs use).
+//!
+//! What they show is internal (upstream URLs, replica health, session counts), so where
+//! clients reach them matters. On a listener of their own (`admin.listen`) they answer
+//! whoever reaches it. On the client listener they answer everyone as well, unless
+//! `[auth]` guards that listener: then so are they — `/metrics` and `/readyz`'s detail
+//! need `Authorization: Bearer <admin.token>` (without an admin token they are not
+//! served there at all), and `/readyz` without it says only ready or not (what a load
+//! balancer needs). `/healthz` answers everyone, everywhere.
 
 use std::sync::Arc;
 
@@ -10,11 +18,13 @@ use http::{Method, Request, Response, StatusCode};
 use serde_json::json;
 
 use super::not_allowed;
+use super::serve::Role;
 use crate::config::{HEALTH_PATH, Secret};
 use crate::fleet::Fleet;
 use crate::metrics::{Metrics, ReplicaLabels};
 use crate::response::{self as respond, ProxyBody};
 use crate::session::{log_tag as short, now_millis, rfc3339};
+use crate::upstream::Era;
 
 /// What the operations endpoints use.
 #[derive(Debug)]
@@ -26,6 +36,17 @@ pub struct Ops {
     pub serve_metrics: bool,
     /// The admin API's bearer token; `None`: the admin API is off.
     pub admin_token: Option<Secret>,
+    /// `[auth]` guards the client listener, and so the operations endpoints on it.
+    pub guarded: bool,
+}
+
+/// What a request may see of the operations endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Everything (their own listener, an unguarded client listener, the admin token).
+    Full,
+    /// `/healthz` and whether the proxy is ready: a client of a guarded listener.
+    Client,
 }
 
 const READY_PATH: &str = "/readyz";
@@ -35,20 +56,35 @@ const ADMIN_SESSIONS: &str = "/admin/sessions";
 const POOL_STDIO: &str = "stdio";
 
 impl Ops {
-    /// Answers an operations request, or `None` when the path is not one of them.
-    pub async fn route<B>(&self, request: &Request<B>) -> Option<Response<ProxyBody>> {
-        route(self, request).await
+    /// Answers an operations request arriving on a listener of `role`, or `None` when the
+    /// path is not one of them.
+    pub async fn route<B>(&self, request: &Request<B>, role: Role) -> Option<Response<ProxyBody>> {
+        route(self, request, role).await
+    }
+
+    /// What a request on a listener of `role` may see.
+    fn access<B>(&self, request: &Request<B>, role: Role) -> Access {
+        let guarded = self.guarded && role.serves_mcp();
+        if !guarded || authorized(self, request) == Some(true) {
+            Access::Full
+        } else {
+            Access::Client
+        }
     }
 }
 
-async fn route<B>(app: &Ops, request: &Request<B>) -> Option<Response<ProxyBody>> {
+async fn route<B>(app: &Ops, request: &Request<B>, role: Role) -> Option<Response<ProxyBody>> {
     let path = request.uri().path();
     let method = request.method();
     let is_read = method == Method::GET || method == Method::HEAD;
+    let access = app.access(request, role);
     let response = match path {
         HEALTH_PATH if is_read => json(StatusCode::OK, json!({"status": "ok"})),
-        READY_PATH if is_read => ready(app).await,
-        METRICS_PATH if is_read && app.serve_metrics => metrics(app).await,
+        READY_PATH if is_read => ready(app, access).await,
+        METRICS_PATH if is_read && app.serve_metrics => match access {
+            Access::Full => metrics(app).await,
+            Access::Client => needs_token(app),
+        },
         HEALTH_PATH | READY_PATH => not_allowed("GET, HEAD"),
         METRICS_PATH if app.serve_metrics => not_allowed("GET, HEAD"),
         _ if path == ADMIN_SESSIONS || path.starts_with("/admin/sessions/") => {
@@ -59,14 +95,20 @@ async fn route<B>(app: &Ops, request: &Request<B>) -> Option<Response<ProxyBody>
     Some(response)
 }
 
+/// How the operations endpoints name an era (`unknown` until it is found).
+fn era_word(era: Option<Era>) -> &'static str {
+    era.map_or("unknown", Era::name)
+}
+
 fn json(status: StatusCode, value: serde_json::Value) -> Response<ProxyBody> {
     respond::json(status, Bytes::from(value.to_string()))
 }
 
 /// Ready when the configuration loaded (it did, or the proxy would not run), every
 /// upstream has a replica in rotation (or can start stdio children), and the session
-/// store answers. Each upstream and replica is named, with its state.
-async fn ready(app: &Ops) -> Response<ProxyBody> {
+/// store answers. Each upstream and replica is named, with its state — unless `access`
+/// is a client's: then only the status.
+async fn ready(app: &Ops, access: Access) -> Response<ProxyBody> {
     let upstreams = app.fleet.upstreams();
     let word = |ok: bool| if ok { "ok" } else { "failing" };
     let mut every_upstream = true;
@@ -75,14 +117,19 @@ async fn ready(app: &Ops) -> Response<ProxyBody> {
         let upstream = served.session.upstream();
         let ok = upstream.reachable();
         every_upstream &= ok;
-        let replicas: serde_json::Map<String, serde_json::Value> = upstream
-            .replica_health()
-            .into_iter()
-            .map(|(label, healthy, _)| (label.to_string(), json!(word(healthy))))
+        let states = upstream.replica_states();
+        let replicas: serde_json::Map<String, serde_json::Value> = states
+            .iter()
+            .map(|r| (r.label.to_string(), json!(word(r.healthy))))
+            .collect();
+        let eras: serde_json::Map<String, serde_json::Value> = states
+            .iter()
+            .map(|r| (r.label.to_string(), json!(era_word(r.era))))
             .collect();
         detail.insert(
             served.name.to_string(),
-            json!({"status": word(ok), "default": served.default, "replicas": replicas}),
+            json!({"status": word(ok), "default": served.default, "era": era_word(upstream.era()),
+                   "replicas": replicas, "eras": eras}),
         );
     }
     let store = app.fleet.sessions().store_reachable().await;
@@ -91,6 +138,14 @@ async fn ready(app: &Ops) -> Response<ProxyBody> {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let readiness = if status == StatusCode::OK {
+        "ready"
+    } else {
+        "not ready"
+    };
+    if access == Access::Client {
+        return json(status, json!({ "status": readiness }));
+    }
     let label = upstreams
         .default_upstream()
         .map(|s| s.label.to_string())
@@ -98,7 +153,7 @@ async fn ready(app: &Ops) -> Response<ProxyBody> {
     json(
         status,
         json!({
-            "status": if status == StatusCode::OK { "ready" } else { "not ready" },
+            "status": readiness,
             "checks": {
                 "config": "ok",
                 "upstream": word(every_upstream),
@@ -119,6 +174,7 @@ async fn metrics(app: &Ops) -> Response<ProxyBody> {
     // Only configured upstreams and replicas are labels: a reload drops the others.
     app.metrics.replica_healthy.clear();
     app.metrics.replica_sessions.clear();
+    app.metrics.replica_era.clear();
     for served in app.fleet.upstreams().all() {
         let upstream = served.session.upstream();
         if let Some(c) = upstream.children() {
@@ -127,19 +183,21 @@ async fn metrics(app: &Ops) -> Response<ProxyBody> {
             children += c.live;
             continue;
         }
-        for (replica, healthy, live) in upstream.replica_health() {
+        for state in upstream.replica_states() {
             let labels = ReplicaLabels {
                 upstream: served.name.to_string(),
-                replica: replica.to_string(),
+                replica: state.label.to_string(),
             };
             app.metrics
                 .replica_healthy
                 .get_or_create(&labels)
-                .set(i64::from(healthy));
+                .set(i64::from(state.healthy));
             app.metrics
                 .replica_sessions
                 .get_or_create(&labels)
-                .set(live as i64);
+                .set(state.live as i64);
+            app.metrics
+                .set_replica_era(labels, state.era.map(Era::name));
         }
     }
     let endings = app.fleet.endings();
@@ -148,6 +206,11 @@ async fn metrics(app: &Ops) -> Response<ProxyBody> {
         .set(endings.pending() as i64);
     let dropped = &app.metrics.upstream_endings_dropped;
     dropped.inc_by(endings.dropped().saturating_sub(dropped.get()));
+    if let Some(stones) = app.fleet.shared().cluster.tombstones() {
+        app.metrics.sealed_tombstones.set(stones.len() as i64);
+        let dropped = &app.metrics.sealed_tombstones_dropped;
+        dropped.inc_by(stones.dropped().saturating_sub(dropped.get()));
+    }
     if stdio {
         app.metrics.pool_size(POOL_STDIO).set(pooled as i64);
         app.metrics.stdio_children.set(children as i64);
@@ -178,6 +241,22 @@ fn authorized<B>(app: &Ops, request: &Request<B>) -> Option<bool> {
         .zip(expected)
         .fold(0u8, |acc, (a, b)| acc | (a ^ b));
     Some(same_length && difference == 0)
+}
+
+/// `/metrics` asked for on a guarded client listener without the admin token: 401 (or,
+/// with no admin token to give, as if it were not there).
+fn needs_token(app: &Ops) -> Response<ProxyBody> {
+    if app.admin_token.is_none() {
+        return json(StatusCode::NOT_FOUND, json!({"error": "not found"}));
+    }
+    let mut response = json(
+        StatusCode::UNAUTHORIZED,
+        json!({"error": "with [auth] on, /metrics needs Authorization: Bearer <admin.token> (or admin.listen)"}),
+    );
+    response
+        .headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 async fn admin<B>(app: &Ops, request: &Request<B>) -> Response<ProxyBody> {
@@ -234,11 +313,10 @@ async fn list(app: &Ops, query: Option<&str>) -> Response<ProxyBody> {
                 .and_then(|s| {
                     s.session
                         .upstream()
-                        .replica_health()
+                        .replica_states()
                         .into_iter()
-                        .zip(s.session.upstream().replica_ids())
-                        .find(|(_, id)| *id == record.route.replica)
-                        .map(|((label, _, _), _)| label.to_string())
+                        .find(|r| r.id == record.backing.replica)
+                        .map(|r| r.label.to_string())
                 })
                 .unwrap_or_default();
             json!({

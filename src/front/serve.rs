@@ -1,19 +1,30 @@
 //! Accepting connections and shutting down gracefully.
+//!
+//! A listener goes through phases (`Phase`): it may wait before accepting (a process
+//! taking listeners over accepts only once the old one has stopped), accepts, drains,
+//! and closes what is left. Draining drops nothing a client sent: the listener stops
+//! accepting (the socket stays open while another process accepts on it, after a
+//! hand-over); a connection with a request in flight, and every HTTP/2 connection, is
+//! shut down gracefully (HTTP/1.1: no keep-alive after the response; HTTP/2: GOAWAY,
+//! RFC 9113 §6.8, so the client resends what the server did not take); an idle HTTP/1.1
+//! connection is not closed under a client that may be sending on it: its next response
+//! carries `Connection: close` (RFC 9112 §9.6), and it is closed only once it has stayed
+//! idle for [`DRAIN_IDLE`]. What is still open when `shutdown_grace` ends is closed.
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::header::{CONNECTION, HeaderValue};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::admission::Admission;
+use super::admission::{Admission, Admitted};
 use super::watchdog::{Activity, Tracked, Watched};
 use super::{Front, handle};
 use crate::throttle::Throttle;
@@ -43,11 +54,24 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub IpAddr);
 
+/// Where a listener is in its life; its connections follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Listening, not accepting yet (another process still accepts on the socket).
+    Waiting,
+    Accepting,
+    /// Not accepting; connections finish what they have in flight.
+    Draining,
+}
+
 /// A running listener.
 #[derive(Debug)]
 pub struct Serving {
     local_addr: SocketAddr,
-    stop: watch::Sender<bool>,
+    /// Dropping it stops accepting, as [`Serving::stop_accepting`] does.
+    phase: watch::Sender<Phase>,
+    /// Resolves once the accept loop has let go of the listener.
+    accepting: Option<oneshot::Receiver<()>>,
     task: JoinHandle<()>,
 }
 
@@ -56,10 +80,36 @@ impl Serving {
         self.local_addr
     }
 
+    /// Starts accepting (a listener started [`Phase::Waiting`]).
+    pub fn open(&self) {
+        self.phase.send_if_modified(|phase| {
+            let waiting = *phase == Phase::Waiting;
+            if waiting {
+                *phase = Phase::Accepting;
+            }
+            waiting
+        });
+    }
+
+    /// Stops accepting; resolves once this process no longer accepts on the socket.
+    /// Connections carry on (draining).
+    pub async fn stop_accepting(&mut self) {
+        self.phase.send_if_modified(|phase| {
+            let accepting = *phase < Phase::Draining;
+            if accepting {
+                *phase = Phase::Draining;
+            }
+            accepting
+        });
+        if let Some(accepting) = self.accepting.take() {
+            let _ = accepting.await;
+        }
+    }
+
     /// Stops accepting, lets in-flight requests finish for up to the grace period, then
     /// closes what is left.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
+    pub async fn shutdown(mut self) {
+        self.stop_accepting().await;
         if let Err(e) = self.task.await {
             tracing::warn!(error = %e, "the accept loop ended abnormally");
         }
@@ -80,112 +130,220 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one warning this often while accepting fails.
 const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
+/// While draining, an idle HTTP/1.1 connection is closed once it has been idle this long
+/// (a client still using it sends its next request sooner, and gets `Connection: close`).
+pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
+/// After the grace period, how long connections get to close.
+const CLOSE_WITHIN: Duration = Duration::from_secs(1);
 
-/// Serves `front` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until shut down.
+/// Serves `front` on `listener` (HTTP/1.1 and HTTP/2 cleartext) until shut down,
+/// accepting from `start` on ([`Phase::Waiting`]: once [`Serving::open`]).
 pub fn serve(
     listener: TcpListener,
     front: Arc<Front>,
     role: Role,
     grace: Duration,
+    start: Phase,
 ) -> std::io::Result<Serving> {
     let local_addr = listener.local_addr()?;
-    let (stop, mut stopped) = watch::channel(false);
-    let task = tokio::spawn(async move {
-        let builder = auto::Builder::new(TokioExecutor::new());
-        let graceful = GracefulShutdown::new();
-        let limits = front.connections.clone();
-        let mut backoff = ACCEPT_BACKOFF_MIN;
-        let mut warnings = Throttle::every(ACCEPT_WARN_EVERY);
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => {
-                        backoff = ACCEPT_BACKOFF_MIN;
-                        accepted
-                    }
-                    Err(e) if is_per_connection(&e) => {
-                        tracing::debug!(error = %e, "a connection failed while being accepted");
-                        continue;
-                    }
-                    Err(e) => {
-                        // Out of file descriptors (EMFILE, ENFILE) or memory: waiting is the
-                        // only cure; retrying at once would spin and flood the log.
-                        if let Some(more) = warnings.admit() {
-                            tracing::warn!(
-                                error = %e,
-                                retry_in_ms = backoff.as_millis() as u64,
-                                similar_since_last_warning = more,
-                                "cannot accept connections; backing off (limits.max_connections \
-                                 below the open-file limit keeps this from happening)"
-                            );
-                        }
-                        tokio::select! {
-                            () = tokio::time::sleep(backoff) => {}
-                            _ = stopped.changed() => break,
-                        }
-                        backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                        continue;
-                    }
-                },
-                _ = stopped.changed() => break,
-            };
-            let admitted = match limits.admission.admit(peer.ip()) {
-                Ok(admitted) => admitted,
-                Err(reason) => {
-                    tracing::debug!(peer = %peer, reason = ?reason, "connection refused: over a limit");
-                    drop(stream);
+    let (phase, phases) = watch::channel(start);
+    let (let_go, accepting) = oneshot::channel();
+    let task = tokio::spawn(accept_loop(listener, front, role, grace, phases, let_go));
+    Ok(Serving {
+        local_addr,
+        phase,
+        accepting: Some(accepting),
+        task,
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    front: Arc<Front>,
+    role: Role,
+    grace: Duration,
+    mut stopped: watch::Receiver<Phase>,
+    let_go: oneshot::Sender<()>,
+) {
+    // Every connection task holds a sender; all are gone once every connection ended.
+    let (open, mut all_closed) = mpsc::channel::<()>(1);
+    // Set once the grace period is over.
+    let (closing, closed) = watch::channel(false);
+    let connections = Connections {
+        builder: auto::Builder::new(TokioExecutor::new()),
+        front,
+        role,
+        phase: stopped.clone(),
+        closed,
+        open,
+    };
+    let opened = stopped
+        .wait_for(|phase| *phase != Phase::Waiting)
+        .await
+        .map(|phase| *phase);
+    if matches!(opened, Ok(Phase::Accepting)) {
+        accept(&listener, &connections, &mut stopped).await;
+    }
+    drop(listener);
+    let _ = let_go.send(());
+    drop(connections);
+    let drained = tokio::time::timeout(grace, all_closed.recv()).await;
+    if drained.is_err() {
+        tracing::info!("shutdown grace period over; closing the remaining connections");
+        closing.send_replace(true);
+        let _ = tokio::time::timeout(CLOSE_WITHIN, all_closed.recv()).await;
+    }
+}
+
+/// Accepts connections on `listener` until the phase is past accepting.
+async fn accept(
+    listener: &TcpListener,
+    connections: &Connections,
+    stopped: &mut watch::Receiver<Phase>,
+) {
+    let admission = &connections.front.connections.admission;
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut warnings = Throttle::every(ACCEPT_WARN_EVERY);
+    let mut backing_off = stopped.clone();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    accepted
+                }
+                Err(e) if is_per_connection(&e) => {
+                    tracing::debug!(error = %e, "a connection failed while being accepted");
                     continue;
                 }
-            };
-            let _ = stream.set_nodelay(true);
-            let activity = Activity::new();
-            let front = front.clone();
-            let service = service_fn({
-                let activity = activity.clone();
-                move |mut request: hyper::Request<hyper::body::Incoming>| {
-                    request.extensions_mut().insert(ClientAddr(peer.ip()));
-                    let front = front.clone();
-                    let in_flight = activity.request();
-                    async move {
-                        let response = handle(front, request, role).await;
-                        Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                Err(e) => {
+                    // Out of file descriptors (EMFILE, ENFILE) or memory: waiting is the
+                    // only cure; retrying at once would spin and flood the log.
+                    if let Some(more) = warnings.admit() {
+                        tracing::warn!(
+                            error = %e,
+                            retry_in_ms = backoff.as_millis() as u64,
+                            similar_since_last_warning = more,
+                            "cannot accept connections; backing off (limits.max_connections \
+                             below the open-file limit keeps this from happening)"
+                        );
                     }
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        _ = reached(&mut backing_off, |phase| *phase >= Phase::Draining) => return,
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    continue;
                 }
-            });
-            let io = TokioIo::new(Watched::new(stream, activity.clone()));
-            let connection = builder.serve_connection(io, service);
-            let connection = graceful.watch(connection.into_owned());
-            let (header_read, idle) = (limits.header_read_timeout, limits.idle_timeout);
-            let metrics = limits.admission.metrics().clone();
-            tokio::spawn(async move {
-                let _admitted = admitted;
+            },
+            _ = reached(stopped, |phase| *phase >= Phase::Draining) => return,
+        };
+        match admission.admit(peer.ip()) {
+            Ok(admitted) => connections.spawn(stream, peer, admitted),
+            Err(reason) => {
+                tracing::debug!(peer = %peer, reason = ?reason, "connection refused: over a limit");
+                drop(stream);
+            }
+        }
+    }
+}
+
+/// What the connections of one listener share.
+struct Connections {
+    builder: auto::Builder<TokioExecutor>,
+    front: Arc<Front>,
+    role: Role,
+    /// The listener's phase: draining connections finish and close.
+    phase: watch::Receiver<Phase>,
+    /// Set when the grace period is over: what is still open closes.
+    closed: watch::Receiver<bool>,
+    /// Held by every connection's task (the listener waits for all to end).
+    open: mpsc::Sender<()>,
+}
+
+impl Connections {
+    /// Serves one accepted connection in a task of its own.
+    fn spawn(&self, stream: TcpStream, peer: SocketAddr, admitted: Admitted) {
+        let _ = stream.set_nodelay(true);
+        let activity = Activity::new();
+        let service = service_fn({
+            let activity = activity.clone();
+            let front = self.front.clone();
+            let draining = self.phase.clone();
+            let role = self.role;
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ClientAddr(peer.ip()));
+                let http1 = request.version() < http::Version::HTTP_2;
+                if !http1 {
+                    activity.http2();
+                }
+                let front = front.clone();
+                let in_flight = activity.request();
+                let draining = draining.clone();
+                async move {
+                    let mut response = handle(front, request, role).await;
+                    // Draining: this connection's last response (the client opens a new
+                    // connection, which another process accepts after a hand-over).
+                    if http1 && *draining.borrow() >= Phase::Draining {
+                        response
+                            .headers_mut()
+                            .insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                }
+            }
+        });
+        let io = TokioIo::new(Watched::new(stream, activity.clone()));
+        let connection = self.builder.serve_connection(io, service).into_owned();
+        let limits = &self.front.connections;
+        let (header_read, idle) = (limits.header_read_timeout, limits.idle_timeout);
+        let metrics = limits.admission.metrics().clone();
+        let mut phase = self.phase.clone();
+        let mut closed = self.closed.clone();
+        let open = self.open.clone();
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            let _open = open;
+            tokio::pin!(connection);
+            let mut draining = false;
+            loop {
+                let idle = if draining { idle.min(DRAIN_IDLE) } else { idle };
                 tokio::select! {
-                    ended = connection => {
+                    ended = connection.as_mut() => {
                         if let Err(e) = ended {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
+                        break;
                     }
                     reason = activity.expired(header_read, idle) => {
                         // Nothing is in flight: closing loses no answer.
-                        tracing::debug!(peer = %peer, reason = ?reason, "connection closed");
-                        metrics.connection_closed(reason);
+                        tracing::debug!(peer = %peer, reason = ?reason, draining, "connection closed");
+                        if !draining {
+                            metrics.connection_closed(reason);
+                        }
+                        break;
                     }
+                    // A stop, or the listener dropped.
+                    _ = reached(&mut phase, |phase| *phase >= Phase::Draining), if !draining => {
+                        draining = true;
+                        // HTTP/2 says GOAWAY; HTTP/1.1 with a response under way sends no
+                        // keep-alive. An idle HTTP/1.1 connection is left to its next
+                        // response's `Connection: close`, or to DRAIN_IDLE.
+                        if activity.is_http2() || activity.in_flight() {
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    }
+                    _ = reached(&mut closed, |closed| *closed) => break,
                 }
-            });
-        }
-        drop(listener);
-        tokio::select! {
-            () = graceful.shutdown() => {}
-            () = tokio::time::sleep(grace) => {
-                tracing::info!("shutdown grace period over; closing the remaining connections");
             }
-        }
-    });
-    Ok(Serving {
-        local_addr,
-        stop,
-        task,
-    })
+        });
+    }
+}
+
+/// Resolves when `watched` holds a value that is `done`, or its sender is gone (a
+/// listener dropped is a stopped one).
+async fn reached<T: Copy>(watched: &mut watch::Receiver<T>, done: impl Fn(&T) -> bool) {
+    let _ = watched.wait_for(done).await.map(|value| *value);
 }
 
 /// An accept error that concerns only the connection being accepted (it was reset or

@@ -7,32 +7,52 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body_util::Full;
+use serde_json::value::RawValue;
 
 use super::checks;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind};
+use crate::jsonrpc::Envelope;
+use crate::mcp::headers::Accepts;
 use crate::mcp::meta::Payload;
-use crate::route::{Bare, BareRoute, Message, Route, Rules, SessionRef, classify, classify_bare};
+use crate::route::{
+    Bare, BareRoute, Message, Route, RouteRules, SessionRef, classify, classify_bare,
+};
 
 const S1: &str = "mcps_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 const S2: &str = "mcps_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB";
 const ACCEPT_BOTH: (&str, &str) = ("accept", "application/json, text/event-stream");
 const JSON_TYPE: (&str, &str) = ("content-type", "application/json");
 
-/// An HTTP upstream, sessions optional (the default configuration).
-const HTTP: Rules = Rules {
+/// A legacy (2025-11-25) HTTP upstream, sessions optional (the default configuration).
+const HTTP: RouteRules = RouteRules {
     require_session: false,
-    sessionless_way_in: true,
+    old_clients_pass: true,
+    modern_upstream: false,
 };
 /// `upstream.require_session = true`.
-const REQUIRED: Rules = Rules {
+const REQUIRED: RouteRules = RouteRules {
     require_session: true,
-    sessionless_way_in: true,
+    old_clients_pass: true,
+    modern_upstream: false,
 };
-/// A stdio upstream.
-const STDIO: Rules = Rules {
+/// A stdio upstream (or an HTTP+SSE one): the proxy is every old client's transport.
+const STDIO: RouteRules = RouteRules {
     require_session: false,
-    sessionless_way_in: false,
+    old_clients_pass: false,
+    modern_upstream: false,
+};
+/// A modern (2026-07-28) upstream: stateless clients pass, old clients are bridged.
+const MODERN: RouteRules = RouteRules {
+    require_session: false,
+    old_clients_pass: false,
+    modern_upstream: true,
+};
+/// A dual upstream whose old clients the operator passes through
+/// (`upstream.old_clients = "pass_through"`).
+const DUAL_PASS: RouteRules = RouteRules {
+    require_session: false,
+    old_clients_pass: true,
+    modern_upstream: true,
 };
 
 /// What the proxy's pure steps make of a request.
@@ -75,12 +95,30 @@ fn header_map(pairs: &[(&'static str, String)]) -> HeaderMap {
     map
 }
 
+/// The message the front makes of a parsed body (its caller from the headers; no peer
+/// address).
+fn front_message<'m, 'b>(
+    headers: &'m HeaderMap,
+    body: &'m Bytes,
+    envelope: &'m Envelope<'b>,
+    payload: Option<(&'b RawValue, &'m Payload<'b>)>,
+    accepts: Accepts,
+) -> Message<'m, 'b> {
+    Message {
+        headers,
+        caller: crate::mcp::caller::Caller::of(headers),
+        body,
+        envelope,
+        payload,
+        accepts,
+        peer: None,
+    }
+}
+
 fn describe_route(route: &Route<'_>) -> String {
     let s = |s: &SessionRef<'_>| s.id.to_string();
     match route {
-        Route::Create {
-            dialect, modern, ..
-        } => format!("Create {dialect:?}{}", if *modern { " modern" } else { "" }),
+        Route::Create { era, .. } => format!("Create {era:?}"),
         Route::Sep1364Initialize { session, .. } => format!(
             "Sep1364Initialize {}",
             session.as_ref().map_or("new".to_owned(), s)
@@ -89,7 +127,7 @@ fn describe_route(route: &Route<'_>) -> String {
         Route::Stateless => "Stateless".into(),
         Route::Delete { session, .. } => format!("Delete {}", s(session)),
         Route::InitializedAck { session } => format!("InitializedAck {}", s(session)),
-        Route::InSession { session, dialect } => format!("InSession {} {dialect:?}", s(session)),
+        Route::InSession { session, era } => format!("InSession {} {era:?}", s(session)),
         Route::PassThrough => "PassThrough".into(),
     }
 }
@@ -99,7 +137,7 @@ fn describe_error(e: &ProxyError) -> String {
     format!("error {} {}", object.code, status.as_u16())
 }
 
-fn bare(request: Bare, headers: &[(&'static str, String)], rules: Rules) -> String {
+fn bare(request: Bare, headers: &[(&'static str, String)], rules: RouteRules) -> String {
     let headers = header_map(headers);
     match classify_bare(request, &headers, rules) {
         Ok(BareRoute::Listen { .. }) => "Listen".into(),
@@ -110,7 +148,7 @@ fn bare(request: Bare, headers: &[(&'static str, String)], rules: Rules) -> Stri
 }
 
 /// The outcome of the front's pure steps for `req`, as a short text.
-async fn outcome(req: Req, rules: Rules) -> String {
+async fn outcome(req: Req, rules: RouteRules) -> String {
     const MAX_BODY: usize = 4096;
     match req {
         Req::Get(h) => bare(Bare::Get, &h, rules),
@@ -133,23 +171,13 @@ async fn outcome(req: Req, rules: Rules) -> String {
                 Ok(envelope) => envelope,
                 Err(e) => return describe_error(&e.into()),
             };
-            let raw = match envelope.kind {
-                Kind::Response => envelope.result,
-                _ => envelope.params,
-            };
+            let raw = envelope.params_or_result();
             let payload = match raw.map(Payload::open).transpose() {
                 Ok(payload) => payload.flatten(),
                 Err(e) => return describe_error(&e.into()),
             };
-            let message = Message {
-                headers: &headers,
-                caller: crate::mcp::caller::Caller::of(&headers),
-                body: &body,
-                envelope: &envelope,
-                payload: raw.zip(payload.as_ref()),
-                accepts,
-                peer: None,
-            };
+            let opened = raw.zip(payload.as_ref());
+            let message = front_message(&headers, &body, &envelope, opened, accepts);
             match classify(&message, rules) {
                 Ok(route) => describe_route(&route),
                 Err(e) => describe_error(&e),
@@ -165,18 +193,36 @@ fn in_session(method: &str, id: Option<i64>, session: &str, extra_params: &str) 
     )
 }
 
+/// A `sessions/create` in the data-layer sessions draft's shape.
+const CREATE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#;
+
+/// An old (2025-11-25) client's `initialize`.
+const OLD_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}"#;
+
 const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 
-fn rows() -> Vec<(&'static str, Req, Rules, String)> {
+fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
     let h = |pairs: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
         pairs.iter().map(|(n, v)| (*n, (*v).to_owned())).collect()
     };
     let tools_call = in_session("tools/call", Some(2), S1, r#""name":"echo","#);
+    // A 2026-07-28 client's request: the version in its headers and in `_meta`.
+    let stateless_tools_list = || {
+        post_with(
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+            ],
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{MODERN_META}}}}}"#
+            ),
+        )
+    };
     vec![
         // === README, "How it behaves" ===
         (
             "sessions/create",
-            post(r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#),
+            post(CREATE),
             HTTP,
             "Create DataLayer".into(),
         ),
@@ -256,6 +302,27 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
             HTTP,
             format!("InSession {S1} DataLayer"),
         ),
+        // Forwarding to the replica holding a stdio child, its cap per caller, and the
+        // signature a replica puts on what it forwards are `paths::cluster`'s, the last
+        // checked once the body is read (tests/replicas.rs).
+        (
+            "the proxy replica holding a session's stdio server does not answer",
+            post(&tools_call),
+            STDIO,
+            format!("InSession {S1} DataLayer"),
+        ),
+        (
+            "one caller with cluster.max_forwarded_per_caller requests already on their way",
+            post(&tools_call),
+            STDIO,
+            format!("InSession {S1} DataLayer"),
+        ),
+        (
+            "a request carrying mcp-proxy-forwarded that no replica of this cluster signed",
+            post_with(&[("mcp-proxy-forwarded", "1")], &tools_call),
+            STDIO,
+            format!("InSession {S1} DataLayer"),
+        ),
         // The relay refuses what is not the response (tests/lifecycle.rs, stateless.rs).
         (
             "upstream success that is not the request's response",
@@ -266,14 +333,14 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         // The cap is the session store's (tests/lifecycle.rs).
         (
             "max_sessions reached",
-            post(r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#),
+            post(CREATE),
             HTTP,
             "Create DataLayer".into(),
         ),
         // The per-caller limits are the session manager's (tests/fairness.rs).
         (
             "a caller over its own limits",
-            post(r#"{"jsonrpc":"2.0","id":1,"method":"sessions/create"}"#),
+            post(CREATE),
             HTTP,
             "Create DataLayer".into(),
         ),
@@ -412,9 +479,7 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         // === README, "Migrating a fleet" ===
         (
             "an old client's initialize",
-            post(
-                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}"#,
-            ),
+            post(OLD_INITIALIZE),
             HTTP,
             "PassThrough".into(),
         ),
@@ -461,15 +526,7 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         ),
         (
             "a stateless client: _meta protocolVersion on every request",
-            post_with(
-                &[
-                    ("mcp-protocol-version", "2026-07-28"),
-                    ("mcp-method", "tools/list"),
-                ],
-                &format!(
-                    r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{MODERN_META}}}}}"#
-                ),
-            ),
+            stateless_tools_list(),
             HTTP,
             "Stateless".into(),
         ),
@@ -494,7 +551,23 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
                 r#"{{"jsonrpc":"2.0","id":1,"method":"sessions/create","params":{{{MODERN_META}}}}}"#
             )),
             HTTP,
-            "Create DataLayer modern".into(),
+            "Create Modern".into(),
+        ),
+        (
+            "a 2026-07-28 client's message in its session is answered as modern",
+            post(&format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/session":{{"sessionId":"{S1}"}}}}}}}}"#
+            )),
+            HTTP,
+            format!("InSession {S1} Modern"),
+        ),
+        (
+            "SEP-1364's shape names the era whatever version the _meta names",
+            post(&format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"sessions/create","params":{{"capabilities":{{}},{MODERN_META}}}}}"#
+            )),
+            HTTP,
+            "Create Sep1364".into(),
         ),
         (
             "a message naming a session never takes the stateless path",
@@ -510,9 +583,7 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
         // === README, "In front of a stdio server" ===
         (
             "an old client's initialize in front of a stdio server",
-            post(
-                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}"#,
-            ),
+            post(OLD_INITIALIZE),
             STDIO,
             "LegacyInitialize".into(),
         ),
@@ -526,6 +597,64 @@ fn rows() -> Vec<(&'static str, Req, Rules, String)> {
             "a GET naming no session in front of a stdio server → -32044",
             Req::Get(vec![]),
             STDIO,
+            "error -32044 400".into(),
+        ),
+        // === README, "Every era of upstream" ===
+        (
+            "a 2026-07-28 request in front of a modern upstream passes as it came",
+            stateless_tools_list(),
+            MODERN,
+            "PassThrough".into(),
+        ),
+        (
+            "server/discover in front of a modern upstream passes as it came",
+            post(r#"{"jsonrpc":"2.0","id":1,"method":"server/discover"}"#),
+            MODERN,
+            "PassThrough".into(),
+        ),
+        (
+            "sessions/create in front of a modern upstream",
+            post(CREATE),
+            MODERN,
+            "Create DataLayer".into(),
+        ),
+        (
+            "a data-layer session's request in front of a modern upstream",
+            post(&tools_call),
+            MODERN,
+            format!("InSession {S1} DataLayer"),
+        ),
+        (
+            "an old client's initialize in front of a modern upstream is bridged",
+            post(OLD_INITIALIZE),
+            MODERN,
+            "LegacyInitialize".into(),
+        ),
+        (
+            "an old client's message naming no session in front of a modern upstream → -32044",
+            post(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            MODERN,
+            "error -32044 400".into(),
+        ),
+        (
+            "an old client in a bridged session in front of a modern upstream",
+            post_with(
+                &[("mcp-session-id", S1)],
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+            ),
+            MODERN,
+            format!("InSession {S1} DataLayer"),
+        ),
+        (
+            "an old client's initialize in front of a dual upstream passing old clients",
+            post(OLD_INITIALIZE),
+            DUAL_PASS,
+            "PassThrough".into(),
+        ),
+        (
+            "a GET naming no session in front of a modern upstream → -32044",
+            Req::Get(vec![]),
+            MODERN,
             "error -32044 400".into(),
         ),
         // === README, "SEP-1364's dialect" ===
@@ -645,4 +774,67 @@ async fn every_row_of_the_readme_tables_takes_its_path() {
         }
     }
     assert!(failures.is_empty(), "\n{}", failures.join("\n"));
+}
+
+/// One message for `front::shed`: its headers besides the usual ones, its body, the
+/// upstream's rules, and whether it is new work.
+struct ShedCase {
+    case: &'static str,
+    session_header: Option<&'static str>,
+    body: String,
+    rules: RouteRules,
+    new_work: bool,
+}
+
+/// Whether the message of `case` is new work, which the proxy sheds while overloaded
+/// (`front::shed`).
+fn is_new_work(case: &ShedCase) -> bool {
+    let pairs: Vec<(&'static str, String)> = case
+        .session_header
+        .map(|id| ("mcp-session-id", id.to_owned()))
+        .into_iter()
+        .collect();
+    let headers = header_map(&pairs);
+    let body = Bytes::from(case.body.clone());
+    let envelope = Envelope::parse(&body).unwrap();
+    let raw = envelope.params_or_result();
+    let payload = raw.map(Payload::open).transpose().unwrap().flatten();
+    let accepts = checks::accept(&header_map(&[(ACCEPT_BOTH.0, ACCEPT_BOTH.1.into())])).unwrap();
+    let opened = raw.zip(payload.as_ref());
+    let message = front_message(&headers, &body, &envelope, opened, accepts);
+    let route = classify(&message, case.rules).unwrap();
+    super::shed::is_new_work(&message, &route)
+}
+
+#[test]
+fn overload_sheds_new_work_and_never_requests_in_open_sessions() {
+    let case = |case, body: String, rules, new_work| ShedCase {
+        case,
+        session_header: None,
+        body,
+        rules,
+        new_work,
+    };
+    let cases = vec![
+        case("sessions/create", CREATE.into(), HTTP, true),
+        case("SEP-1364 initialize opening a session", r#"{"jsonrpc":"2.0","id":1,"sessionId":null,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#.into(), HTTP, true),
+        case("an old client's initialize of a stdio server", OLD_INITIALIZE.into(), STDIO, true),
+        case("a stateless call", format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo",{MODERN_META}}}}}"#), HTTP, true),
+        case("an old client's initialize, passed through", OLD_INITIALIZE.into(), HTTP, true),
+        case("a call in a data-layer session", in_session("tools/call", Some(2), S1, r#""name":"echo","#), HTTP, false),
+        case("SEP-1364 initialize naming its session", format!(r#"{{"jsonrpc":"2.0","id":1,"sessionId":"{S1}","method":"initialize","params":{{}}}}"#), HTTP, false),
+        case("sessions/delete", in_session("sessions/delete", Some(4), S1, ""), HTTP, false),
+        case("notifications/initialized in a session", format!(r#"{{"jsonrpc":"2.0","sessionId":"{S1}","method":"notifications/initialized"}}"#), HTTP, false),
+        ShedCase {
+            session_header: Some("upstream-7"),
+            ..case("an old client's request in its upstream session", r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#.into(), HTTP, false)
+        },
+        case("an old client's notification", r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(), HTTP, false),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter(|c| is_new_work(c) != c.new_work)
+        .map(|c| format!("{}: expected new work = {}", c.case, c.new_work))
+        .collect();
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
 }

@@ -18,7 +18,7 @@
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -44,6 +44,8 @@ pub struct Activity {
     /// Milliseconds after `opened` of the first byte read while no request was in flight;
     /// [`NEVER`] if none yet. A new connection counts as having started its head at once.
     head_started: AtomicU64,
+    /// Whether it speaks HTTP/2 (a request said so).
+    http2: AtomicBool,
     changed: Notify,
 }
 
@@ -54,6 +56,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
+            http2: AtomicBool::new(false),
             changed: Notify::new(),
         })
     }
@@ -67,6 +70,21 @@ impl Activity {
     pub fn request(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
+    }
+
+    /// A request came over HTTP/2.
+    pub fn http2(&self) {
+        self.http2.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a request came over HTTP/2.
+    pub fn is_http2(&self) -> bool {
+        self.http2.load(Ordering::Relaxed)
+    }
+
+    /// Whether a request is in flight.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
     }
 
     /// Bytes arrived from the client.

@@ -177,6 +177,15 @@ impl<'a> Envelope<'a> {
     pub fn method(&self) -> &str {
         self.method.as_deref().unwrap_or("")
     }
+
+    /// What the message carries: a request's or notification's `params`, a response's
+    /// `result` (the place MCP keeps its `_meta`).
+    pub fn params_or_result(&self) -> Option<&'a RawValue> {
+        match self.kind {
+            Kind::Response => self.result,
+            Kind::Request | Kind::Notification => self.params,
+        }
+    }
 }
 
 fn is_string_or_number(raw: &RawValue) -> bool {

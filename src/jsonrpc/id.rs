@@ -23,6 +23,15 @@ pub enum IdValue<'a> {
 }
 
 impl<'a> IdValue<'a> {
+    /// The same value, owning its text (a key that outlives the message).
+    pub fn into_owned(self) -> IdValue<'static> {
+        match self {
+            IdValue::Str(s) => IdValue::Str(Cow::Owned(s.into_owned())),
+            IdValue::Int(i) => IdValue::Int(i),
+            IdValue::Float(f) => IdValue::Float(f),
+        }
+    }
+
     /// The value of `raw`; `None` for anything but a string or a number JSON can carry.
     pub fn of(raw: &'a [u8]) -> Option<IdValue<'a>> {
         match raw.first()? {

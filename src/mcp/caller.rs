@@ -10,9 +10,9 @@
 //! ([`Caller::subject`]): the same hash shape, so everything keyed by a caller works
 //! unchanged, and two tokens of one subject are one caller.
 //!
-//! [`CallerKey`] is whom the per-caller limits (`fairness`) count against: the
-//! caller when it has credentials (or a verified subject), else the network the request
-//! came from.
+//! [`CallerKey`] is whom the per-caller limits (`fairness`) count against: a verified
+//! subject, else the network the request came from. Credentials the proxy did not verify
+//! bind sessions but buy no budget: anyone can make up a new `X-Api-Key` per request.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
@@ -27,14 +27,41 @@ pub const CREDENTIALS: [HeaderName; 3] =
 
 /// A caller: 128 bits of SHA-256 over its credential headers (names and values, in the
 /// order received), or anonymous when it sent none. Never the credentials themselves.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Caller(Option<[u8; 16]>);
+///
+/// Two callers are the same when their hashes are: whether the proxy verified the
+/// identity ([`Caller::is_verified`]) is how it came to know it, not part of it (a
+/// caller read back from a store is the same caller, and a subject's hash has a domain of
+/// its own, so it never equals a set of credential headers).
+#[derive(Clone, Copy)]
+pub struct Caller {
+    hash: Option<[u8; 16]>,
+    /// A verified token's subject (`[auth]`), not headers as the client sent them.
+    verified: bool,
+}
+
+impl PartialEq for Caller {
+    fn eq(&self, other: &Caller) -> bool {
+        self.hash == other.hash
+    }
+}
+
+impl Eq for Caller {}
+
+impl std::hash::Hash for Caller {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.hash.hash(state);
+    }
+}
 
 impl Caller {
     /// A request without credentials.
-    pub const ANONYMOUS: Caller = Caller(None);
+    pub const ANONYMOUS: Caller = Caller {
+        hash: None,
+        verified: false,
+    };
 
-    /// The caller behind `headers` (the client's, or those forwarded from them).
+    /// The caller behind `headers` (the client's, or those forwarded from them): not
+    /// verified.
     pub fn of(headers: &HeaderMap) -> Caller {
         let mut hasher = Sha256::new();
         let mut any = false;
@@ -52,7 +79,7 @@ impl Caller {
         }
         let mut hash = [0u8; 16];
         hash.copy_from_slice(&hasher.finalize()[..16]);
-        Caller(Some(hash))
+        Caller::from_hash(Some(hash))
     }
 
     /// The subject `sub` of issuer `iss` (a verified token's): its own hash domain, so a
@@ -65,22 +92,34 @@ impl Caller {
         hasher.update(subject.as_bytes());
         let mut hash = [0u8; 16];
         hash.copy_from_slice(&hasher.finalize()[..16]);
-        Caller(Some(hash))
+        Caller {
+            hash: Some(hash),
+            verified: true,
+        }
     }
 
     /// Whether the request carried no credentials at all.
     pub fn is_anonymous(&self) -> bool {
-        self.0.is_none()
+        self.hash.is_none()
+    }
+
+    /// Whether the proxy verified who this is (a token's subject, `[auth]`), rather than
+    /// hashing what the client sent.
+    pub fn is_verified(&self) -> bool {
+        self.verified
     }
 
     /// The hash (`None` for an anonymous caller), as a store keeps it.
     pub fn hash(&self) -> Option<[u8; 16]> {
-        self.0
+        self.hash
     }
 
-    /// The caller a store kept as [`Caller::hash`].
+    /// The caller a store kept as [`Caller::hash`] (to compare with a request's).
     pub fn from_hash(hash: Option<[u8; 16]>) -> Caller {
-        Caller(hash)
+        Caller {
+            hash,
+            verified: false,
+        }
     }
 
     /// The caller [`Caller::hex`] wrote; `None` when `hex` is not such a text.
@@ -95,12 +134,12 @@ impl Caller {
         for (i, byte) in hash.iter_mut().enumerate() {
             *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
         }
-        Some(Caller(Some(hash)))
+        Some(Caller::from_hash(Some(hash)))
     }
 
     /// The hash in hex (`""` for an anonymous caller), for keys.
     pub fn hex(&self) -> String {
-        let Some(hash) = &self.0 else {
+        let Some(hash) = &self.hash else {
             return String::new();
         };
         let mut out = String::with_capacity(32);
@@ -121,18 +160,23 @@ impl fmt::Debug for Caller {
     }
 }
 
-/// Whom the per-caller limits count a request against: its credentials' hash when it
-/// carries any ([`Caller`]), else the network it came from — an IPv4 address, or an IPv6
-/// address's /64 (a host is commonly given a whole /64, so its single addresses would be
-/// as many callers). A verified identity, such as a token's subject, would be one more
-/// kind here, taking precedence over both.
+/// Whom the per-caller limits count a request against: a verified identity (a token's
+/// subject, `[auth]`) when there is one, else the network the request came from — an
+/// IPv4 address, or an IPv6 address's /64 (a host is commonly given a whole /64, so its
+/// single addresses would be as many callers).
+///
+/// Credentials the proxy did not verify (`Authorization`, `Cookie`, `X-Api-Key` without
+/// `[auth]`) still bind what a caller opens ([`Caller`]), but they do not make a key of
+/// their own: a client could send new ones with every request, and each would be a
+/// caller with a full budget, and one more account to keep. So every unverified request
+/// from one network, whatever its credentials, shares that network's budget.
 ///
 /// Copy and small (at most 17 bytes of key), so a table of them stays cheap.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CallerKey {
-    /// The hash of the credential headers.
-    Credentials([u8; 16]),
-    /// No credentials: the client's network.
+    /// A verified subject's hash ([`Caller::subject`]).
+    Subject([u8; 16]),
+    /// Anyone else: the client's network.
     Network(IpAddr),
 }
 
@@ -140,8 +184,10 @@ impl CallerKey {
     /// The key of a request from `caller`, received from `peer` (the client's address;
     /// `None` when unknown). `None`: the request is nobody's to count.
     pub fn of(caller: Caller, peer: Option<IpAddr>) -> Option<CallerKey> {
-        if let Some(hash) = caller.hash() {
-            return Some(CallerKey::Credentials(hash));
+        if caller.is_verified()
+            && let Some(hash) = caller.hash()
+        {
+            return Some(CallerKey::Subject(hash));
         }
         peer.map(|ip| CallerKey::Network(network(ip)))
     }
@@ -161,7 +207,7 @@ fn network(ip: IpAddr) -> IpAddr {
 impl fmt::Debug for CallerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CallerKey::Credentials(hash) => {
+            CallerKey::Subject(hash) => {
                 write!(f, "CallerKey({:?})", Caller::from_hash(Some(*hash)))
             }
             CallerKey::Network(ip) => write!(f, "CallerKey({ip})"),
@@ -236,13 +282,18 @@ mod tests {
     }
 
     #[test]
-    fn a_caller_key_is_the_credentials_else_the_network() {
+    fn a_caller_key_is_the_verified_subject_else_the_network() {
         let v4: IpAddr = "192.0.2.7".parse().unwrap();
-        let alice = Caller::of(&with(AUTHORIZATION, "Bearer alice"));
+        let alice = Caller::subject("https://idp", "alice");
+        assert!(alice.is_verified());
         assert_eq!(
             CallerKey::of(alice, Some(v4)),
             CallerKey::of(alice, Some("198.51.100.1".parse().unwrap())),
-            "credentials count wherever they come from"
+            "a subject counts wherever it comes from"
+        );
+        assert_eq!(
+            CallerKey::of(alice, None),
+            Some(CallerKey::Subject(alice.hash().unwrap()))
         );
         assert_eq!(
             CallerKey::of(Caller::ANONYMOUS, Some(v4)),
@@ -255,5 +306,36 @@ mod tests {
         assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
         assert_eq!(key("::ffff:192.0.2.7"), Some(CallerKey::Network(v4)));
         assert!(!format!("{:?}", CallerKey::of(alice, None)).contains("alice"));
+    }
+
+    #[test]
+    fn unverified_credentials_share_their_networks_key() {
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let network = Some(CallerKey::Network(v4));
+        for (name, value) in [
+            (AUTHORIZATION, "Bearer made-up-1"),
+            (AUTHORIZATION, "Bearer made-up-2"),
+            (COOKIE, "sid=x"),
+            (HeaderName::from_static("x-api-key"), "random"),
+        ] {
+            let caller = Caller::of(&with(name, value));
+            assert!(!caller.is_verified() && !caller.is_anonymous());
+            assert_eq!(CallerKey::of(caller, Some(v4)), network, "{value}");
+            assert_eq!(CallerKey::of(caller, None), None);
+        }
+    }
+
+    #[test]
+    fn a_caller_read_back_from_a_store_is_the_same_caller() {
+        let alice = Caller::subject("https://idp", "alice");
+        let stored = Caller::from_hash(alice.hash());
+        assert!(!stored.is_verified());
+        assert_eq!(
+            stored, alice,
+            "verification is how it was known, not who it is"
+        );
+        let mut set = std::collections::HashSet::new();
+        set.insert(alice);
+        assert!(set.contains(&stored));
     }
 }

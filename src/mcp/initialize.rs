@@ -13,14 +13,41 @@ pub const REQUEST_ID: &str = "\"mcp-session-proxy-initialize\"";
 /// `notifications/initialized`, sent once the `InitializeResult` has been read.
 pub const INITIALIZED: &[u8] = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
-/// What the upstream said about itself in its `InitializeResult`.
+/// What the upstream said about itself: in its `InitializeResult` (a legacy server), or
+/// in its `DiscoverResult` (a modern one: `super::discover`).
 #[derive(Debug, Clone)]
 pub struct Negotiated {
-    /// The version the upstream chose; always one of [`version::STATEFUL`].
+    /// The version spoken with the upstream: one of [`version::STATEFUL`] (chosen by the
+    /// upstream at `initialize`) or of [`version::MODERN`] (sent with every request).
     pub protocol_version: &'static str,
     pub server_info: Box<RawValue>,
     pub capabilities: Box<RawValue>,
     pub instructions: Option<String>,
+}
+
+impl Negotiated {
+    /// Whether the upstream speaks the stateless protocol (per-request `_meta`, no
+    /// session) rather than the `initialize` one.
+    pub fn is_modern(&self) -> bool {
+        version::is_modern(self.protocol_version)
+    }
+
+    /// A modern upstream that has not said what it offers (it answered `server/discover`
+    /// with a refusal only): the version, and nothing else known.
+    pub fn modern_unknown() -> Negotiated {
+        Negotiated {
+            protocol_version: version::LATEST_MODERN,
+            server_info: empty_object(),
+            capabilities: empty_object(),
+            instructions: None,
+        }
+    }
+}
+
+/// `{}` as a raw value.
+pub fn empty_object() -> Box<RawValue> {
+    // A literal that is valid JSON: `from_string` cannot fail on it.
+    RawValue::from_string("{}".to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned())
 }
 
 impl PartialEq for Negotiated {

@@ -8,6 +8,7 @@
 use http::HeaderMap;
 use http::header::{self, HeaderName};
 
+use super::cluster::FORWARDED;
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -62,17 +63,25 @@ pub fn to_upstream_in_session(headers: &HeaderMap) -> HeaderMap {
             &MCP_SESSION_ID,
             &MCP_PROTOCOL_VERSION,
             &LAST_EVENT_ID,
+            // Between replicas only: the upstream never sees it.
+            &FORWARDED,
         ],
     )
 }
 
 /// Client headers to pass upstream unchanged (legacy pass-through): all end-to-end
 /// headers but `Host` (the upstream gets its own authority, which DNS-rebinding
-/// protections check) and `Origin` (already checked by the proxy).
+/// protections check), `Origin` (already checked by the proxy) and the replicas' own
+/// signature (checked by the front; never the upstream's business).
 pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
     copy_except(
         headers,
-        &[&header::HOST, &header::CONTENT_LENGTH, &header::ORIGIN],
+        &[
+            &header::HOST,
+            &header::CONTENT_LENGTH,
+            &header::ORIGIN,
+            &FORWARDED,
+        ],
     )
 }
 

@@ -37,20 +37,20 @@ pub struct PassThrough {
     name: Arc<str>,
     upstream: Upstream,
     metrics: Arc<Metrics>,
-    affinity: Affinity,
+    issuers: Issuers,
     /// The session store, for its Redis (shared affinity).
     sessions: Arc<Sessions>,
 }
 
 /// Which replica issued each old client's `Mcp-Session-Id`.
 #[derive(Debug)]
-struct Affinity {
+struct Issuers {
     table: DashMap<Box<str>, (ReplicaId, Instant)>,
     capacity: usize,
     ttl: Duration,
 }
 
-impl Affinity {
+impl Issuers {
     fn get(&self, session: &str) -> Option<ReplicaId> {
         let mut entry = self.table.get_mut(session)?;
         if entry.1.elapsed() > self.ttl {
@@ -83,7 +83,7 @@ impl PassThrough {
         sessions: Arc<Sessions>,
     ) -> Self {
         let settings = sessions.settings();
-        let affinity = Affinity {
+        let issuers = Issuers {
             table: DashMap::new(),
             capacity: settings.max_sessions,
             ttl: settings.idle_ttl,
@@ -92,7 +92,7 @@ impl PassThrough {
             name,
             upstream,
             metrics,
-            affinity,
+            issuers,
             sessions,
         }
     }
@@ -163,13 +163,13 @@ impl PassThrough {
 
     /// The replica that issued `session`, if this proxy (or, with Redis, any) learned it.
     async fn known_replica(&self, session: &str) -> Option<ReplicaId> {
-        if let Some(replica) = self.affinity.get(session) {
+        if let Some(replica) = self.issuers.get(session) {
             return Some(replica);
         }
         let redis = self.sessions.store().redis()?;
         match redis.affinity(&self.name, session).await {
             Ok(Some(replica)) => {
-                self.affinity.learn(session, replica);
+                self.issuers.learn(session, replica);
                 Some(replica)
             }
             Ok(None) => None,
@@ -192,7 +192,7 @@ impl PassThrough {
         let redis = self.sessions.store().redis();
         if *method == Method::DELETE && response.status().is_success() {
             if let Some(session) = sent {
-                self.affinity.table.remove(session);
+                self.issuers.table.remove(session);
                 if let Some(redis) = redis {
                     let _ = redis.forget_affinity(&self.name, session).await;
                 }
@@ -210,7 +210,7 @@ impl PassThrough {
         if known == Some(replica) && sent == Some(issued) {
             return;
         }
-        self.affinity.learn(issued, replica);
+        self.issuers.learn(issued, replica);
         if let Some(redis) = redis
             && let Err(e) = redis.set_affinity(&self.name, issued, replica).await
         {

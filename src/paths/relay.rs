@@ -9,7 +9,8 @@
 //! - An event stream is written event by event as it arrives; a client that accepts
 //!   only JSON gets the stamped response alone once it comes (notifications on the way
 //!   are dropped; server requests cannot be answered by such a client anyway).
-//! - A stdio child's messages: a response that comes first is answered as JSON;
+//! - A stdio child's or an HTTP+SSE session's messages: a response that comes first is
+//!   answered as JSON;
 //!   otherwise they stream as events (or, for a client that takes only JSON, the
 //!   response alone once it comes).
 //! - No message (202) passes as it is; so do bodies of other types answering a
@@ -196,10 +197,11 @@ fn json_content(response: &mut Response<ProxyBody>) {
 }
 
 fn stopped() -> UpstreamError {
-    UpstreamError::Unreachable("the stdio server stopped before answering".into())
+    UpstreamError::Unreachable("the upstream session ended before answering".into())
 }
 
-/// A child's answer that ended before its response: the child stopped.
+/// A child's (or an HTTP+SSE session's) answer that ended before its response: the
+/// session stopped.
 fn stopped_if_ended(e: UpstreamError) -> UpstreamError {
     match e {
         UpstreamError::Protocol(_) => stopped(),

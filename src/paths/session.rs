@@ -13,9 +13,10 @@
 //!
 //! One `SessionPath` serves one upstream; the store is shared by all of them (a record
 //! names its upstream, and is unknown at any other). A session whose upstream session
-//! lives in one process (a stdio child) names that proxy replica as its owner; its
-//! messages landing elsewhere are forwarded there (`cluster`).
+//! lives in one process (a stdio child, an HTTP+SSE session's stream) names that proxy
+//! replica as its owner; its messages landing elsewhere are forwarded there (`cluster`).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,27 +28,32 @@ use serde_json::value::RawValue;
 
 use dashmap::DashMap;
 
-use super::cluster::{Cluster, Whereabouts};
+use super::bridge::{self, Bridge};
+use super::cluster::{Cluster, Forward, Whereabouts};
 use super::headers;
 use super::relay::{Relay, Request};
 use crate::config::OnSessionLost;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Kind, RawObject, range_in, string_object, write, write_json_str};
+use crate::jsonrpc::{Kind, range_in, string_object, write, write_json_str};
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
-use crate::mcp::initialize::Negotiated;
+use crate::mcp::logging::LogLevel;
 use crate::mcp::tools::ToolHints;
-use crate::mcp::{Method, meta};
+use crate::mcp::{ClientEra, Method, meta};
 use crate::metrics::{Metrics, Rejection};
 use crate::response::{self, ProxyBody};
-use crate::rewrite::to_client::Stamp;
+use crate::rewrite::to_client::{Stamp, Stamped, stamp_message};
+use crate::rewrite::to_legacy::initialize_result;
+use crate::rewrite::to_modern::{Frame, framed};
 use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
-use crate::route::{Dialect, Message, SessionRef};
+use crate::route::{Message, SessionRef};
 use crate::session::{
-    ClientIdentity, Issued, Lease, NewSession, Route, SessionError, SessionRecord, Sessions, Slot,
-    log_tag, now_millis, rfc3339,
+    Backing, ClientIdentity, Issued, Lease, NewSession, Reroute, SessionError, SessionRecord,
+    Sessions, Slot, log_tag, now_millis, rfc3339,
 };
-use crate::upstream::{Binding, Ending, Endings, LOCAL_REPLICA, Messages, Upstream, UpstreamError};
+use crate::upstream::{
+    Ending, LOCAL_REPLICA, Messages, SessionAddr, Upstream, UpstreamError, UpstreamSession,
+};
 
 /// Idle limit of a session's listen stream (its client ends it by disconnecting).
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -60,21 +66,21 @@ pub struct SessionPath {
     /// The endpoint path serving it (where a forwarded message goes on its owner).
     path: String,
     upstream: Upstream,
-    /// Where upstream sessions are ended in the background (expiry, failed creates, a
-    /// lost race to reinitialize, stopped stdio children, a reload, shutdown): the
-    /// process's bounded executor.
-    endings: Arc<Endings>,
     sessions: Arc<Sessions>,
     metrics: Arc<Metrics>,
     /// An upstream event stream silent this long is ended.
     sse_idle_timeout: Duration,
     on_session_lost: OnSessionLost,
-    /// Which tools the upstream called idempotent (learned from `tools/list`).
+    /// Which tools the upstream called idempotent, and which arguments they mirror into
+    /// headers (learned from `tools/list`; shared with the bridge).
     tools: Arc<ToolHints>,
     cluster: Arc<Cluster>,
-    /// Sessions whose upstream session lives in this process (stdio children), by the
-    /// child's key: their sessionId and last use (ms). Bounded by `max_children`.
+    /// Sessions whose upstream session lives in this process (stdio children, HTTP+SSE
+    /// streams), by its key: their sessionId and last use (ms). Bounded by
+    /// `max_children`, or by the session limits.
     local: DashMap<String, Local>,
+    /// Old clients' sessions of a modern upstream, bridged here.
+    bridge: Bridge,
 }
 
 #[derive(Debug, Clone)]
@@ -91,14 +97,17 @@ pub struct SessionSettings {
     pub path: String,
     pub sse_idle_timeout: Duration,
     pub on_session_lost: OnSessionLost,
+    /// How long a bridged call of an old client waits for its answers to the server's
+    /// questions (`stateless.request_state_ttl`).
+    pub input_wait: Duration,
 }
 
-/// The upstream session a session's route names.
-pub fn binding(route: &Route) -> Binding<'_> {
-    Binding {
-        replica: route.replica,
-        session_id: route.upstream_session.as_deref(),
-        protocol_version: route.negotiated.protocol_version,
+/// The address of the upstream session backing a session.
+pub fn addr(backing: &Backing) -> SessionAddr<'_> {
+    SessionAddr {
+        replica: backing.replica,
+        session_id: backing.upstream_session.as_deref(),
+        protocol_version: backing.negotiated.protocol_version,
     }
 }
 
@@ -106,23 +115,30 @@ impl SessionPath {
     pub fn new(
         settings: SessionSettings,
         upstream: Upstream,
-        endings: Arc<Endings>,
         sessions: Arc<Sessions>,
         metrics: Arc<Metrics>,
         cluster: Arc<Cluster>,
     ) -> Self {
+        let tools = Arc::new(ToolHints::default());
+        let bridge = Bridge::new(
+            upstream.clone(),
+            metrics.clone(),
+            tools.clone(),
+            settings.input_wait,
+            settings.sse_idle_timeout,
+        );
         SessionPath {
             name: settings.name,
             path: settings.path,
             upstream,
-            endings,
             sessions,
             metrics,
             sse_idle_timeout: settings.sse_idle_timeout,
             on_session_lost: settings.on_session_lost,
-            tools: Arc::new(ToolHints::default()),
+            tools,
             cluster,
             local: DashMap::new(),
+            bridge,
         }
     }
 
@@ -148,13 +164,12 @@ impl SessionPath {
 
     /// `sessions/create`: open an upstream session, then record the session. The
     /// client's identity and capabilities come from the request's `_meta` (or, in
-    /// SEP-1364's shape, from `params.capabilities`).
+    /// SEP-1364's shape, from `params.capabilities`); `era` is what the client speaks.
     pub async fn create(
         &self,
         message: &Message<'_, '_>,
         id: &RawValue,
-        dialect: Dialect,
-        modern: bool,
+        era: ClientEra,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let params = message.params();
         let client_info = params.and_then(|p| p.meta(meta::CLIENT_INFO));
@@ -162,7 +177,7 @@ impl SessionPath {
             .and_then(|p| p.meta(meta::CLIENT_CAPABILITIES))
             .or_else(|| params.and_then(|p| p.member("capabilities")));
         let issued = self
-            .open(Opening::of(message, client_info, capabilities))
+            .open(Opening::of(message, era, client_info, capabilities))
             .await?;
         let session = string_object(&[
             ("sessionId", &issued.id),
@@ -171,7 +186,7 @@ impl SessionPath {
         ]);
         let mut result = Vec::with_capacity(session.len() + 96);
         result.push(b'{');
-        if dialect == Dialect::Sep1364 {
+        if era == ClientEra::Sep1364 {
             // SEP-1364 alternative 1 answers `result.sessionId`; the draft's `session` too.
             result.extend_from_slice(br#""sessionId":"#);
             write_json_str(&mut result, &issued.id);
@@ -179,11 +194,11 @@ impl SessionPath {
         }
         result.extend_from_slice(br#""session":"#);
         result.extend_from_slice(&session);
-        if modern {
+        if era == ClientEra::Modern {
             result.extend_from_slice(br#","resultType":"complete""#);
         }
         result.push(b'}');
-        let body = self.answer(id, dialect, &issued.id, &result);
+        let body = self.answer(id, era, &issued.id, &result);
         Ok(ok_in_session(body, &issued.id))
     }
 
@@ -199,21 +214,22 @@ impl SessionPath {
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let (session_id, negotiated) = match session {
             None => {
-                let issued = self.open_initialized(message, false).await?;
+                let issued = self.open_initialized(message, ClientEra::Sep1364).await?;
                 (issued.id, issued.negotiated)
             }
             Some(session) => {
                 let lease = self.lease(session, message.caller).await?;
-                (session.id.to_string(), lease.record.route.negotiated)
+                (session.id.to_string(), lease.record.backing.negotiated)
             }
         };
-        let result = initialize_result(&negotiated, Some(br#"{"required":false}"#));
-        let body = self.answer(id, Dialect::Sep1364, &session_id, &result);
+        let requested = requested_version(message);
+        let result = initialize_result(&negotiated, requested, Some(br#"{"required":false}"#));
+        let body = self.answer(id, ClientEra::Sep1364, &session_id, &result);
         Ok(ok_in_session(body, &session_id))
     }
 
-    /// An old client's `initialize` when the proxy is its transport (a stdio upstream
-    /// has no Streamable HTTP of its own): an upstream session is opened with the
+    /// An old client's `initialize` when the proxy is its transport (a stdio or HTTP+SSE
+    /// upstream has no Streamable HTTP of its own): an upstream session is opened with the
     /// client's own clientInfo and capabilities, and the answer is its `InitializeResult`
     /// with the proxy's `Mcp-Session-Id`, as a 2025-11-25 server would give them.
     pub async fn initialize_legacy(
@@ -221,8 +237,8 @@ impl SessionPath {
         message: &Message<'_, '_>,
         id: &RawValue,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let issued = self.open_initialized(message, true).await?;
-        let result = initialize_result(&issued.negotiated, None);
+        let issued = self.open_initialized(message, ClientEra::Legacy).await?;
+        let result = initialize_result(&issued.negotiated, requested_version(message), None);
         let body = write::result(id.get().as_bytes(), &result);
         Ok(ok_in_session(body, &issued.id))
     }
@@ -241,6 +257,7 @@ impl SessionPath {
                 http::Method::POST,
                 message.headers,
                 message.body,
+                (message.caller, message.peer),
             )
             .await
         {
@@ -258,7 +275,7 @@ impl SessionPath {
     pub async fn end_by_header(
         &self,
         client_headers: &HeaderMap,
-        caller: Caller,
+        (caller, client): (Caller, Option<IpAddr>),
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         if let Some(forwarded) = self
@@ -267,6 +284,7 @@ impl SessionPath {
                 http::Method::DELETE,
                 client_headers,
                 &Bytes::new(),
+                (caller, client),
             )
             .await
         {
@@ -277,12 +295,13 @@ impl SessionPath {
     }
 
     /// Any message in a session but the create and the delete: relayed on the session's
-    /// upstream session, its answer stamped.
+    /// upstream session, its answer stamped in the shape of `era`, what the message speaks
+    /// (unless an old client opened the session).
     pub async fn forward(
         &self,
         message: &Message<'_, '_>,
         session: &SessionRef<'_>,
-        dialect: Dialect,
+        era: ClientEra,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         tracing::Span::current().record("session", log_tag(&session.id));
         // What a legacy server would refuse the whole message for is refused here, with
@@ -293,26 +312,63 @@ impl SessionPath {
         let mut lease = self.lease(session, message.caller).await?;
         let body = message.body;
         let post = http::Method::POST;
+        let who = (message.caller, message.peer);
         if let Some(there) = self
-            .elsewhere(&mut lease, session, post, message.headers, body)
+            .elsewhere(&mut lease, session, post, message.headers, body, who)
             .await?
         {
             return Ok(there);
         }
-        self.used_locally(&lease.record.route);
+        self.used_locally(&lease.record.backing);
+        if is_bridged(&lease.record) {
+            let answered = self.bridge.forward(message, &lease, &session.id).await?;
+            return Ok(with_session(answered, &session.id));
+        }
         let mut upstream_body = match message.payload {
             Some((raw, payload)) => strip_session(body, raw, payload),
             None => body.clone(),
         };
-        if dialect == Dialect::Sep1364 {
+        if era == ClientEra::Sep1364 {
             upstream_body = strip_top_level_session(upstream_body);
         }
+        let modern = lease.record.backing.negotiated.is_modern();
+        if modern {
+            // What the session keeps and a 2026-07-28 server has no method for (ping, the
+            // log level, subscriptions) is kept here, as for a bridged session.
+            if let Some(id) = message.request_id()
+                && let Some(result) = self.bridge.answer_session_scoped(message, &session.id)
+            {
+                let answer = write::result(id.get().as_bytes(), &result?);
+                let stamp = self.stamp(message, &lease, session, era);
+                let stamped = match stamp.as_ref().map(|s| stamp_message(&answer, s)) {
+                    Some(Stamped::Response(Some(stamped))) => Bytes::from(stamped),
+                    _ => answer,
+                };
+                return Ok(ok_in_session(stamped, &session.id));
+            }
+            // No session upstream: every request carries what the session keeps.
+            let log_level = self.bridge.log_level(&session.id);
+            upstream_body = framed(upstream_body, frame_of(&lease.record, log_level));
+        }
         let forwarded = headers::to_upstream_in_session(message.headers);
-        let route = &lease.record.route;
-        let exchanged = self
-            .upstream
-            .exchange(binding(route), upstream_body.clone(), &forwarded)
-            .await;
+        let route = &lease.record.backing;
+        let exchanged = if modern {
+            let frame = frame_of(&lease.record, self.bridge.log_level(&session.id));
+            let body = upstream_body.clone();
+            super::framed::exchange(
+                &self.upstream,
+                &self.tools,
+                addr(route),
+                body,
+                &forwarded,
+                frame,
+            )
+            .await
+        } else {
+            self.upstream
+                .exchange(addr(route), upstream_body.clone(), &forwarded)
+                .await
+        };
         let answer = match exchanged {
             Ok(answer) => answer,
             Err(UpstreamError::SessionGone) => {
@@ -328,7 +384,7 @@ impl SessionPath {
                 tracing::info!(session = %log_tag(&session.id), "request retried on the new upstream session");
                 let retried = self
                     .upstream
-                    .exchange(binding(&route), upstream_body, &forwarded)
+                    .exchange(addr(&route), upstream_body, &forwarded)
                     .await;
                 match retried {
                     Ok(answer) => answer,
@@ -342,23 +398,7 @@ impl SessionPath {
             .id
             .filter(|_| envelope.kind == Kind::Request)
             .map(|id| raw_bytes(body, id));
-        // Sessions that an old client opened with `initialize` (stdio upstreams) get
-        // their answers as a legacy server would give them: no session `_meta`.
-        let stamp = match (&request_id, lease.record.legacy) {
-            (Some(id), false) => Some(Stamp {
-                request_id: id.clone(),
-                session: Bytes::from(meta::session_stamp(
-                    &session.id,
-                    &lease.state,
-                    &rfc3339(lease.expires_at),
-                )),
-                top_level: (dialect == Dialect::Sep1364).then(|| json_string(&session.id)),
-                complete: message
-                    .params()
-                    .is_some_and(|p| p.meta(meta::PROTOCOL_VERSION).is_some()),
-            }),
-            _ => None,
-        };
+        let stamp = self.stamp(message, &lease, session, era);
         let learn = (message.method() == Some(Method::ToolsList)).then(|| self.tools.clone());
         let relayed = self
             .relay(self.sse_idle_timeout)
@@ -375,24 +415,58 @@ impl SessionPath {
         Ok(with_session(relayed, &session.id))
     }
 
+    /// How the answer to `message` (from a client of `era`) is stamped with the session.
+    /// Sessions that an old
+    /// client opened with `initialize` (stdio upstreams) get their answers as a legacy
+    /// server would give them: no session `_meta`.
+    fn stamp(
+        &self,
+        message: &Message<'_, '_>,
+        lease: &Lease,
+        session: &SessionRef<'_>,
+        era: ClientEra,
+    ) -> Option<Stamp> {
+        let id = message
+            .request_id()
+            .filter(|_| !lease.record.client_era.is_legacy())?;
+        Some(Stamp {
+            request_id: raw_bytes(message.body, id),
+            session: Bytes::from(meta::session_stamp(
+                &session.id,
+                &lease.state,
+                &rfc3339(lease.expires_at),
+            )),
+            top_level: (era == ClientEra::Sep1364).then(|| json_string(&session.id)),
+            complete: era == ClientEra::Modern,
+        })
+    }
+
     /// `GET` with a data-layer `Mcp-Session-Id`: the session's upstream stream of server
     /// messages not tied to a client request (the GET stream over HTTP, the unclaimed
     /// messages of a stdio child), passed on as it is.
     pub async fn listen(
         &self,
         client_headers: &HeaderMap,
-        caller: Caller,
+        (caller, client): (Caller, Option<IpAddr>),
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let mut lease = self.lease(session, caller).await?;
         let get = http::Method::GET;
+        let empty = Bytes::new();
+        let who = (caller, client);
         if let Some(there) = self
-            .elsewhere(&mut lease, session, get, client_headers, &Bytes::new())
+            .elsewhere(&mut lease, session, get, client_headers, &empty, who)
             .await?
         {
             return Ok(there);
         }
-        self.used_locally(&lease.record.route);
+        self.used_locally(&lease.record.backing);
+        // A modern upstream has no session stream: one `subscriptions/listen` stands for it.
+        if lease.record.backing.negotiated.is_modern() {
+            let forwarded = headers::to_upstream_in_session(client_headers);
+            let stream = bridge::listen(&self.bridge, &lease, &session.id, forwarded).await?;
+            return Ok(with_session(stream, &session.id));
+        }
         let mut forwarded = headers::to_upstream_in_session(client_headers);
         if let Some(last) = client_headers.get(&LAST_EVENT_ID) {
             forwarded.insert(LAST_EVENT_ID.clone(), last.clone());
@@ -400,7 +474,7 @@ impl SessionPath {
         forwarded.insert(http::header::ACCEPT, HeaderValue::from_static(SSE));
         let listened = self
             .upstream
-            .listen(binding(&lease.record.route), &forwarded)
+            .listen(addr(&lease.record.backing), &forwarded)
             .await;
         let answer = match listened {
             Ok(answer) => answer,
@@ -446,10 +520,14 @@ impl SessionPath {
         };
         // Waited for, so that when the client hears `{}` the upstream session is gone; a
         // failure is logged, not returned: the mapping is gone either way.
-        self.forget_local(&record.route);
-        if let Err(e) = self.upstream.terminate(binding(&record.route)).await {
+        self.forget_local(&record.backing);
+        self.bridge.forget(id);
+        if let Err(e) = self.upstream.terminate(addr(&record.backing)).await {
             tracing::warn!(session = %log_tag(id), error = %e, "upstream did not end the session");
         }
+        // A sealed id is refused by its tombstone, which the peers get before the client
+        // hears the delete answered (those that answer, within a bound).
+        self.cluster.settle(super::cluster::SETTLE).await;
         self.metrics.sessions_deleted.inc();
         Ok(Some(record))
     }
@@ -459,15 +537,19 @@ impl SessionPath {
     pub async fn expired(&self, id: &str, record: SessionRecord) {
         self.metrics.sessions_expired.inc();
         tracing::info!(session = %log_tag(id), "session expired");
-        self.forget_local(&record.route);
-        self.endings.end(self.ending(&record.route)).await;
+        self.forget_local(&record.backing);
+        self.bridge.forget(id);
+        self.upstream
+            .endings()
+            .end(self.ending(&record.backing))
+            .await;
     }
 
-    /// A stdio child died on its own: the session it served is forgotten at once (its
-    /// client gets -32043), not at its next use or expiry — unless the policy is to
-    /// reinitialize, which its next use then does.
+    /// A stdio child died on its own, or an HTTP+SSE session's stream ended: the session
+    /// it served is forgotten at once (its client gets -32043), not at its next use or
+    /// expiry — unless the policy is to reinitialize, which its next use then does.
     pub async fn upstream_session_died(&self, upstream_session: &str) {
-        self.upstream.forget(Binding {
+        self.upstream.forget(SessionAddr {
             replica: LOCAL_REPLICA,
             session_id: Some(upstream_session),
             protocol_version: "",
@@ -480,7 +562,7 @@ impl SessionPath {
         };
         if let Ok(Some(_)) = self.sessions.end(&local.session_id).await {
             self.metrics.sessions_lost.inc();
-            tracing::info!(session = %log_tag(&local.session_id), "session ended: its stdio server died");
+            tracing::info!(session = %log_tag(&local.session_id), "session ended: its upstream session died");
         }
     }
 
@@ -488,14 +570,18 @@ impl SessionPath {
     /// waiting for room (a reload, shutdown); the owner of the endings waits for them.
     pub async fn end_records(&self, records: Vec<SessionRecord>) {
         for record in records {
-            self.forget_local(&record.route);
-            self.endings.end(self.ending(&record.route)).await;
+            self.forget_local(&record.backing);
+            self.upstream
+                .endings()
+                .end(self.ending(&record.backing))
+                .await;
         }
     }
 
-    /// Stops the stdio children of sessions that ended elsewhere (another replica deleted
-    /// or reaped the record) or that nobody used for `session.idle_ttl` (a sealed
-    /// session's child, which nothing else reaps). Bounded by the children held here.
+    /// Ends the process-local upstream sessions (stdio children, HTTP+SSE streams) of
+    /// sessions that ended elsewhere (another replica deleted or reaped the record) or
+    /// that nobody used for `session.idle_ttl` (a sealed session's, which nothing else
+    /// reaps). Bounded by the upstream sessions held here.
     pub async fn sweep_local(&self) {
         let idle = self.sessions.settings().idle_ttl.as_millis() as u64;
         let now = now_millis();
@@ -513,10 +599,16 @@ impl SessionPath {
                 continue;
             }
             self.local.remove(&key);
-            tracing::info!(session = %log_tag(&local.session_id), "stdio server stopped: its session ended or went idle");
+            tracing::info!(session = %log_tag(&local.session_id), "upstream session ended here: its session ended or went idle");
             let ending = Ending::new(&self.upstream, LOCAL_REPLICA, Some(&key), "");
-            self.endings.end(ending).await;
+            self.upstream.endings().end(ending).await;
         }
+    }
+
+    /// Forgets what bridged sessions unused for the idle TTL held here (their records
+    /// expired, or were deleted, at another replica).
+    pub fn sweep_bridged(&self) {
+        self.bridge.sweep(self.sessions.settings().idle_ttl);
     }
 
     /// The sessionIds of the sessions whose upstream session lives in this process.
@@ -546,9 +638,10 @@ impl SessionPath {
             counted_as: None,
             client_info,
             capabilities,
-            legacy: false,
+            // Handles are the stateless path's: its clients speak 2026-07-28.
+            client_era: ClientEra::Modern,
         };
-        self.open_in(Place::Taken(slot), opening).await
+        self.open_in(Reservation::Taken(slot), opening).await
     }
 
     /// One use of session `id` by `caller` (a handle): renewed, or -32043 when it is
@@ -556,7 +649,7 @@ impl SessionPath {
     /// renewed).
     pub async fn lease_as(&self, id: &str, caller: Caller) -> Result<Lease, ProxyError> {
         let lease = self.lease_id(id, None, caller).await?;
-        self.used_locally(&lease.record.route);
+        self.used_locally(&lease.record.backing);
         Ok(lease)
     }
 
@@ -612,13 +705,15 @@ impl SessionPath {
     }
 
     /// The JSON-RPC response carrying `result`; SEP-1364 echoes the session at the top.
-    fn answer(&self, id: &RawValue, dialect: Dialect, session_id: &str, result: &[u8]) -> Bytes {
+    fn answer(&self, id: &RawValue, era: ClientEra, session_id: &str, result: &[u8]) -> Bytes {
         let id = id.get().as_bytes();
-        match dialect {
-            Dialect::Sep1364 => {
+        match era {
+            ClientEra::Sep1364 => {
                 write::result_with(id, &[("sessionId", &json_string(session_id))], result)
             }
-            Dialect::DataLayer => write::result(id, result),
+            ClientEra::Legacy | ClientEra::DataLayer | ClientEra::Modern => {
+                write::result(id, result)
+            }
         }
     }
 
@@ -667,30 +762,55 @@ impl SessionPath {
         session_error(error, id, self.sessions.store_kind())
     }
 
-    /// A request naming a session whose process-local part another replica holds goes
-    /// there, as it came. `None`: it is served here.
-    pub(super) async fn to_owner(
+    /// A message (a `POST`) naming session `id`, whose process-local part another replica
+    /// holds, goes there as it came (`to_owner`). `None`: it is served here.
+    pub(super) async fn message_to_owner(
+        &self,
+        id: &str,
+        message: &Message<'_, '_>,
+    ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
+        // Only sessions whose upstream lives in one process have an owner on the request
+        // path (a bridged old client's session is only ever used through its lease).
+        if !self.upstream.is_process_local() {
+            return None;
+        }
+        let who = (message.caller, message.peer);
+        self.to_owner(id, http::Method::POST, message.headers, message.body, who)
+            .await
+    }
+
+    /// A request naming a session another replica owns goes there, as it came; `None`:
+    /// it is served here. Any session, whatever its upstream: the ends of a session (its
+    /// delete) go to the replica that owns it — a stdio child's, an HTTP+SSE
+    /// stream's, a bridged old client's calls and subscriptions — so that what it holds
+    /// there ends with it. One store read more per delete.
+    async fn to_owner(
         &self,
         id: &str,
         method: http::Method,
         client_headers: &HeaderMap,
         body: &Bytes,
+        (caller, client): (Caller, Option<IpAddr>),
     ) -> Option<Result<Response<ProxyBody>, ProxyError>> {
-        // Only sessions whose upstream lives in one process have an owner.
-        if !self.upstream.is_process_local() {
-            return None;
-        }
         let record = match self.sessions.peek(id).await {
             Ok(Some(record)) if record.upstream == self.name => record,
             Ok(_) => return None,
             Err(e) => return Some(Err(self.session_error(e, id))),
         };
-        match self.cluster.whereabouts(record.route.owner.as_deref()) {
+        match self.cluster.whereabouts(record.backing.owner.as_deref()) {
             Whereabouts::There(owner) => {
-                let body = body.clone();
                 let forwarded = self
                     .cluster
-                    .forward(owner, &self.path, method, client_headers, body, id)
+                    .forward(Forward {
+                        owner,
+                        path: &self.path,
+                        method,
+                        headers: client_headers,
+                        body: body.clone(),
+                        session_id: id,
+                        caller,
+                        client,
+                    })
                     .await;
                 Some(forwarded)
             }
@@ -708,22 +828,31 @@ impl SessionPath {
         method: http::Method,
         client_headers: &HeaderMap,
         body: &Bytes,
+        (caller, client): (Caller, Option<IpAddr>),
     ) -> Result<Option<Response<ProxyBody>>, ProxyError> {
         match self
             .cluster
-            .whereabouts(lease.record.route.owner.as_deref())
+            .whereabouts(lease.record.backing.owner.as_deref())
         {
             Whereabouts::Here => Ok(None),
             Whereabouts::There(owner) => {
                 let owner = owner.to_owned();
-                let (path, body) = (&self.path, body.clone());
                 self.cluster
-                    .forward(&owner, path, method, client_headers, body, &session.id)
+                    .forward(Forward {
+                        owner: &owner,
+                        path: &self.path,
+                        method,
+                        headers: client_headers,
+                        body: body.clone(),
+                        session_id: &session.id,
+                        caller,
+                        client,
+                    })
                     .await
                     .map(Some)
             }
             Whereabouts::Gone => {
-                lease.record.route = self
+                lease.record.backing = self
                     .lost(&session.id, &lease.record, client_headers)
                     .await?;
                 Ok(None)
@@ -753,14 +882,16 @@ impl SessionPath {
         id: &str,
         record: &SessionRecord,
         client_headers: &HeaderMap,
-    ) -> Result<Route, ProxyError> {
+    ) -> Result<Backing, ProxyError> {
         if self.on_session_lost == OnSessionLost::Fail {
             return Err(self.failed(UpstreamError::SessionGone, id).await);
         }
-        self.upstream.forget(binding(&record.route));
+        self.upstream.forget(addr(&record.backing));
         let client = record.client.as_deref();
         let forwarded = headers::to_upstream_in_session(client_headers);
-        let opened = self
+        // Owned until the record takes it: a request abandoned half-way, or beaten to it
+        // by another, ends it.
+        let session = self
             .upstream
             .open(
                 client.and_then(|c| c.client_info.as_deref()),
@@ -769,28 +900,34 @@ impl SessionPath {
             )
             .await
             .map_err(|e| upstream_error(&self.upstream, e))?;
-        let route = Route {
-            replica: opened.replica,
-            upstream_session: opened.session_id.map(Arc::from),
-            negotiated: Arc::new(opened.negotiated),
-            owner: self.owner(),
+        let backing = Backing {
+            replica: session.replica(),
+            upstream_session: session.id().map(Arc::from),
+            negotiated: session.negotiated().clone(),
+            owner: self.owner_of(&session),
         };
-        let from = record.route.upstream_session.as_deref();
-        match self.sessions.reroute(id, from, &route).await {
+        let from = record.backing.upstream_session.as_deref();
+        match self
+            .sessions
+            .reroute(id, Reroute { from, to: &backing })
+            .await
+        {
             Ok(true) => {
+                session.keep();
                 self.metrics.sessions_reinitialized.inc();
-                self.forget_local(&record.route);
-                if let (Some(_), Some(key)) = (&route.owner, route.upstream_session.as_deref()) {
+                self.forget_local(&record.backing);
+                if let (Some(_), Some(key)) = (&backing.owner, backing.upstream_session.as_deref())
+                {
                     self.hold_locally(id, key.to_owned());
                 }
-                self.upstream.label_session(binding(&route), log_tag(id));
-                tracing::info!(session = %log_tag(id), replica = route.replica, "upstream lost the session; reinitialized it with the client's recorded initialize");
-                Ok(route)
+                self.upstream.label_session(addr(&backing), log_tag(id));
+                tracing::info!(session = %log_tag(id), replica = backing.replica, "upstream lost the session; reinitialized it with the client's recorded initialize");
+                Ok(backing)
             }
             moved => {
                 // Another request moved it first (or the store failed): this upstream
-                // session is not needed.
-                self.end_upstream(route);
+                // session is not needed, and ends as it drops.
+                drop(session);
                 moved.map_err(|e| self.session_error(e, id))?;
                 let current = self
                     .sessions
@@ -798,7 +935,7 @@ impl SessionPath {
                     .await
                     .map_err(|e| self.session_error(e, id))?;
                 current
-                    .map(|record| record.route)
+                    .map(|record| record.backing)
                     .ok_or_else(|| ProxyError::SessionNotFound {
                         session_id: id.to_owned(),
                     })
@@ -806,15 +943,16 @@ impl SessionPath {
         }
     }
 
-    /// This replica, when the upstream's sessions live in one process.
-    fn owner(&self) -> Option<Arc<str>> {
-        self.upstream
+    /// This replica, when `session` lives in this process (a stdio child, an HTTP+SSE
+    /// session's stream).
+    fn owner_of(&self, session: &UpstreamSession) -> Option<Arc<str>> {
+        session
             .is_process_local()
             .then(|| self.cluster.me().clone())
     }
 
-    /// Notes a use of a session whose stdio child lives here.
-    fn used_locally(&self, route: &Route) {
+    /// Notes a use of a session whose upstream session lives here.
+    fn used_locally(&self, route: &Backing) {
         if route.owner.is_none() {
             return;
         }
@@ -825,7 +963,7 @@ impl SessionPath {
         }
     }
 
-    /// Remembers a session whose stdio child (`key`) lives here.
+    /// Remembers a session whose upstream session (`key`) lives here.
     fn hold_locally(&self, id: &str, key: String) {
         self.local.insert(
             key,
@@ -836,7 +974,7 @@ impl SessionPath {
         );
     }
 
-    fn forget_local(&self, route: &Route) {
+    fn forget_local(&self, route: &Backing) {
         if route.owner.is_none() {
             return;
         }
@@ -850,10 +988,11 @@ impl SessionPath {
     async fn failed(&self, error: UpstreamError, id: &str) -> ProxyError {
         match error {
             UpstreamError::SessionGone => {
+                self.bridge.forget(id);
                 match self.sessions.end(id).await {
                     Ok(Some(record)) => {
-                        self.forget_local(&record.route);
-                        self.upstream.forget(binding(&record.route));
+                        self.forget_local(&record.backing);
+                        self.upstream.forget(addr(&record.backing));
                         self.metrics.sessions_lost.inc();
                     }
                     Ok(None) => {}
@@ -891,39 +1030,41 @@ impl SessionPath {
         Ok(())
     }
 
-    /// `open` for a client's `initialize`: the upstream is initialized with the client's
-    /// own `clientInfo` and `capabilities`.
+    /// `open` for a client's `initialize` (`era`: an old client's, or SEP-1364's): the
+    /// upstream is initialized with the client's own `clientInfo` and `capabilities`.
     async fn open_initialized(
         &self,
         message: &Message<'_, '_>,
-        legacy: bool,
+        era: ClientEra,
     ) -> Result<Issued, ProxyError> {
         let params = message.params();
         let client_info = params.and_then(|p| p.member("clientInfo"));
         let capabilities = params.and_then(|p| p.member("capabilities"));
-        self.open(Opening {
-            legacy,
-            ..Opening::of(message, client_info, capabilities)
-        })
-        .await
+        self.open(Opening::of(message, era, client_info, capabilities))
+            .await
     }
 
     /// Opens an upstream session for the caller of the opening, in a place taken now
     /// under the caps (its own and the proxy's), and records a session for it; counts the
     /// outcome.
     async fn open(&self, opening: Opening<'_>) -> Result<Issued, ProxyError> {
-        self.open_in(Place::For(opening.counted_as), opening).await
+        self.open_in(Reservation::For(opening.counted_as), opening)
+            .await
     }
 
     /// `open`, in a place already taken (`Sessions::reserve_for` when the session is bound
     /// to a caller), or one taken now for a caller (`Sessions::reserve`).
-    async fn open_in(&self, place: Place<'_>, opening: Opening<'_>) -> Result<Issued, ProxyError> {
+    async fn open_in(
+        &self,
+        place: Reservation<'_>,
+        opening: Opening<'_>,
+    ) -> Result<Issued, ProxyError> {
         let Opening {
             client_headers,
             caller,
             client_info,
             capabilities,
-            legacy,
+            client_era,
             ..
         } = opening;
         let opened = async {
@@ -936,29 +1077,27 @@ impl SessionPath {
                 }
             }
             let slot = match place {
-                Place::Taken(slot) => slot,
-                Place::For(who) => self
+                Reservation::Taken(slot) => slot,
+                Reservation::For(who) => self
                     .sessions
                     .reserve(who)
                     .map_err(|e| self.session_error(e, ""))?,
             };
             let forwarded = headers::to_upstream_in_session(client_headers);
-            let opened = self
+            // Owned from the moment the upstream has it: until the record takes it, the
+            // upstream session is ended if anything goes wrong — including the client
+            // leaving, which drops this future.
+            let session = self
                 .upstream
                 .open(client_info, capabilities, &forwarded)
                 .await
                 .map_err(|e| upstream_error(&self.upstream, e))?;
-            // Until the session is recorded, the upstream session is ended if anything goes
-            // wrong — including the client leaving, which drops this future.
-            let mut unadmitted = EndUnlessAdmitted {
-                path: self,
-                armed: true,
-                replica: opened.replica,
-                session_id: opened.session_id.clone(),
-                protocol_version: opened.negotiated.protocol_version,
-            };
-            // The client's identity is kept only where it may be replayed.
-            let client = (self.on_session_lost == OnSessionLost::Reinitialize).then(|| {
+            // The client's identity is kept where it may be replayed, and where every
+            // request carries it (a modern upstream has no session to remember it).
+            let keep_identity = self.on_session_lost == OnSessionLost::Reinitialize
+                || session.negotiated().is_modern();
+            let owner = self.owner_of(&session);
+            let client = keep_identity.then(|| {
                 Arc::new(ClientIdentity {
                     client_info: client_info.map(ToOwned::to_owned),
                     capabilities: capabilities.map(ToOwned::to_owned),
@@ -970,27 +1109,30 @@ impl SessionPath {
                     slot,
                     NewSession {
                         upstream: self.name.clone(),
-                        replica: opened.replica,
-                        upstream_session: opened.session_id,
-                        negotiated: opened.negotiated,
-                        owner: self.owner(),
-                        legacy,
+                        replica: session.replica(),
+                        upstream_session: session.id().map(Arc::from),
+                        negotiated: session.negotiated().clone(),
+                        // A bridged session's calls live here. A data-layer session of a
+                        // modern upstream has no owner: the server holds nothing for it,
+                        // so any replica serves it (its log level and subscriptions are
+                        // kept by the replica that was told them).
+                        owner: match client_era.is_legacy() && session.negotiated().is_modern() {
+                            true => Some(self.cluster.me().clone()),
+                            false => owner.clone(),
+                        },
+                        client_era,
                         client,
                         caller,
                     },
                 )
                 .await
                 .map_err(|e| self.session_error(e, ""))?;
-            unadmitted.armed = false;
-            let session_id = unadmitted.session_id.take();
-            let admitted = Binding {
-                replica: unadmitted.replica,
-                session_id: session_id.as_deref(),
-                protocol_version: unadmitted.protocol_version,
-            };
-            self.upstream.label_session(admitted, log_tag(&issued.id));
-            if let (true, Some(key)) = (self.upstream.is_process_local(), session_id) {
-                self.hold_locally(&issued.id, key);
+            // The record holds it now: its delete, expiry or loss ends it.
+            self.upstream
+                .label_session(session.addr(), log_tag(&issued.id));
+            let kept = session.keep();
+            if let (Some(_), Some(key)) = (owner, kept.id) {
+                self.hold_locally(&issued.id, key.to_string());
             }
             Ok(issued)
         }
@@ -1016,24 +1158,19 @@ impl SessionPath {
         opened
     }
 
-    /// Ends an upstream session in the background, without waiting.
-    fn end_upstream(&self, route: Route) {
-        self.endings.end_soon(self.ending(&route));
-    }
-
-    /// What ends the upstream session `route` names.
-    fn ending(&self, route: &Route) -> Ending {
+    /// What ends the upstream session `backing` names.
+    fn ending(&self, backing: &Backing) -> Ending {
         Ending::new(
             &self.upstream,
-            route.replica,
-            route.upstream_session.as_deref(),
-            route.negotiated.protocol_version,
+            backing.replica,
+            backing.upstream_session.as_deref(),
+            backing.negotiated.protocol_version,
         )
     }
 }
 
 /// Where a new session's place under the caps comes from.
-enum Place<'a> {
+enum Reservation<'a> {
     /// Taken already.
     Taken(Slot<'a>),
     /// To take, for this caller (`None`: nobody's to count).
@@ -1048,13 +1185,15 @@ struct Opening<'a> {
     counted_as: Option<CallerKey>,
     client_info: Option<&'a RawValue>,
     capabilities: Option<&'a RawValue>,
-    /// An old client's `initialize` (its answers carry no session `_meta`).
-    legacy: bool,
+    /// What the client speaks; an old client's `initialize` ([`ClientEra::Legacy`]): its
+    /// answers carry no session `_meta`.
+    client_era: ClientEra,
 }
 
 impl<'a> Opening<'a> {
     fn of(
         message: &Message<'a, '_>,
+        client_era: ClientEra,
         client_info: Option<&'a RawValue>,
         capabilities: Option<&'a RawValue>,
     ) -> Self {
@@ -1064,35 +1203,8 @@ impl<'a> Opening<'a> {
             counted_as: message.caller_key(),
             client_info,
             capabilities,
-            legacy: false,
+            client_era,
         }
-    }
-}
-
-/// Ends an upstream session on drop (without waiting, through the endings) unless a
-/// session took it.
-struct EndUnlessAdmitted<'a> {
-    path: &'a SessionPath,
-    /// Until the session is recorded.
-    armed: bool,
-    replica: crate::upstream::ReplicaId,
-    session_id: Option<String>,
-    protocol_version: &'static str,
-}
-
-impl Drop for EndUnlessAdmitted<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let path = self.path;
-        let ending = Ending::new(
-            &path.upstream,
-            self.replica,
-            self.session_id.as_deref(),
-            self.protocol_version,
-        );
-        path.endings.end_soon(ending);
     }
 }
 
@@ -1128,6 +1240,27 @@ pub fn upstream_error(upstream: &Upstream, source: UpstreamError) -> ProxyError 
     }
 }
 
+/// The protocol version an `initialize` asks for.
+fn requested_version<'m>(message: &'m Message<'_, '_>) -> Option<&'m str> {
+    let raw = message.params()?.member("protocolVersion")?;
+    raw.get().strip_prefix('"')?.strip_suffix('"')
+}
+
+/// Whether a session is an old client's of a modern upstream, served by the bridge.
+fn is_bridged(record: &SessionRecord) -> bool {
+    record.client_era.is_legacy() && record.backing.negotiated.is_modern()
+}
+
+/// What a session knows of its client, for a modern upstream's requests.
+fn frame_of(record: &SessionRecord, log_level: Option<LogLevel>) -> Frame<'_> {
+    let client = record.client.as_deref();
+    Frame {
+        client_info: client.and_then(|c| c.client_info.as_deref()),
+        capabilities: client.and_then(|c| c.capabilities.as_deref()),
+        log_level,
+    }
+}
+
 /// A 200 JSON answer with the session's `Mcp-Session-Id`.
 fn ok_in_session(body: Bytes, id: &str) -> Response<ProxyBody> {
     with_session(response::json(StatusCode::OK, body), id)
@@ -1152,30 +1285,4 @@ pub fn raw_bytes(body: &Bytes, raw: &RawValue) -> Bytes {
     range_in(body, raw)
         .map(|r| body.slice(r))
         .unwrap_or_else(|| Bytes::copy_from_slice(raw.get().as_bytes()))
-}
-
-/// An `InitializeResult` from what the upstream negotiated, with `sessions` (when given)
-/// set in its capabilities.
-fn initialize_result(negotiated: &Negotiated, sessions: Option<&[u8]>) -> Vec<u8> {
-    let mut capabilities = Vec::with_capacity(negotiated.capabilities.get().len() + 32);
-    match (sessions, RawObject::parse(&negotiated.capabilities)) {
-        (Some(sessions), Some(mut object)) => {
-            object.remove("sessions");
-            object.write(&mut capabilities, &[("sessions", sessions)]);
-        }
-        _ => capabilities.extend_from_slice(negotiated.capabilities.get().as_bytes()),
-    }
-    let mut out = Vec::with_capacity(capabilities.len() + 256);
-    out.extend_from_slice(br#"{"protocolVersion":"#);
-    write_json_str(&mut out, negotiated.protocol_version);
-    out.extend_from_slice(br#","capabilities":"#);
-    out.extend_from_slice(&capabilities);
-    out.extend_from_slice(br#","serverInfo":"#);
-    out.extend_from_slice(negotiated.server_info.get().as_bytes());
-    if let Some(instructions) = &negotiated.instructions {
-        out.extend_from_slice(br#","instructions":"#);
-        write_json_str(&mut out, instructions);
-    }
-    out.push(b'}');
-    out
 }

@@ -18,6 +18,8 @@ mod affinity;
 mod driver;
 mod handles;
 mod listen;
+pub(crate) use listen::MAX_RESOURCE_SUBSCRIPTIONS;
+mod waiting;
 
 pub use affinity::{Affinity, Fallback};
 
@@ -30,13 +32,15 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
 
-use self::affinity::{CallSession, Target};
-use self::driver::{First, ListWithHandles, Resume};
-use self::handles::Intercept;
-use super::cluster::{Cluster, Whereabouts};
+use self::affinity::{CallSession, CallTarget};
+use self::driver::{ListWithHandles, Resume};
+use self::handles::{HandleCall, Intercept};
+use self::waiting::Waiting;
+use super::cluster::{Cluster, Forward, Whereabouts};
 use super::headers;
 use super::relay::{self, Relay};
 use super::session::{SessionPath, raw_bytes, upstream_error};
+use crate::config::StatelessConfig;
 use crate::error::ProxyError;
 use crate::fairness::{Now, Place};
 use crate::jsonrpc::{Kind, RawObject, raw_str, write};
@@ -49,9 +53,9 @@ use crate::rewrite::handles::HandleTools;
 use crate::rewrite::stateless::{bound_params, discover_result, to_upstream};
 use crate::route::Message;
 use crate::session::now_millis;
-use crate::stateless::request_state::Binding as StateBinding;
+use crate::stateless::request_state::StateBinding;
 use crate::stateless::{Context, Parked, RequestStateError, Sealer, validate};
-use crate::upstream::{Endings, Messages, Pins, Pool, PoolSettings, Upstream, UpstreamError};
+use crate::upstream::{Era, Messages, Pins, Pool, PoolSettings, Upstream, UpstreamError};
 
 /// The pool re-initializes its upstream sessions at least this often, so a discovery
 /// result is never older than this plus its `ttlMs` (an upstream redeployed with new
@@ -60,25 +64,9 @@ pub const POOLED_SESSION_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// After an upstream request, how long to wait for more before asking the client.
 const GATHER: Duration = Duration::from_millis(50);
-
-/// What the stateless path is configured with: every `stateless.*` setting, for one
-/// upstream.
-#[derive(Debug, Clone)]
-pub struct StatelessSettings {
-    /// How calls map onto upstream sessions (`stateless.affinity`, with its own settings).
-    pub affinity: Affinity,
-    /// Upstream sessions open at once for shared and isolated calls (pooled, or held by
-    /// a call of its own).
-    pub max_pooled: usize,
-    /// `subscriptions/listen` streams open at once.
-    pub max_listens: usize,
-    /// A pooled upstream session idle this long is ended.
-    pub pool_idle_ttl: Duration,
-    /// How long an `input_required` call waits for its retry.
-    pub request_state_ttl: Duration,
-    /// An upstream event stream silent this long is ended.
-    pub sse_idle_timeout: Duration,
-}
+/// The longest the upstream's requests are gathered, from the first, however often more
+/// come.
+const MAX_GATHER: Duration = Duration::from_millis(250);
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -88,6 +76,8 @@ pub struct StatelessPath {
     pool: Arc<Pool>,
     /// Pinned sessions (`affinity = "pinned"`; empty otherwise).
     pins: Arc<Pins>,
+    /// A modern stdio server's children, one per caller (empty for any other upstream).
+    children: Arc<Pins>,
     /// Data-layer sessions, which session handles are.
     session_path: Arc<SessionPath>,
     /// The server's identity as last seen, for results the proxy answers itself.
@@ -95,6 +85,8 @@ pub struct StatelessPath {
     pool_idle_ttl: Duration,
     sealer: Sealer,
     parked: Parked<oneshot::Sender<Resume>>,
+    /// The bounds on calls waiting for their clients' input.
+    waiting: Arc<Waiting>,
     /// One permit per open `subscriptions/listen` stream.
     listens: Arc<Semaphore>,
     metrics: Arc<Metrics>,
@@ -108,15 +100,15 @@ impl StatelessPath {
     /// `keys` seal `requestState` (the first seals, all open; domain-separated from the
     /// session `state` they also seal); `session_path` (the same upstream's) opens, finds
     /// and ends the sessions behind handles; upstream sessions let go of (pooled, pinned,
-    /// isolated, subscriptions) are ended through `endings`.
+    /// isolated, subscriptions) end themselves through the upstream's endings.
     pub fn new(
         upstream: Upstream,
         metrics: Arc<Metrics>,
         keys: &[Vec<u8>],
         session_path: Arc<SessionPath>,
-        settings: &StatelessSettings,
+        settings: &StatelessConfig,
+        sse_idle_timeout: Duration,
         cluster: Arc<Cluster>,
-        endings: Arc<Endings>,
     ) -> Self {
         let path = session_path.path().to_owned();
         let pin_limits = match &settings.affinity {
@@ -134,10 +126,16 @@ impl StatelessPath {
                 idle_ttl: settings.pool_idle_ttl,
                 max_age: POOLED_SESSION_MAX_AGE,
             },
-            endings.clone(),
         );
         StatelessPath {
-            pins: Pins::new(upstream.clone(), pin_limits, endings),
+            pins: Pins::new(upstream.clone(), pin_limits),
+            children: Pins::new(
+                upstream.clone(),
+                crate::upstream::PinSettings {
+                    max_pinned: settings.max_pooled,
+                    idle_ttl: settings.pool_idle_ttl,
+                },
+            ),
             upstream,
             affinity: settings.affinity.clone(),
             pool,
@@ -146,9 +144,10 @@ impl StatelessPath {
             pool_idle_ttl: settings.pool_idle_ttl,
             sealer: Sealer::with_keys(keys, settings.request_state_ttl),
             parked: Parked::default(),
+            waiting: Waiting::new(settings.max_waiting_per_caller, settings.max_pooled),
             listens: Arc::new(Semaphore::new(settings.max_listens)),
             metrics,
-            sse_idle_timeout: settings.sse_idle_timeout,
+            sse_idle_timeout,
             cluster,
             path,
         }
@@ -182,12 +181,14 @@ impl StatelessPath {
     pub fn reap(&self) {
         self.pool.reap();
         self.pins.reap();
+        self.children.reap();
     }
 
     /// Ends every idle pooled session and every pinned one (shutdown).
     pub async fn close(&self) {
         self.pool.close().await;
         self.pins.close().await;
+        self.children.close().await;
     }
 
     /// Serves one stateless message.
@@ -196,6 +197,15 @@ impl StatelessPath {
         message: &Message<'_, '_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let envelope = message.envelope;
+        // A stdio server whose era no child has found yet is asked now (its first child
+        // then waits for a session); an HTTP one's was found before classification.
+        let era = match self.upstream.era() {
+            Some(era) => era,
+            None => self.upstream.find_era().await.map_err(|e| self.error(e))?,
+        };
+        if era == Era::Modern {
+            return self.native(message).await;
+        }
         match envelope.kind {
             // Over HTTP a stateless client cancels by closing the stream; a notification
             // has nothing to reach.
@@ -223,6 +233,59 @@ impl StatelessPath {
             }
             _ => self.call(message, &context, id, &forwarded).await,
         }
+    }
+
+    /// A 2026-07-28 message for a modern server the proxy runs (a stdio command; a modern
+    /// HTTP server takes such messages as they are, without this path): sent as it came
+    /// to the child held for its caller — one per caller, as a client would start its own
+    /// server, so that the retry of an `input_required` round reaches the process that
+    /// asked — and its answer passed back as it is. The server validates the message
+    /// itself.
+    async fn native(
+        self: &Arc<Self>,
+        message: &Message<'_, '_>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let forwarded = headers::to_upstream_in_session(message.headers);
+        let peer = message
+            .caller_key()
+            .map(|key| format!("{key:?}"))
+            .unwrap_or_default();
+        let key = format!("{}|{peer}", message.caller.hex());
+        let place = if self.children.holds(&key) {
+            None
+        } else {
+            Some(self.place_for(message.caller_key())?)
+        };
+        let child = self
+            .children
+            .checkout(&key, None, &forwarded, place)
+            .await
+            .map_err(|e| self.error(e))?;
+        let answer = self
+            .upstream
+            .exchange(child.addr(), message.body.clone(), &forwarded)
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                if matches!(e, UpstreamError::SessionGone) {
+                    child.lost();
+                }
+                return Err(self.error(e));
+            }
+        };
+        let request = relay::Request {
+            id: message.request_id().map(|id| raw_bytes(message.body, id)),
+            accepts: message.accepts,
+            stamp: None,
+            learn: None,
+        };
+        let relay = Relay {
+            upstream: &self.upstream,
+            metrics: &self.metrics,
+            idle_timeout: self.sse_idle_timeout,
+        };
+        relay.relay(answer, request).await
     }
 
     /// `server/discover`, from the upstream's `InitializeResult` as a pooled session
@@ -281,14 +344,16 @@ impl StatelessPath {
                 Whereabouts::There(owner) => {
                     return self
                         .cluster
-                        .forward(
+                        .forward(Forward {
                             owner,
-                            &self.path,
-                            http::Method::POST,
-                            message.headers,
-                            message.body.clone(),
-                            "",
-                        )
+                            path: &self.path,
+                            method: http::Method::POST,
+                            headers: message.headers,
+                            body: message.body.clone(),
+                            session_id: "",
+                            caller: message.caller,
+                            client: message.peer,
+                        })
                         .await;
                 }
                 // This replica restarted since the call was parked: it is gone.
@@ -315,29 +380,27 @@ impl StatelessPath {
                 ..
             } = &self.affinity
             {
-                let seen = handles::intercept(
-                    self,
+                let seen = handles::intercept(HandleCall {
+                    path: self,
                     message,
                     context,
-                    &id,
+                    id: &id,
                     forwarded,
                     tools,
-                    *max_per_caller,
-                )
+                    max_per_caller: *max_per_caller,
+                })
                 .await?;
                 match seen {
                     Intercept::Answered(response) => return Ok(*response),
                     Intercept::Handle(handle, body) => {
                         // A handle whose stdio server another replica runs is served
                         // there: the call goes on as it came.
-                        if let Some(forwarded) = self
-                            .session_path
-                            .to_owner(&handle, http::Method::POST, message.headers, message.body)
-                            .await
+                        if let Some(forwarded) =
+                            self.session_path.message_to_owner(&handle, message).await
                         {
                             return forwarded;
                         }
-                        target = Target::Handle(handle);
+                        target = CallTarget::Handle(handle);
                         stripped = body;
                     }
                     Intercept::ListTools { first_page } => {
@@ -368,12 +431,12 @@ impl StatelessPath {
                 .await;
             let (session, (status, messages)) = match (started, &target) {
                 (Ok(started), _) => started,
-                (Err(ProxyError::SessionNotFound { .. }), Target::Handle(handle)) => {
+                (Err(ProxyError::SessionNotFound { .. }), CallTarget::Handle(handle)) => {
                     return Ok(handles::unknown(self, &id, handle));
                 }
                 (Err(e), _) => return Err(e),
             };
-            let call = driver::Call {
+            let call = driver::StatelessCall {
                 path: self.clone(),
                 session,
                 messages,
@@ -385,6 +448,7 @@ impl StatelessPath {
                 log_level: context.log_level,
                 provided: provided.into_iter().collect(),
                 caller,
+                caller_key: message.caller_key(),
                 bound,
                 uri: (message.method() == Some(Method::ResourcesRead))
                     .then(|| params.and_then(|p| p.member("uri")).and_then(raw_str))
@@ -400,21 +464,12 @@ impl StatelessPath {
                 "the upstream call ended without an answer".into(),
             ))
         })?;
-        Ok(match first {
-            First::Json(status, body) => response::json(status, body),
-            First::Stream(first, rest) => {
-                let relay = Relay {
-                    upstream: &self.upstream,
-                    metrics: &self.metrics,
-                    idle_timeout: self.sse_idle_timeout,
-                };
-                let messages = Messages::Channel {
-                    first: Some(first),
-                    rx: rest,
-                };
-                response::events(relay.stream(messages, None))
-            }
-        })
+        let relay = Relay {
+            upstream: &self.upstream,
+            metrics: &self.metrics,
+            idle_timeout: self.sse_idle_timeout,
+        };
+        Ok(first.into_response(relay))
     }
 
     /// Sends the request on the upstream session `target` names. A session the upstream
@@ -427,7 +482,7 @@ impl StatelessPath {
         context: &Context<'_>,
         (id, body): (&[u8], Bytes),
         forwarded: &HeaderMap,
-        target: &Target,
+        target: &CallTarget,
         caller: (Caller, Option<CallerKey>),
     ) -> Result<(CallSession, (StatusCode, Messages)), ProxyError> {
         let mut attempt = 0;
@@ -435,10 +490,12 @@ impl StatelessPath {
             attempt += 1;
             let mut session = self.session_for(target, context, forwarded, caller).await?;
             self.saw(session.negotiated());
+            session.exchanging(true);
             let exchanged = self
                 .upstream
-                .exchange(session.binding(), body.clone(), forwarded)
+                .exchange(session.addr(), body.clone(), forwarded)
                 .await;
+            session.exchanging(false);
             if let Ok(answer) = &exchanged
                 && let Some(problem) = answer.unusable_for(id)
             {
@@ -449,7 +506,7 @@ impl StatelessPath {
             match (exchanged, &mut session) {
                 (Ok(answer), _) => return Ok((session, (answer.status, answer.messages))),
                 (Err(UpstreamError::SessionGone), CallSession::Handle(_)) => {
-                    if let Target::Handle(handle) = target {
+                    if let CallTarget::Handle(handle) = target {
                         self.session_path.forget_lost(handle).await;
                         return Err(ProxyError::SessionNotFound {
                             session_id: handle.clone(),
@@ -480,24 +537,24 @@ impl StatelessPath {
     /// handle is bound to) and whom the per-caller limits count a new pin against.
     async fn session_for(
         &self,
-        target: &Target,
+        target: &CallTarget,
         context: &Context<'_>,
         forwarded: &HeaderMap,
         (caller, key): (Caller, Option<CallerKey>),
     ) -> Result<CallSession, ProxyError> {
         let capabilities = Some(context.capabilities);
         let session = match target {
-            Target::Pooled => self
+            CallTarget::Pooled => self
                 .pool
                 .checkout(capabilities, caller, forwarded)
                 .await
                 .map(CallSession::Pooled),
-            Target::Alone => self
+            CallTarget::Isolated => self
                 .pool
                 .checkout_alone(capabilities, forwarded, context.log_level.is_some())
                 .await
                 .map(CallSession::Pooled),
-            Target::Pin(pin) => {
+            CallTarget::Pin(pin) => {
                 // A new pin opens an upstream session for the caller: counted like a
                 // data-layer session (held until the pin ends).
                 let place = if self.pins.holds(pin) {
@@ -510,7 +567,7 @@ impl StatelessPath {
                     .await
                     .map(CallSession::Pinned)
             }
-            Target::Handle(handle) => {
+            CallTarget::Handle(handle) => {
                 return self
                     .session_path
                     .lease_as(handle, caller)

@@ -10,6 +10,7 @@ use http_body_util::Full;
 use pin_project_lite::pin_project;
 
 use crate::error::ProxyError;
+use crate::fairness::Held;
 use crate::jsonrpc::write;
 use crate::mcp::tools::ToolHints;
 use crate::metrics::StreamGuard;
@@ -85,6 +86,9 @@ pin_project! {
         Untouched { #[pin] body: UpstreamBody, open: Option<StreamGuard> },
         /// An event stream of JSON-RPC messages, written event by event as they come.
         Events { #[pin] body: SseBody, open: StreamGuard },
+        /// Another proxy replica's answer to a request forwarded there, passed on as it
+        /// comes; its caller's place among the requests in flight is held until it ends.
+        Forwarded { #[pin] body: UpstreamBody, held: Held },
     }
 }
 
@@ -120,6 +124,7 @@ impl Body for ProxyBody {
             Projection::Full { body } => body.poll_frame(cx).map_err(|never| match never {}),
             Projection::Untouched { body, .. } => body.poll_frame(cx),
             Projection::Events { body, .. } => body.poll_frame(cx).map_err(|never| match never {}),
+            Projection::Forwarded { body, .. } => body.poll_frame(cx),
         }
     }
 
@@ -128,6 +133,7 @@ impl Body for ProxyBody {
             ProxyBody::Full { body } => body.is_end_stream(),
             ProxyBody::Untouched { body, .. } => body.is_end_stream(),
             ProxyBody::Events { body, .. } => body.is_end_stream(),
+            ProxyBody::Forwarded { body, .. } => body.is_end_stream(),
         }
     }
 
@@ -136,6 +142,7 @@ impl Body for ProxyBody {
             ProxyBody::Full { body } => body.size_hint(),
             ProxyBody::Untouched { body, .. } => body.size_hint(),
             ProxyBody::Events { .. } => SizeHint::default(),
+            ProxyBody::Forwarded { body, .. } => body.size_hint(),
         }
     }
 }

@@ -23,9 +23,10 @@ fn the_session_a_header_names_needs_the_proxys_shape() {
 
 #[test]
 fn a_header_outside_visible_ascii_is_refused_whatever_the_route() {
-    let rules = Rules {
+    let rules = RouteRules {
         require_session: false,
-        sessionless_way_in: true,
+        old_clients_pass: true,
+        modern_upstream: false,
     };
     for value in [
         &b"caf\xc3\xa9"[..],

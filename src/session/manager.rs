@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::id;
-use super::record::{ClientIdentity, Millis, Route, SessionRecord, now_millis};
+use super::record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis};
 use super::state::StateSigner;
-use super::store::{Renewal, SessionStore, Store, StoreError};
+use super::store::{Renewal, Reroute, SessionStore, Store, StoreError};
 use crate::fairness::{self, BoundAt, Fairness, Now, Place, Refused};
+use crate::mcp::ClientEra;
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::initialize::Negotiated;
 
@@ -39,10 +40,11 @@ pub struct Settings {
 pub struct NewSession {
     pub upstream: Arc<str>,
     pub replica: u64,
-    pub upstream_session: Option<String>,
-    pub negotiated: Negotiated,
+    pub upstream_session: Option<Arc<str>>,
+    pub negotiated: Arc<Negotiated>,
     pub owner: Option<Arc<str>>,
-    pub legacy: bool,
+    /// What the client opening it speaks.
+    pub client_era: ClientEra,
     pub client: Option<Arc<ClientIdentity>>,
     /// The caller opening it, which it is bound to.
     pub caller: Caller,
@@ -230,16 +232,16 @@ impl Sessions {
         let negotiated = self.share(new.negotiated);
         let record = SessionRecord {
             upstream: new.upstream,
-            route: Route {
+            backing: Backing {
                 replica: new.replica,
-                upstream_session: new.upstream_session.map(Arc::from),
+                upstream_session: new.upstream_session,
                 negotiated: negotiated.clone(),
                 owner: new.owner,
             },
             created_at: now,
             expires_at,
             seq: 0,
-            legacy: new.legacy,
+            client_era: new.client_era,
             client: new.client,
             caller: Some(new.caller),
         };
@@ -339,15 +341,10 @@ impl Sessions {
         Ok(removed)
     }
 
-    /// Points session `id` at a new upstream session if it still names `from`; whether
-    /// it did (another request may have replaced it first).
-    pub async fn reroute(
-        &self,
-        id: &str,
-        from: Option<&str>,
-        to: &Route,
-    ) -> Result<bool, SessionError> {
-        Ok(self.store.reroute(id, from, to).await?)
+    /// Points session `id` at a new upstream session if it still names `change.from`;
+    /// whether it did (another request may have replaced it first).
+    pub async fn reroute(&self, id: &str, change: Reroute<'_>) -> Result<bool, SessionError> {
+        Ok(self.store.reroute(id, change).await?)
     }
 
     /// The record of a live session without using it.
@@ -404,14 +401,13 @@ impl Sessions {
         now.saturating_add(self.settings.idle_ttl.as_millis() as Millis)
     }
 
-    fn share(&self, negotiated: Negotiated) -> Arc<Negotiated> {
+    fn share(&self, negotiated: Arc<Negotiated>) -> Arc<Negotiated> {
         let mut last = self.last_negotiated.lock();
         match &*last {
-            Some(shared) if **shared == negotiated => shared.clone(),
+            Some(shared) if **shared == *negotiated => shared.clone(),
             _ => {
-                let shared = Arc::new(negotiated);
-                *last = Some(shared.clone());
-                shared
+                *last = Some(negotiated.clone());
+                negotiated
             }
         }
     }

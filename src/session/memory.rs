@@ -3,8 +3,8 @@
 use dashmap::DashMap;
 
 use super::id;
-use super::record::{Millis, Route, SessionRecord};
-use super::store::{Renewal, SessionStore, StoreError};
+use super::record::{Millis, SessionRecord};
+use super::store::{Renewal, Reroute, SessionStore, StoreError};
 
 /// Sessions in memory; they live as long as the process.
 #[derive(Debug, Default)]
@@ -54,14 +54,15 @@ impl SessionStore for MemoryStore {
         Ok(self.map.remove(id).map(|(_, record)| record))
     }
 
-    async fn reroute(&self, id: &str, from: Option<&str>, to: &Route) -> Result<bool, StoreError> {
+    async fn reroute(&self, id: &str, change: Reroute<'_>) -> Result<bool, StoreError> {
+        let Reroute { from, to } = change;
         let Some(mut record) = self.map.get_mut(id) else {
             return Ok(false);
         };
-        if record.route.upstream_session.as_deref() != from {
+        if record.backing.upstream_session.as_deref() != from {
             return Ok(false);
         }
-        record.route = to.clone();
+        record.backing = to.clone();
         Ok(true)
     }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::mcp::ClientEra;
 use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
@@ -27,16 +28,18 @@ pub fn rfc3339(at: Millis) -> String {
 pub struct SessionRecord {
     /// The name of the upstream serving it.
     pub upstream: Arc<str>,
-    /// Where its upstream session is: which replica, which session there.
-    pub route: Route,
+    /// Its upstream session: which replica, which session there.
+    pub backing: Backing,
     pub created_at: Millis,
     /// Idle expiry, renewed by every use.
     pub expires_at: Millis,
     /// Bumped by every use and sealed into `state`, so states are ordered.
     pub seq: u64,
-    /// Opened by a legacy client's `initialize` (the proxy is its transport, as for a
-    /// stdio upstream), not by `sessions/create`: its answers carry no session `_meta`.
-    pub legacy: bool,
+    /// What the client that opened it speaks. [`ClientEra::Legacy`]: opened by an old
+    /// client's `initialize` (the proxy is its transport, as for a stdio upstream), not by
+    /// `sessions/create`: its answers carry no session `_meta`, whatever its messages
+    /// look like.
+    pub client_era: ClientEra,
     /// The client's `initialize` identity, kept when the upstream's policy is to
     /// replay it on a lost session.
     pub client: Option<Arc<ClientIdentity>>,
@@ -56,10 +59,10 @@ impl SessionRecord {
     }
 }
 
-/// The upstream session behind a session; replaced as a whole when a lost one is
-/// reinitialized.
+/// The upstream session backing a data-layer session: where it is and what it
+/// negotiated. Replaced as a whole when a lost one is reinitialized.
 #[derive(Debug, Clone)]
-pub struct Route {
+pub struct Backing {
     /// The replica holding it (a hash of its URL; 0 for a stdio upstream).
     pub replica: u64,
     /// The upstream's `Mcp-Session-Id`; `None` when the upstream issued none.

@@ -1,6 +1,6 @@
-//! The Redis store: session records in a Redis server shared by proxy replicas, so a
-//! session created on one replica is used and deleted on another, and a restarted proxy
-//! carries on every live session.
+//! The Redis store: session records in a Redis shared by proxy replicas, so a session
+//! created on one replica is used and deleted on another, and a restarted proxy carries
+//! on every live session.
 //!
 //! Layout (every key under [`PREFIX`]):
 //! - `s:<sessionId>`, a hash: `r` the record (compact JSON), `q` the use sequence, `u`
@@ -15,30 +15,42 @@
 //!   on (pass-through affinity), with the idle TTL.
 //!
 //! Every operation on the request path is one round trip: a Lua script (`EVALSHA`) that
-//! reads and renews together. The connection manager reconnects by itself; while Redis is
-//! down every operation fails within [`TIMEOUT`] with [`StoreError::Unavailable`] (the
-//! client hears HTTP 503), and nothing is lost that Redis kept. Not for Redis Cluster
-//! (the scripts touch keys they are not given).
+//! reads and renews together. A session's creation and deletion — what a client is told
+//! about — also wait for `session.redis_wait_replicas` replicas (`WAIT`, in the same
+//! pipeline), so that a failover does not lose them; a renewal does not wait (losing the
+//! last renewals to a failover only brings a session's expiry back by as much).
+//!
+//! How the primary is reached — one server, or the one Redis Sentinel names, found again
+//! after a failover — is [`link`]'s. While there is none every operation fails within
+//! `session.redis_timeout` with [`StoreError::Unavailable`] (the client hears HTTP 503),
+//! and nothing is lost that Redis kept.
+//!
+//! Not for Redis Cluster: every script touches the one `expiry` index with the session's
+//! own hash (and the reaper's builds key names it is not given), so every key would have
+//! to share one hash slot — one shard holding everything, which is what a primary and
+//! its replicas under Sentinel already are.
+
+mod link;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, Script};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use self::link::{Link, Op};
 use super::id;
-use super::record::{ClientIdentity, Millis, Route, SessionRecord};
-use super::store::{Renewal, SessionStore, StoreError};
+use super::record::{Backing, ClientIdentity, Millis, SessionRecord};
+use super::store::{Renewal, Reroute, SessionStore, StoreError};
+use crate::config::RedisConfig;
+use crate::mcp::ClientEra;
 use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::mcp::version;
 
 /// Every key of the proxy starts with this.
 pub const PREFIX: &str = "mcp-session-proxy:";
-/// How long a Redis command (or a connection attempt) may take.
-pub const TIMEOUT: Duration = Duration::from_millis(1000);
 /// How long after its idle expiry an unreaped record stays in Redis.
 pub const REAP_GRACE: Duration = Duration::from_secs(600);
 
@@ -105,7 +117,7 @@ return out
 
 /// Sessions in Redis.
 pub struct RedisStore {
-    manager: ConnectionManager,
+    link: Link,
     idle_ttl: Duration,
     max_sessions: usize,
     scripts: Scripts,
@@ -147,9 +159,14 @@ struct Stored {
     o: Option<Arc<str>>,
     /// created at
     t: Millis,
-    /// legacy
+    /// whether the client is legacy: what builds before `e` read of its era, written on
+    /// for them
     #[serde(default)]
     l: bool,
+    /// the client's era (`ClientEra::name`); absent from records written before it, whose
+    /// era `l` says
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    e: Option<String>,
     /// the client's identity (clientInfo, capabilities)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ci: Option<Box<RawValue>>,
@@ -166,7 +183,7 @@ struct Stored {
 
 fn encode(
     upstream: &Arc<str>,
-    route: &Route,
+    route: &Backing,
     record: Option<&SessionRecord>,
 ) -> Result<Vec<u8>, StoreError> {
     let n = &route.negotiated;
@@ -181,7 +198,8 @@ fn encode(
         n: n.instructions.clone(),
         o: route.owner.clone(),
         t: record.map_or(0, |r| r.created_at),
-        l: record.is_some_and(|r| r.legacy),
+        l: record.is_some_and(|r| r.client_era.is_legacy()),
+        e: record.map(|r| r.client_era.name().to_owned()),
         ci: client.and_then(|c| c.client_info.clone()),
         cc: client.and_then(|c| c.capabilities.clone()),
         k: client.is_some(),
@@ -194,7 +212,7 @@ fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, St
     let stored: Stored = serde_json::from_slice(blob).map_err(|e| {
         StoreError::Unavailable(format!("a session record in Redis is unreadable: {e}"))
     })?;
-    let protocol_version = version::known_stateful(&stored.v).unwrap_or(version::LATEST_STATEFUL);
+    let protocol_version = version::known(&stored.v).unwrap_or(version::LATEST_STATEFUL);
     let caller = match stored.w.as_deref() {
         None => None,
         Some(hex) => Some(Caller::from_hex(hex).ok_or_else(|| {
@@ -203,7 +221,7 @@ fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, St
     };
     Ok(SessionRecord {
         upstream: stored.u,
-        route: Route {
+        backing: Backing {
             replica: stored.r,
             upstream_session: stored.s,
             negotiated: Arc::new(Negotiated {
@@ -217,7 +235,11 @@ fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, St
         created_at: stored.t,
         expires_at,
         seq,
-        legacy: stored.l,
+        client_era: stored
+            .e
+            .as_deref()
+            .and_then(ClientEra::parse)
+            .unwrap_or(ClientEra::from_legacy_flag(stored.l)),
         client: stored.k.then(|| {
             Arc::new(ClientIdentity {
                 client_info: stored.ci,
@@ -228,8 +250,11 @@ fn decode(blob: &[u8], seq: u64, expires_at: Millis) -> Result<SessionRecord, St
     })
 }
 
-fn unavailable(e: redis::RedisError) -> StoreError {
-    StoreError::Unavailable(e.to_string())
+/// `EVALSHA` of `script` with its keys; its arguments follow.
+fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
 }
 
 fn session_key(id: &str) -> String {
@@ -240,23 +265,19 @@ fn expiry_key() -> String {
     format!("{PREFIX}expiry")
 }
 
+fn affinity_key(upstream: &str, session: &str) -> String {
+    format!("{PREFIX}p:{upstream}:{session}")
+}
+
 impl RedisStore {
-    /// A store at `url` (connected lazily, reconnected by itself).
+    /// A store in the Redis `config` names (connected lazily, reconnected by itself).
     pub fn new(
-        url: &str,
+        config: &RedisConfig,
         idle_ttl: Duration,
         max_sessions: usize,
     ) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let manager =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
         Ok(RedisStore {
-            manager,
+            link: Link::new(config)?,
             idle_ttl,
             max_sessions,
             scripts: Scripts {
@@ -268,10 +289,6 @@ impl RedisStore {
                 take_expired: Script::new(TAKE_EXPIRED),
             },
         })
-    }
-
-    fn connection(&self) -> ConnectionManager {
-        self.manager.clone()
     }
 
     /// When Redis may drop a record whose idle expiry is `expires_at`.
@@ -286,50 +303,38 @@ impl RedisStore {
         session: &str,
         replica: u64,
     ) -> Result<(), StoreError> {
-        let key = format!("{PREFIX}p:{upstream}:{session}");
         let ttl = self.idle_ttl.as_millis() as u64;
-        redis::cmd("SET")
-            .arg(key)
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(affinity_key(upstream, session))
             .arg(replica)
             .arg("PX")
-            .arg(ttl.max(1))
-            .query_async::<()>(&mut self.connection())
-            .await
-            .map_err(unavailable)
+            .arg(ttl.max(1));
+        self.link.run(Op::Cmd(&cmd)).await
     }
 
     /// The replica an old client's upstream session lives on, if a proxy learned it.
     pub async fn affinity(&self, upstream: &str, session: &str) -> Result<Option<u64>, StoreError> {
-        let key = format!("{PREFIX}p:{upstream}:{session}");
-        redis::cmd("GET")
-            .arg(key)
-            .query_async::<Option<u64>>(&mut self.connection())
-            .await
-            .map_err(unavailable)
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(affinity_key(upstream, session));
+        self.link.run(Op::Cmd(&cmd)).await
     }
 
     /// Forgets an old client's upstream session (it ended).
     pub async fn forget_affinity(&self, upstream: &str, session: &str) -> Result<(), StoreError> {
-        let key = format!("{PREFIX}p:{upstream}:{session}");
-        redis::cmd("DEL")
-            .arg(key)
-            .query_async::<()>(&mut self.connection())
-            .await
-            .map_err(unavailable)
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(affinity_key(upstream, session));
+        self.link.run(Op::Cmd(&cmd)).await
     }
 }
 
 impl SessionStore for RedisStore {
     async fn create(&self, record: SessionRecord) -> Result<String, StoreError> {
         let id = id::generate();
-        let blob = encode(&record.upstream, &record.route, Some(&record))?;
-        let created: i64 = self
-            .scripts
-            .create
-            .key(session_key(&id))
-            .key(expiry_key())
-            .arg(blob)
-            .arg(record.route.upstream_session.as_deref().unwrap_or(""))
+        let blob = encode(&record.upstream, &record.backing, Some(&record))?;
+        let script = &self.scripts.create;
+        let mut cmd = evalsha(script, &[&session_key(&id), &expiry_key()]);
+        cmd.arg(blob)
+            .arg(record.backing.upstream_session.as_deref().unwrap_or(""))
             .arg(record.expires_at)
             .arg(self.key_expiry(record.expires_at))
             .arg(self.max_sessions)
@@ -338,10 +343,9 @@ impl SessionStore for RedisStore {
                 record
                     .caller
                     .map_or_else(|| "-".to_owned(), |caller| caller.hex()),
-            )
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+            );
+        // The client is told of its session only once replicas have it.
+        let created: i64 = self.link.run(Op::Replicated(script, &cmd)).await?;
         if created == 0 {
             return Err(StoreError::Full {
                 max: self.max_sessions,
@@ -351,35 +355,24 @@ impl SessionStore for RedisStore {
     }
 
     async fn renew(&self, id: &str, renewal: Renewal) -> Result<Option<SessionRecord>, StoreError> {
-        let renewed: Option<(Vec<u8>, u64)> = self
-            .scripts
-            .renew
-            .key(session_key(id))
-            .key(expiry_key())
-            .arg(renewal.now)
+        let script = &self.scripts.renew;
+        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
+        cmd.arg(renewal.now)
             .arg(renewal.expires_at)
             .arg(self.key_expiry(renewal.expires_at))
             .arg(id)
-            .arg(renewal.caller.hex())
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+            .arg(renewal.caller.hex());
+        let renewed: Option<(Vec<u8>, u64)> = self.link.run(Op::Script(script, &cmd)).await?;
         renewed
             .map(|(blob, seq)| decode(&blob, seq, renewal.expires_at))
             .transpose()
     }
 
     async fn get(&self, id: &str, now: Millis) -> Result<Option<SessionRecord>, StoreError> {
-        let found: Option<(Vec<u8>, u64)> = self
-            .scripts
-            .get
-            .key(session_key(id))
-            .key(expiry_key())
-            .arg(now)
-            .arg(id)
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+        let script = &self.scripts.get;
+        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
+        cmd.arg(now).arg(id);
+        let found: Option<(Vec<u8>, u64)> = self.link.run(Op::Script(script, &cmd)).await?;
         // The exact expiry is not needed by `get`'s callers; "live" is.
         found
             .map(|(blob, seq)| decode(&blob, seq, now.saturating_add(1)))
@@ -387,34 +380,27 @@ impl SessionStore for RedisStore {
     }
 
     async fn remove(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        let removed: Option<(Vec<u8>, u64)> = self
-            .scripts
-            .remove
-            .key(session_key(id))
-            .key(expiry_key())
-            .arg(id)
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+        let script = &self.scripts.remove;
+        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
+        cmd.arg(id);
+        // A deletion the client was told of must not come back with a failover.
+        let removed: Option<(Vec<u8>, u64)> = self.link.run(Op::Replicated(script, &cmd)).await?;
         removed.map(|(blob, seq)| decode(&blob, seq, 0)).transpose()
     }
 
-    async fn reroute(&self, id: &str, from: Option<&str>, to: &Route) -> Result<bool, StoreError> {
+    async fn reroute(&self, id: &str, change: Reroute<'_>) -> Result<bool, StoreError> {
+        let Reroute { from, to } = change;
         // The record's other fields come along: read it, then swap it in one script.
         let Some(current) = self.get(id, 0).await? else {
             return Ok(false);
         };
         let blob = encode(&current.upstream, to, Some(&current))?;
-        let done: i64 = self
-            .scripts
-            .reroute
-            .key(session_key(id))
-            .arg(from.unwrap_or(""))
+        let script = &self.scripts.reroute;
+        let mut cmd = evalsha(script, &[&session_key(id)]);
+        cmd.arg(from.unwrap_or(""))
             .arg(blob)
-            .arg(to.upstream_session.as_deref().unwrap_or(""))
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+            .arg(to.upstream_session.as_deref().unwrap_or(""));
+        let done: i64 = self.link.run(Op::Script(script, &cmd)).await?;
         Ok(done == 1)
     }
 
@@ -423,16 +409,10 @@ impl SessionStore for RedisStore {
         now: Millis,
         limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
-        let flat: Vec<redis::Value> = self
-            .scripts
-            .take_expired
-            .key(expiry_key())
-            .arg(now)
-            .arg(limit)
-            .arg(format!("{PREFIX}s:"))
-            .invoke_async(&mut self.connection())
-            .await
-            .map_err(unavailable)?;
+        let script = &self.scripts.take_expired;
+        let mut cmd = evalsha(script, &[&expiry_key()]);
+        cmd.arg(now).arg(limit).arg(format!("{PREFIX}s:"));
+        let flat: Vec<redis::Value> = self.link.run(Op::Script(script, &cmd)).await?;
         let mut out = Vec::with_capacity(flat.len() / 3);
         for triple in flat.chunks_exact(3) {
             let unreadable = |e: redis::ParsingError| StoreError::Unavailable(e.to_string());
@@ -448,18 +428,12 @@ impl SessionStore for RedisStore {
     }
 
     async fn list(&self, limit: usize) -> Result<Vec<(String, SessionRecord)>, StoreError> {
-        let mut connection = self.connection();
         let last = isize::try_from(limit)
             .unwrap_or(isize::MAX)
             .saturating_sub(1);
-        let ids: Vec<(String, u64)> = redis::cmd("ZRANGE")
-            .arg(expiry_key())
-            .arg(0)
-            .arg(last)
-            .arg("WITHSCORES")
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(expiry_key()).arg(0).arg(last).arg("WITHSCORES");
+        let ids: Vec<(String, u64)> = self.link.run(Op::Cmd(&cmd)).await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -467,10 +441,7 @@ impl SessionStore for RedisStore {
         for (id, _) in &ids {
             pipe.cmd("HMGET").arg(session_key(id)).arg("r").arg("q");
         }
-        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = pipe
-            .query_async(&mut connection)
-            .await
-            .map_err(unavailable)?;
+        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.link.run(Op::Pipeline(&pipe)).await?;
         Ok(ids
             .into_iter()
             .zip(rows)
@@ -482,12 +453,9 @@ impl SessionStore for RedisStore {
     }
 
     async fn count(&self) -> Result<Option<usize>, StoreError> {
-        redis::cmd("ZCARD")
-            .arg(expiry_key())
-            .query_async::<usize>(&mut self.connection())
-            .await
-            .map(Some)
-            .map_err(unavailable)
+        let mut cmd = redis::cmd("ZCARD");
+        cmd.arg(expiry_key());
+        self.link.run(Op::Cmd(&cmd)).await.map(Some)
     }
 }
 
@@ -498,7 +466,7 @@ mod tests {
     fn record(caller: Option<Caller>) -> SessionRecord {
         SessionRecord {
             upstream: "alpha".into(),
-            route: Route {
+            backing: Backing {
                 replica: 7,
                 upstream_session: Some("up-1".into()),
                 negotiated: Arc::new(Negotiated {
@@ -512,10 +480,46 @@ mod tests {
             created_at: 1,
             expires_at: 2,
             seq: 0,
-            legacy: false,
+            client_era: ClientEra::DataLayer,
             client: None,
             caller,
         }
+    }
+
+    #[test]
+    fn a_record_keeps_the_clients_era_and_reads_the_records_of_earlier_builds() {
+        for era in [
+            ClientEra::Legacy,
+            ClientEra::DataLayer,
+            ClientEra::Sep1364,
+            ClientEra::Modern,
+        ] {
+            let r = SessionRecord {
+                client_era: era,
+                ..record(None)
+            };
+            let blob = encode(&r.upstream, &r.backing, Some(&r)).unwrap();
+            assert_eq!(decode(&blob, 3, 9).unwrap().client_era, era);
+            // An earlier build reads `l` alone: still true for an old client's session.
+            let text: serde_json::Value = serde_json::from_slice(&blob).unwrap();
+            assert_eq!(text["l"], era == ClientEra::Legacy, "{text}");
+        }
+        // Records an earlier build wrote: `l` only, or nothing (not legacy).
+        let old = |l: &str| {
+            format!(
+                r#"{{"u":"alpha","r":7,"s":"up-1","v":"2025-11-25","i":{{"name":"s"}},"c":{{}},"t":1{l}}}"#
+            )
+        };
+        let legacy = decode(old(r#","l":true"#).as_bytes(), 0, 2).unwrap();
+        assert_eq!(legacy.client_era, ClientEra::Legacy);
+        assert_eq!(legacy.backing.upstream_session.as_deref(), Some("up-1"));
+        for l in [r#","l":false"#, ""] {
+            let record = decode(old(l).as_bytes(), 0, 2).unwrap();
+            assert_eq!(record.client_era, ClientEra::DataLayer, "{l}");
+        }
+        // A word a later build writes falls back to what `l` says.
+        let later = decode(old(r#","l":true,"e":"2027""#).as_bytes(), 0, 2).unwrap();
+        assert_eq!(later.client_era, ClientEra::Legacy);
     }
 
     #[test]
@@ -524,12 +528,12 @@ mod tests {
         headers.insert(http::header::AUTHORIZATION, "Bearer a".parse().unwrap());
         for caller in [None, Some(Caller::ANONYMOUS), Some(Caller::of(&headers))] {
             let r = record(caller);
-            let blob = encode(&r.upstream, &r.route, Some(&r)).unwrap();
+            let blob = encode(&r.upstream, &r.backing, Some(&r)).unwrap();
             assert_eq!(decode(&blob, 3, 9).unwrap().caller, caller);
         }
         // Redis keeps the hash, never the credentials.
         let bound = record(Some(Caller::of(&headers)));
-        let blob = encode(&bound.upstream, &bound.route, Some(&bound)).unwrap();
+        let blob = encode(&bound.upstream, &bound.backing, Some(&bound)).unwrap();
         let text = String::from_utf8(blob).unwrap();
         assert!(!text.contains("Bearer"), "{text}");
     }

@@ -9,7 +9,7 @@
 use std::future::Future;
 
 use super::memory::MemoryStore;
-use super::record::{Millis, Route, SessionRecord};
+use super::record::{Backing, Millis, SessionRecord};
 use super::redis::RedisStore;
 use super::sealed::SealedStore;
 use crate::mcp::caller::Caller;
@@ -44,6 +44,16 @@ pub struct Renewal {
     pub caller: Caller,
 }
 
+/// A session's move to a new upstream session (a lost one reinitialized): made only if
+/// the session still names `from`, a compare-and-swap.
+#[derive(Debug, Clone, Copy)]
+pub struct Reroute<'a> {
+    /// The upstream session it names now.
+    pub from: Option<&'a str>,
+    /// What it is to name.
+    pub to: &'a Backing,
+}
+
 /// Keeps session records by sessionId.
 pub trait SessionStore: Send + Sync + 'static {
     /// Keeps a new session and returns the id it chose for it.
@@ -76,13 +86,12 @@ pub trait SessionStore: Send + Sync + 'static {
         id: &str,
     ) -> impl Future<Output = Result<Option<SessionRecord>, StoreError>> + Send;
 
-    /// Points a session at a new upstream session, if it still names the upstream
-    /// session `from` (another request may have done it first). Whether it did.
+    /// Points a session at a new upstream session, if it still names the one it names
+    /// now (another request may have done it first). Whether it did.
     fn reroute(
         &self,
         id: &str,
-        from: Option<&str>,
-        to: &Route,
+        change: Reroute<'_>,
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Removes and returns up to `limit` sessions expired at `now`. Among replicas sharing
@@ -180,8 +189,8 @@ impl SessionStore for Store {
         each!(self, s => s.remove(id).await)
     }
 
-    async fn reroute(&self, id: &str, from: Option<&str>, to: &Route) -> Result<bool, StoreError> {
-        each!(self, s => s.reroute(id, from, to).await)
+    async fn reroute(&self, id: &str, change: Reroute<'_>) -> Result<bool, StoreError> {
+        each!(self, s => s.reroute(id, change).await)
     }
 
     async fn take_expired(

@@ -2,35 +2,42 @@
 //! their client answers.
 //!
 //! A retry names the parked call only through its `requestState`, which clients control,
-//! so the token is sealed: HMAC-SHA256 over a random park id, an expiry, a hash of the
-//! caller (the [`Caller`] every session is bound to: its `Authorization`, `Cookie` and
-//! `X-Api-Key` headers, or with `[auth]` its token's subject) and a digest of the method
-//! and params of the original request. A token that was changed, has expired, comes from another caller, or
-//! arrives with another request is refused; a good token can be used once (the parked
-//! call is taken out of the table).
+//! so the token is sealed: encrypted and authenticated (XChaCha20-Poly1305, a random
+//! 192-bit nonce per token) over a random park id, an expiry, a hash of the caller (the
+//! [`Caller`] every session is bound to: its `Authorization`, `Cookie` and `X-Api-Key`
+//! headers, or with `[auth]` its token's subject) and a digest of the method and params of
+//! the original request. A token that was changed, has expired, comes from another
+//! caller, or arrives with another request is refused; a good token can be used once (the
+//! parked call is taken out of the table).
 //!
 //! The parked call lives in one proxy process, which the token also names (its owner,
 //! `<advertised URL>#<incarnation>`), so that a retry landing on another replica sharing
-//! the key is forwarded there. Several keys open tokens (the first seals), so keys
-//! rotate.
+//! the key is forwarded there. That is an internal address: it is sealed with the rest,
+//! and a client sees only opaque bytes. Several keys open tokens (the first seals), so
+//! keys rotate; each is derived from a state key, in a domain of its own.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use chacha20poly1305::KeyInit;
+use chacha20poly1305::XChaCha20Poly1305;
 use dashmap::DashMap;
-use hmac::{Hmac, Mac};
+use hmac::Mac;
 use sha2::{Digest, Sha256};
 
 use crate::mcp::caller::Caller;
+use crate::session::aead::{self, NONCE, TAG};
 use crate::session::keyed_hmac;
 
-const VERSION: u8 = 2;
-const DOMAIN: &[u8] = b"mcp-session-proxy/request-state/v2\0";
+const VERSION: u8 = 3;
+/// Bound to every token as associated data: a sealed session id never opens as one.
+const AAD: &[u8] = b"mcp-session-proxy/request-state/v3";
+/// What a state key is turned into a token key with.
+const KEY_DOMAIN: &[u8] = b"mcp-session-proxy/request-state-key/v3";
 /// version · park id · expiry (ms) · caller · request digest · owner length, then the
-/// owner, then the tag.
+/// owner.
 const FIXED: usize = 1 + 16 + 8 + 8 + 16 + 1;
-const TAG: usize = 16;
 /// Longest owner a token carries.
 const MAX_OWNER: usize = 255;
 
@@ -53,7 +60,7 @@ pub enum RequestStateError {
 #[derive(Clone)]
 pub struct Sealer {
     /// The first seals; all open.
-    keyed: Vec<Hmac<Sha256>>,
+    ciphers: Vec<XChaCha20Poly1305>,
     ttl: Duration,
 }
 
@@ -65,7 +72,7 @@ impl std::fmt::Debug for Sealer {
 
 /// What a token binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Binding<'a> {
+pub struct StateBinding<'a> {
     /// Who may use it.
     pub caller: Caller,
     pub method: &'a str,
@@ -101,10 +108,15 @@ impl Sealer {
 
     /// A sealer sealing with `keys[0]` and opening with each of `keys`.
     pub fn with_keys(keys: &[Vec<u8>], ttl: Duration) -> Self {
-        Sealer {
-            keyed: keys.iter().map(|k| keyed_hmac(k)).collect(),
-            ttl,
-        }
+        let ciphers = keys
+            .iter()
+            .filter_map(|key| {
+                let mut mac = keyed_hmac(key);
+                mac.update(KEY_DOMAIN);
+                XChaCha20Poly1305::new_from_slice(&mac.finalize().into_bytes()).ok()
+            })
+            .collect();
+        Sealer { ciphers, ttl }
     }
 
     pub fn ttl(&self) -> Duration {
@@ -112,21 +124,22 @@ impl Sealer {
     }
 
     /// A token for park `id` held by `owner`, bound to `binding`.
-    pub fn seal(&self, id: [u8; 16], owner: &str, binding: Binding<'_>) -> String {
+    pub fn seal(&self, id: [u8; 16], owner: &str, binding: StateBinding<'_>) -> String {
         let owner = owner
             .as_bytes()
             .get(..MAX_OWNER)
             .unwrap_or(owner.as_bytes());
-        let mut raw = Vec::with_capacity(FIXED + owner.len() + TAG);
-        raw.push(VERSION);
-        raw.extend_from_slice(&id);
-        raw.extend_from_slice(&(now_ms() + self.ttl.as_millis() as u64).to_be_bytes());
-        raw.extend_from_slice(&caller_digest(binding.caller));
-        raw.extend_from_slice(&request_digest(binding));
-        raw.push(owner.len() as u8);
-        raw.extend_from_slice(owner);
-        let tag = tag(&self.keyed[0], &raw);
-        raw.extend_from_slice(&tag);
+        let mut plain = Vec::with_capacity(FIXED + owner.len());
+        plain.push(VERSION);
+        plain.extend_from_slice(&id);
+        plain.extend_from_slice(&(now_ms() + self.ttl.as_millis() as u64).to_be_bytes());
+        plain.extend_from_slice(&caller_digest(binding.caller));
+        plain.extend_from_slice(&request_digest(binding));
+        plain.push(owner.len() as u8);
+        plain.extend_from_slice(owner);
+        // Encryption fails only for messages of gigabytes; a token that cannot be sealed
+        // is one nobody can open, which the retry then hears as tampered.
+        let raw = aead::seal(&self.ciphers, &plain, AAD).unwrap_or_default();
         URL_SAFE_NO_PAD.encode(raw)
     }
 
@@ -135,29 +148,22 @@ impl Sealer {
     pub fn open(
         &self,
         token: &str,
-        binding: Binding<'_>,
+        binding: StateBinding<'_>,
     ) -> Result<([u8; 16], String), RequestStateError> {
-        if token.len() > 4 * (FIXED + MAX_OWNER + TAG) / 3 + 4 {
+        if token.len() > 4 * (NONCE + FIXED + MAX_OWNER + TAG) / 3 + 4 {
             return Err(RequestStateError::Tampered);
         }
         let raw = URL_SAFE_NO_PAD
             .decode(token)
             .map_err(|_| RequestStateError::Tampered)?;
-        if raw.len() < FIXED + TAG || raw[0] != VERSION {
+        if raw.len() < NONCE + FIXED + TAG {
             return Err(RequestStateError::Tampered);
         }
-        let (body, tag) = raw.split_at(raw.len() - TAG);
-        let owner_len = usize::from(body[FIXED - 1]);
-        if body.len() != FIXED + owner_len {
-            return Err(RequestStateError::Tampered);
-        }
-        let verified = self.keyed.iter().any(|keyed| {
-            let mut mac = keyed.clone();
-            mac.update(DOMAIN);
-            mac.update(body);
-            mac.verify_truncated_left(tag).is_ok()
-        });
-        if !verified {
+        let body = aead::open(&self.ciphers, &raw, AAD).ok_or(RequestStateError::Tampered)?;
+        if body.len() < FIXED
+            || body[0] != VERSION
+            || body.len() != FIXED + usize::from(body[FIXED - 1])
+        {
             return Err(RequestStateError::Tampered);
         }
         let owner = String::from_utf8_lossy(&body[FIXED..]).into_owned();
@@ -178,17 +184,7 @@ impl Sealer {
     }
 }
 
-fn tag(keyed: &Hmac<Sha256>, body: &[u8]) -> [u8; TAG] {
-    let mut mac = keyed.clone();
-    mac.update(DOMAIN);
-    mac.update(body);
-    let full = mac.finalize().into_bytes();
-    let mut tag = [0u8; TAG];
-    tag.copy_from_slice(&full[..TAG]);
-    tag
-}
-
-fn request_digest(binding: Binding<'_>) -> [u8; 16] {
+fn request_digest(binding: StateBinding<'_>) -> [u8; 16] {
     let mut hasher = Sha256::new();
     hasher.update(binding.method.as_bytes());
     hasher.update([0]);
@@ -241,21 +237,21 @@ impl<T> Parked<T> {
 mod tests {
     use super::*;
 
-    fn binding<'a>(credentials: &[u8], params: &'a str) -> Binding<'a> {
+    fn binding<'a>(credentials: &[u8], params: &'a str) -> StateBinding<'a> {
         let mut headers = http::HeaderMap::new();
         if !credentials.is_empty() {
             let value = http::HeaderValue::from_bytes(credentials).unwrap();
             headers.insert(http::header::AUTHORIZATION, value);
         }
-        Binding {
+        StateBinding {
             caller: Caller::of(&headers),
             method: "tools/call",
             params,
         }
     }
 
-    fn by(caller: Caller) -> Binding<'static> {
-        Binding {
+    fn by(caller: Caller) -> StateBinding<'static> {
+        StateBinding {
             caller,
             method: "tools/call",
             params: "{}",
@@ -326,6 +322,27 @@ mod tests {
             sealer.open(&anonymous, by(alice)),
             Err(RequestStateError::OtherCaller)
         );
+    }
+
+    #[test]
+    fn a_token_shows_nothing_of_the_replica_holding_the_call() {
+        let sealer = Sealer::new(b"k", Duration::from_secs(60));
+        let owner = "http://10.1.2.3:8080#0123456789abcdef";
+        let token = sealer.seal([5; 16], owner, binding(b"", "{}"));
+        let raw = URL_SAFE_NO_PAD.decode(&token).unwrap();
+        for needle in [&b"10.1.2.3"[..], b"8080", b"http://", b"0123456789abcdef"] {
+            assert!(
+                !raw.windows(needle.len()).any(|w| w == needle),
+                "{:?} is readable in the token",
+                String::from_utf8_lossy(needle)
+            );
+        }
+        assert_eq!(
+            sealer.open(&token, binding(b"", "{}")),
+            Ok(([5; 16], owner.to_owned()))
+        );
+        // Each token is sealed with a nonce of its own.
+        assert_ne!(token, sealer.seal([5; 16], owner, binding(b"", "{}")));
     }
 
     #[test]

@@ -4,16 +4,12 @@
 //! reference server: header present, `_meta` complete, header equal to `_meta`, version
 //! supported, then the method.
 
-use std::borrow::Cow;
-
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use serde_json::value::RawValue;
 
 use super::logs::LogLevel;
 use crate::jsonrpc::raw_str;
-use crate::mcp::headers::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
+use crate::mcp::headers::{MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION, decode_header_value};
 use crate::mcp::meta::{self, Payload};
 use crate::mcp::version;
 
@@ -162,7 +158,7 @@ fn check_method_headers(
 ) -> Result<(), Reject> {
     match headers
         .get(&MCP_METHOD)
-        .map(|v| decode_header(v.as_bytes()))
+        .map(|v| decode_header_value(v.as_bytes()))
     {
         None => {
             return Err(Reject::HeaderMismatch(
@@ -186,7 +182,10 @@ fn check_method_headers(
             "{method} needs a string params.{member}"
         )));
     };
-    match headers.get(&MCP_NAME).map(|v| decode_header(v.as_bytes())) {
+    match headers
+        .get(&MCP_NAME)
+        .map(|v| decode_header_value(v.as_bytes()))
+    {
         None => Err(Reject::HeaderMismatch(
             "the Mcp-Name header is missing".into(),
         )),
@@ -194,18 +193,6 @@ fn check_method_headers(
             "the Mcp-Name header ({value:?}) differs from params.{member} ({name:?})"
         ))),
         Some(_) => Ok(()),
-    }
-}
-
-/// A header value, decoded from `=?base64?…?=` when a client had to encode it.
-fn decode_header(value: &[u8]) -> Cow<'_, str> {
-    let text = String::from_utf8_lossy(value);
-    let encoded = text
-        .strip_prefix("=?base64?")
-        .and_then(|rest| rest.strip_suffix("?="));
-    match encoded.and_then(|b64| STANDARD.decode(b64).ok()) {
-        Some(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
-        None => text,
     }
 }
 

@@ -20,7 +20,8 @@ use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, EnvelopeError, Kind, same_id};
 use crate::sse::{Decoded, End, Event, Item, ItemSource};
 
-/// One message from a stdio child, or why none will come.
+/// One message of a session whose messages all come on one stream (a stdio child's, an
+/// HTTP+SSE session's), or why none will come.
 pub type Delivery = Result<Bytes, UpstreamError>;
 
 /// See the module documentation.
@@ -39,8 +40,8 @@ pub enum Messages {
     One(Option<Bytes>),
     /// An event stream, decoded as it arrives.
     Events(Box<Events>),
-    /// A stdio child's messages (each one event when streamed), after `first` if a
-    /// caller already looked at it.
+    /// A stdio child's or an HTTP+SSE session's messages for one request (each one event
+    /// when streamed), after `first` if a caller already looked at it.
     Channel {
         first: Option<Bytes>,
         rx: mpsc::Receiver<Delivery>,

@@ -6,7 +6,8 @@
 //! Each [`Ending`] carries what it needs to reach its upstream session: the upstream
 //! (every replica of it), the replica holding the session, its id and the version it
 //! negotiated. An upstream session without an id (an HTTP upstream that issued none)
-//! has nothing to end upstream; it is let go of at once.
+//! has nothing to end upstream, and an HTTP+SSE session is ended by closing a stream this
+//! process holds: both are let go of at once, without the queue.
 //!
 //! At most [`WORKERS`] endings run at once (each holds one upstream connection, or stops
 //! one stdio child), and at most [`QUEUE`] wait. When the queue is full:
@@ -31,7 +32,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::http::Binding;
+use super::http::SessionAddr;
 use super::{ReplicaId, Upstream};
 use crate::throttle::Throttle;
 
@@ -67,8 +68,8 @@ impl Ending {
         }
     }
 
-    fn binding(&self) -> Binding<'_> {
-        Binding {
+    fn addr(&self) -> SessionAddr<'_> {
+        SessionAddr {
             replica: self.replica,
             session_id: self.session_id.as_deref(),
             protocol_version: self.protocol_version,
@@ -76,12 +77,16 @@ impl Ending {
     }
 
     /// An upstream session without an id has nothing to end upstream: it is let go of
-    /// at once (the replica's count of live sessions). Whether that was the case.
+    /// at once (the replica's count of live sessions); nor has an HTTP+SSE session,
+    /// whose stream this process closes at once. Whether that was the case.
     fn settled_at_once(&self) -> bool {
+        if self.upstream.end_at_once(self.addr()) {
+            return true;
+        }
         if self.session_id.is_some() {
             return false;
         }
-        self.upstream.forget(self.binding());
+        self.upstream.forget(self.addr());
         true
     }
 }
@@ -194,8 +199,8 @@ impl Endings {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
                 // Given up: an HTTP replica no longer counts it as live (a stdio child
                 // stays, counted under `max_children`, until it dies or shutdown).
-                if !job.ending.upstream.is_process_local() {
-                    job.ending.upstream.forget(job.ending.binding());
+                if !job.ending.upstream.holds_in_process(job.ending.addr()) {
+                    job.ending.upstream.forget(job.ending.addr());
                 }
                 let total = self.dropped.fetch_add(1, Ordering::AcqRel) + 1;
                 if let Some(more) = self.dropped_log.lock().admit() {
@@ -283,7 +288,7 @@ async fn dispatch(
         let pending = pending.clone();
         let failures = failures.clone();
         running.spawn(async move {
-            if let Err(e) = ending.upstream.terminate(ending.binding()).await
+            if let Err(e) = ending.upstream.terminate(ending.addr()).await
                 && let Some(more) = failures.lock().admit()
             {
                 tracing::warn!(

@@ -20,9 +20,14 @@ pub enum UpstreamError {
     SessionGone,
     #[error("the upstream refused the request with HTTP {status}: {detail}")]
     Refused { status: StatusCode, detail: String },
-    /// The upstream answered the proxy's `initialize` with a JSON-RPC error.
+    /// The upstream answered the proxy's `initialize` with a JSON-RPC error; `modern`: one
+    /// only a modern (2026-07-28) server gives (-32022 naming the versions it speaks).
     #[error("the upstream answered initialize with error {code}: {message:?}")]
-    InitializeFailed { code: i64, message: String },
+    InitializeFailed {
+        code: i64,
+        message: String,
+        modern: bool,
+    },
     #[error("the upstream answered something the proxy cannot use: {0}")]
     Protocol(String),
     /// No more upstream connections may be opened (e.g. `max_children` stdio servers).
@@ -31,6 +36,14 @@ pub enum UpstreamError {
     /// A stdio server (a child process) could not serve, in the child's terms.
     #[error("{0}")]
     Child(ChildError),
+}
+
+impl UpstreamError {
+    /// Whether the upstream refused a legacy request as only a modern server would: it
+    /// is not what it was (replaced by a 2026-07-28 server).
+    pub fn is_modern_refusal(&self) -> bool {
+        matches!(self, UpstreamError::InitializeFailed { modern: true, .. })
+    }
 }
 
 /// What went wrong with a stdio server's process, and when.

@@ -9,12 +9,13 @@ use serde_json::value::RawValue;
 
 use super::answer::Messages;
 use super::error::UpstreamError;
-use super::http::{Binding, HttpUpstream};
+use super::http::{HttpUpstream, SessionAddr};
 use crate::jsonrpc::{Envelope, Kind};
+use crate::mcp::discover::is_modern_error;
 use crate::mcp::headers::{MCP_SESSION_ID, is_visible_ascii};
 use crate::mcp::initialize::{self, Negotiated};
 
-/// An open upstream session.
+/// An upstream session the upstream just opened, not yet owned by anyone.
 #[derive(Debug)]
 pub struct Opened {
     /// The replica that holds it.
@@ -26,9 +27,12 @@ pub struct Opened {
 }
 
 impl HttpUpstream {
-    /// Runs the handshake. `client_info` and `capabilities` go into `initialize` when given
-    /// (else the proxy's own); `forwarded` are client headers to pass on (e.g. credentials).
-    pub async fn open(
+    /// Sends `initialize`: the upstream's session id (if it issued one) and what it
+    /// negotiated. `client_info` and `capabilities` go into `initialize` when given (else
+    /// the proxy's own); `forwarded` are client headers to pass on (e.g. credentials).
+    /// From its answer on the upstream holds a session: the caller owns it
+    /// ([`super::UpstreamSession`]) before it sends [`HttpUpstream::initialized`].
+    pub async fn initialize(
         &self,
         client_info: Option<&RawValue>,
         capabilities: Option<&RawValue>,
@@ -49,14 +53,22 @@ impl HttpUpstream {
         };
         let negotiated =
             read_result(&mut answer.messages, answer.status, self.settings().timeout).await?;
-        let binding = Binding {
+        Ok(Opened {
             replica: self.id(),
-            session_id: session_id.as_deref(),
-            protocol_version: negotiated.protocol_version,
-        };
+            session_id,
+            negotiated,
+        })
+    }
+
+    /// Sends `notifications/initialized` in the session `initialize` opened.
+    pub async fn initialized(
+        &self,
+        addr: SessionAddr<'_>,
+        forwarded: &HeaderMap,
+    ) -> Result<(), UpstreamError> {
         let ack = self
             .post(
-                Some(binding),
+                Some(addr),
                 Bytes::from_static(initialize::INITIALIZED),
                 forwarded,
             )
@@ -67,11 +79,7 @@ impl HttpUpstream {
                 detail: "notifications/initialized was refused".into(),
             });
         }
-        Ok(Opened {
-            replica: self.id(),
-            session_id,
-            negotiated,
-        })
+        Ok(())
     }
 }
 
@@ -110,12 +118,22 @@ pub async fn read_result(
     }
     if let Some(error) = envelope.error {
         #[derive(serde::Deserialize)]
-        struct Refusal {
+        struct Refusal<'a> {
             code: i64,
             message: String,
+            #[serde(borrow, default)]
+            data: Option<&'a RawValue>,
         }
-        return Err(match serde_json::from_str::<Refusal>(error.get()) {
-            Ok(Refusal { code, message }) => UpstreamError::InitializeFailed { code, message },
+        return Err(match serde_json::from_str::<Refusal<'_>>(error.get()) {
+            Ok(Refusal {
+                code,
+                message,
+                data,
+            }) => UpstreamError::InitializeFailed {
+                code,
+                message,
+                modern: is_modern_error(code, data),
+            },
             Err(_) => UpstreamError::Refused {
                 status,
                 detail: format!("initialize failed: {}", error.get()),

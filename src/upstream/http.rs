@@ -16,10 +16,12 @@ use http_body_util::Full;
 use super::answer::{Answer, Messages};
 use super::connections::{Connections, UpstreamBody};
 use super::error::UpstreamError;
-use super::ids::{self, InFlight};
+use super::ids::{self, RenamedRequests};
 use super::lost::{self, session_lost};
 use super::read::{Media, media_type, read_body};
-use crate::mcp::headers::{ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::jsonrpc::{Envelope, Kind};
+use crate::mcp::headers::{self, ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::mcp::version;
 
 /// How to reach the upstream.
 #[derive(Debug, Clone)]
@@ -40,9 +42,9 @@ pub struct Settings {
     pub withhold_authorization: bool,
 }
 
-/// The upstream session a request is sent in.
+/// The address of the upstream session a request is sent in.
 #[derive(Debug, Clone, Copy)]
-pub struct Binding<'a> {
+pub struct SessionAddr<'a> {
     /// The replica holding it.
     pub replica: super::ReplicaId,
     /// The upstream's `Mcp-Session-Id`; `None` for an upstream that issued none.
@@ -64,7 +66,7 @@ pub struct HttpUpstream {
     /// Time to response head, observed on every exchange.
     latency: Option<Histogram>,
     /// The proxy's ids of requests in flight, for the clients' cancellations.
-    in_flight: Arc<InFlight>,
+    in_flight: Arc<RenamedRequests>,
 }
 
 impl HttpUpstream {
@@ -126,7 +128,7 @@ impl HttpUpstream {
     /// with the client's; a client's `notifications/cancelled` names the proxy's id.
     pub async fn exchange(
         &self,
-        binding: Binding<'_>,
+        binding: SessionAddr<'_>,
         body: Bytes,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
@@ -143,14 +145,24 @@ impl HttpUpstream {
     /// chose to pass on; the transport's own headers are set here.
     pub async fn post(
         &self,
-        binding: Option<Binding<'_>>,
+        binding: Option<SessionAddr<'_>>,
         body: Bytes,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
+        // A modern (2026-07-28) request mirrors its method and target into headers
+        // (SEP-2243); the version header comes with the address.
+        let mirrored = binding
+            .filter(|addr| version::is_modern(addr.protocol_version))
+            .and_then(|_| Envelope::parse(&body).ok())
+            .filter(|envelope| envelope.kind == Kind::Request)
+            .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
         let mut request = self.request(Method::POST, binding, forwarded, Full::new(body))?;
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
         headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
+        for (name, value) in mirrored.into_iter().flatten() {
+            headers.insert(name.clone(), value);
+        }
         let response = self.send(request).await?;
         let in_session = binding.is_some_and(|b| b.session_id.is_some());
         if in_session && session_lost(response.status(), None) {
@@ -173,7 +185,7 @@ impl HttpUpstream {
     /// with its status, to be passed on as it is.
     pub async fn listen(
         &self,
-        binding: Binding<'_>,
+        binding: SessionAddr<'_>,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
         let mut request = self.request(Method::GET, Some(binding), forwarded, Full::default())?;
@@ -229,7 +241,7 @@ impl HttpUpstream {
     /// The upstream may answer 405 (it does not let clients end sessions) or say the
     /// session is already gone (404, or a 400 in its own words: [`super::lost`]); all
     /// mean there is nothing more to do.
-    pub async fn terminate(&self, binding: Binding<'_>) -> Result<(), UpstreamError> {
+    pub async fn terminate(&self, binding: SessionAddr<'_>) -> Result<(), UpstreamError> {
         if binding.session_id.is_none() {
             return Ok(());
         }
@@ -265,8 +277,38 @@ impl HttpUpstream {
         })
     }
 
+    /// The request target every request is sent to (origin form).
+    pub(super) fn target(&self) -> &Uri {
+        &self.target
+    }
+
+    /// A request to `target` (origin form, at the upstream's origin) with `forwarded` —
+    /// the client's `Authorization` left out when it was for the proxy — and the
+    /// upstream's own `Host`.
+    pub(super) fn request_to(
+        &self,
+        target: Uri,
+        method: Method,
+        forwarded: &HeaderMap,
+        body: Full<Bytes>,
+    ) -> Request<Full<Bytes>> {
+        let mut request = Request::new(body);
+        *request.method_mut() = method;
+        *request.uri_mut() = target;
+        let headers = request.headers_mut();
+        headers.reserve(forwarded.len() + 5);
+        for (name, value) in forwarded {
+            if self.settings.withhold_authorization && name == AUTHORIZATION {
+                continue;
+            }
+            headers.append(name.clone(), value.clone());
+        }
+        headers.insert(HOST, self.host.clone());
+        request
+    }
+
     /// Sends a request with the timeout applied, observing the latency histogram.
-    async fn send(
+    pub(super) async fn send(
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
@@ -288,22 +330,12 @@ impl HttpUpstream {
     fn request(
         &self,
         method: Method,
-        binding: Option<Binding<'_>>,
+        binding: Option<SessionAddr<'_>>,
         forwarded: &HeaderMap,
         body: Full<Bytes>,
     ) -> Result<Request<Full<Bytes>>, UpstreamError> {
-        let mut request = Request::new(body);
-        *request.method_mut() = method;
-        *request.uri_mut() = self.target.clone();
+        let mut request = self.request_to(self.target.clone(), method, forwarded, body);
         let headers = request.headers_mut();
-        headers.reserve(forwarded.len() + 5);
-        for (name, value) in forwarded {
-            if self.settings.withhold_authorization && name == AUTHORIZATION {
-                continue;
-            }
-            headers.append(name.clone(), value.clone());
-        }
-        headers.insert(HOST, self.host.clone());
         if let Some(binding) = binding {
             if let Some(id) = binding.session_id {
                 let value = HeaderValue::from_str(id).map_err(|_| {

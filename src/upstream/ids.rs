@@ -13,7 +13,7 @@
 //! too, and gets the client's id.
 //!
 //! A client's `notifications/cancelled` names its request by the client's id: while the
-//! request is in flight, [`InFlight`] (one table per replica) gives the proxy's id for it,
+//! request is in flight, [`RenamedRequests`] (one table per replica) gives the proxy's id for it,
 //! looked up by the id's value in the same upstream session. A cancellation the table
 //! cannot place (the request is done, or another proxy replica sent it) goes on as it
 //! came: the upstream ignores an id it does not know, as 2025-11-25 lets it.
@@ -46,7 +46,7 @@ fn next() -> u64 {
 /// value of the client's id): the proxy's id for each, so that a client's cancellation
 /// reaches the request it names.
 #[derive(Debug, Default)]
-pub struct InFlight {
+pub struct RenamedRequests {
     /// A keyed hash of (upstream session, client id value) → the proxy's id. A collision
     /// (2⁻⁶⁴) could only name another request's id in the *same* table, and the
     /// cancellation still goes to the client's own upstream session, where an id of
@@ -55,7 +55,7 @@ pub struct InFlight {
     keys: RandomState,
 }
 
-impl InFlight {
+impl RenamedRequests {
     fn key(&self, session: &str, id: &IdValue<'_>) -> u64 {
         self.keys.hash_one((session, id))
     }
@@ -82,10 +82,10 @@ impl InFlight {
     }
 }
 
-/// A request's entry in [`InFlight`], removed when its answer is done with.
+/// A request's entry in [`RenamedRequests`], removed when its answer is done with.
 #[derive(Debug)]
 struct Registered {
-    table: Arc<InFlight>,
+    table: Arc<RenamedRequests>,
     key: u64,
     ours: u64,
 }
@@ -154,7 +154,7 @@ impl Restore {
 pub fn outgoing(
     message: Bytes,
     session: Option<&str>,
-    in_flight: &Arc<InFlight>,
+    in_flight: &Arc<RenamedRequests>,
 ) -> (Bytes, Option<Restore>) {
     let Ok(envelope) = Envelope::parse(&message) else {
         return (message, None);
@@ -192,7 +192,7 @@ fn cancelled(
     message: &[u8],
     envelope: &Envelope<'_>,
     session: &str,
-    in_flight: &InFlight,
+    in_flight: &RenamedRequests,
 ) -> Option<Vec<u8>> {
     let params_raw = envelope.params?;
     let params = Payload::open(params_raw).ok()??;
@@ -238,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_request_goes_with_the_proxys_id_and_its_response_comes_back_with_the_clients() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         for client in [
             r#""\u00e9""#,
             r#""\/x""#,
@@ -270,7 +270,7 @@ mod tests {
 
     #[test]
     fn every_request_gets_another_id() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         let (a, _ra) = outgoing(request("1"), Some("s"), &table);
         let (b, _rb) = outgoing(request("1"), Some("s"), &table);
         assert_ne!(id_of(&a), id_of(&b));
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn only_the_response_to_the_request_is_restored() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         let (sent, restore) = outgoing(request("1"), Some("s"), &table);
         let mut restore = restore.unwrap();
         let ours = id_of(&sent);
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_json_error_with_a_null_id_answers_the_request() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         let (_, restore) = outgoing(request(r#""c-1""#), Some("s"), &table);
         let mut restore = restore.unwrap();
         let null = r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#;
@@ -315,7 +315,7 @@ mod tests {
 
     #[test]
     fn a_clients_cancellation_names_the_proxys_id_while_the_request_is_in_flight() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         let (sent, restore) = outgoing(request(r#""\u00e9""#), Some("s1"), &table);
         let ours = id_of(&sent);
         // Another session's request with the same id is not the one cancelled.
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn other_messages_pass_as_they_are() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         for message in [
             &br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#[..],
             br#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#,
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn without_an_upstream_session_nothing_is_registered() {
-        let table = Arc::new(InFlight::default());
+        let table = Arc::new(RenamedRequests::default());
         let (_, restore) = outgoing(request("1"), None, &table);
         assert!(restore.is_some());
         assert_eq!(table.len(), 0);

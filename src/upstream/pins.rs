@@ -12,7 +12,8 @@
 //! `max_pinned` a new key makes room by ending the longest-idle pin no call is using, and
 //! is refused only when every pin is in use. A pin whose session the upstream lost is
 //! forgotten ([`Pinned::lost`]); the next call of its key opens a new one. Pins are
-//! ended through the process's bounded executor ([`Endings`]).
+//! ended through the process's bounded executor (`Endings`): each pin owns its upstream
+//! session, which ends itself when the pin and its last call let go of it.
 //!
 //! A pin keeps the caller's [`Place`] it was opened with (the per-caller limits,
 //! `fairness`) until it goes: evicted, reaped, lost or closed.
@@ -28,7 +29,7 @@ use serde_json::value::RawValue;
 use tokio::sync::OnceCell;
 
 use super::pool::hear_every_log;
-use super::{Binding, Ending, Endings, ReplicaId, Upstream, UpstreamError};
+use super::{SessionAddr, Upstream, UpstreamError, UpstreamSession};
 use crate::fairness::Place;
 use crate::mcp::initialize::Negotiated;
 
@@ -45,8 +46,6 @@ pub struct PinSettings {
 #[derive(Debug)]
 pub struct Pins {
     upstream: Upstream,
-    /// Where pins leaving are ended (in the background, bounded).
-    endings: Arc<Endings>,
     settings: PinSettings,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
 }
@@ -62,13 +61,9 @@ struct Entry {
     _place: Option<Place>,
 }
 
-/// An open upstream session.
-#[derive(Debug)]
-struct Held {
-    replica: ReplicaId,
-    session_id: Option<String>,
-    negotiated: Arc<Negotiated>,
-}
+/// A pin's upstream session, shared by the calls using it; it ends itself when the
+/// pin and its last call let go of it.
+type Held = UpstreamSession;
 
 /// One call's use of a pinned session; the pin is kept when it drops.
 #[derive(Debug)]
@@ -80,12 +75,12 @@ pub struct Pinned {
 }
 
 impl Pinned {
-    pub fn binding(&self) -> Binding<'_> {
-        binding(&self.held)
+    pub fn addr(&self) -> SessionAddr<'_> {
+        self.held.addr()
     }
 
     pub fn negotiated(&self) -> &Arc<Negotiated> {
-        &self.held.negotiated
+        self.held.negotiated()
     }
 
     /// The upstream lost this session (it restarted, or the stdio server died): the pin
@@ -99,8 +94,8 @@ impl Pinned {
             }
         };
         if removed.is_some() {
+            // Its session ends when its last call lets go of it.
             tracing::info!("the upstream lost a pinned session; the next call opens a new one");
-            self.pins.end(&self.entry.0);
         }
     }
 }
@@ -118,10 +113,9 @@ impl Drop for Use {
 }
 
 impl Pins {
-    pub fn new(upstream: Upstream, settings: PinSettings, endings: Arc<Endings>) -> Arc<Self> {
+    pub fn new(upstream: Upstream, settings: PinSettings) -> Arc<Self> {
         Arc::new(Pins {
             upstream,
-            endings,
             settings,
             entries: Mutex::new(HashMap::new()),
         })
@@ -155,13 +149,9 @@ impl Pins {
             .0
             .session
             .get_or_try_init(|| async {
-                let opened = self.upstream.open(None, capabilities, forwarded).await?;
-                let held = Held {
-                    replica: opened.replica,
-                    session_id: opened.session_id,
-                    negotiated: Arc::new(opened.negotiated),
-                };
-                hear_every_log(&self.upstream, &held.negotiated, binding(&held), forwarded).await;
+                // Owned from the moment it opens: abandoned half-way, it is ended.
+                let held = self.upstream.open(None, capabilities, forwarded).await?;
+                hear_every_log(&self.upstream, held.negotiated(), held.addr(), forwarded).await;
                 Ok::<_, UpstreamError>(Arc::new(held))
             })
             .await;
@@ -212,7 +202,8 @@ impl Pins {
                 )));
             };
             tracing::info!("pinned sessions are full: the longest-idle one is ended");
-            self.end(&evicted);
+            // No call uses it: its session ends as it drops.
+            drop(evicted);
         }
         let entry = Arc::new(Entry {
             session: OnceCell::new(),
@@ -238,41 +229,21 @@ impl Pins {
                 .collect();
             keys.iter().filter_map(|k| entries.remove(k)).collect()
         };
-        for entry in &expired {
-            self.end(entry);
-        }
+        // Unused: each session ends as its entry drops.
+        drop(expired);
     }
 
-    /// Hands every pin to the endings (shutdown, a reload), waiting for room; the owner
-    /// of the endings waits for them (stdio children stop at once at shutdown anyway).
+    /// Ends every pin (shutdown, a reload), waiting for room in the queue; a pin a call
+    /// still uses ends when that call lets go of it.
     pub async fn close(&self) {
         let all: Vec<Arc<Entry>> = self.entries.lock().drain().map(|(_, e)| e).collect();
-        for held in all.iter().filter_map(|entry| entry.session.get()) {
-            self.endings.end(ending(&self.upstream, held)).await;
+        for entry in all {
+            let Ok(mut entry) = Arc::try_unwrap(entry) else {
+                continue;
+            };
+            if let Some(held) = entry.session.take().and_then(|h| Arc::try_unwrap(h).ok()) {
+                held.end().await;
+            }
         }
-    }
-
-    /// Ends a pin's upstream session in the background.
-    fn end(&self, entry: &Arc<Entry>) {
-        if let Some(held) = entry.session.get() {
-            self.endings.end_soon(ending(&self.upstream, held));
-        }
-    }
-}
-
-fn ending(upstream: &Upstream, held: &Held) -> Ending {
-    Ending::new(
-        upstream,
-        held.replica,
-        held.session_id.as_deref(),
-        held.negotiated.protocol_version,
-    )
-}
-
-fn binding(held: &Held) -> Binding<'_> {
-    Binding {
-        replica: held.replica,
-        session_id: held.session_id.as_deref(),
-        protocol_version: held.negotiated.protocol_version,
     }
 }

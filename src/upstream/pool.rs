@@ -16,9 +16,12 @@
 //! ([`Pool::checkout_alone`], `stateless.affinity = "isolated"`): never pooled, ended
 //! when the call lets go of them.
 //!
-//! Every session leaving the pool is ended through the process's bounded executor
-//! ([`Endings`]): evictions and drops without waiting, a call letting go of its session
-//! waiting for the end (its place is held until then), a closing pool waiting for room.
+//! Every session in the pool is an owned [`UpstreamSession`] held with its [`Place`] under
+//! the bound, so nothing is lost when a client walks away half-way (during the
+//! handshake, say): the place and the session give themselves back. Sessions leaving the
+//! pool are ended through the process's bounded executor ([`Endings`]): evictions and
+//! drops without waiting, a call letting go of its session waiting for the end (its place
+//! is held until then), a closing pool waiting for room.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,7 +33,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::{Binding, Ending, Endings, Opened, Upstream, UpstreamError};
+use super::{Endings, SessionAddr, Upstream, UpstreamError, UpstreamSession};
 use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 
@@ -51,31 +54,30 @@ pub struct PoolSettings {
 #[derive(Debug)]
 pub struct Pool {
     upstream: Upstream,
-    /// Where sessions leaving the pool are ended (in the background, bounded).
-    endings: Arc<Endings>,
     settings: PoolSettings,
     idle: Mutex<HashMap<String, Vec<Idle>>>,
-    open: AtomicUsize,
+    /// Places taken under `max_open`: sessions idle, checked out, being opened or ended.
+    open: Arc<AtomicUsize>,
+}
+
+/// A place under the pool's bound, taken before a session is opened and given back when
+/// this value drops — however the holder goes (an open that failed or was abandoned
+/// half-way, a session ended, an idle one evicted).
+#[derive(Debug)]
+struct Place(Arc<AtomicUsize>);
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 #[derive(Debug)]
 struct Idle {
-    replica: super::ReplicaId,
-    session_id: Option<String>,
-    negotiated: Arc<Negotiated>,
+    session: UpstreamSession,
+    place: Place,
     opened: Instant,
     since: Instant,
-}
-
-impl Idle {
-    fn ending(&self, upstream: &Upstream) -> Ending {
-        Ending::new(
-            upstream,
-            self.replica,
-            self.session_id.as_deref(),
-            self.negotiated.protocol_version,
-        )
-    }
 }
 
 /// One upstream session, checked out: used by one request at a time, returned on drop.
@@ -83,28 +85,25 @@ impl Idle {
 pub struct Checkout {
     pool: Arc<Pool>,
     key: String,
-    replica: super::ReplicaId,
-    session_id: Option<String>,
-    negotiated: Arc<Negotiated>,
+    session: UpstreamSession,
+    /// `None` once given to the idle list.
+    place: Option<Place>,
     opened: Instant,
     broken: bool,
+    /// A request is on its way in it, unanswered: dropped now (its client left), its
+    /// state is unknown and it is ended rather than reused.
+    exchanging: bool,
     /// Opened for one call alone: ended when dropped, never pooled.
     alone: bool,
-    /// Already ended upstream (`release`): dropping it only gives its place back.
-    ended: bool,
 }
 
 impl Checkout {
-    pub fn binding(&self) -> Binding<'_> {
-        Binding {
-            replica: self.replica,
-            session_id: self.session_id.as_deref(),
-            protocol_version: self.negotiated.protocol_version,
-        }
+    pub fn addr(&self) -> SessionAddr<'_> {
+        self.session.addr()
     }
 
     pub fn negotiated(&self) -> &Arc<Negotiated> {
-        &self.negotiated
+        self.session.negotiated()
     }
 
     /// The session must not be reused (it failed, or its state is unknown); it is ended
@@ -113,51 +112,54 @@ impl Checkout {
         self.broken = true;
     }
 
+    /// Marks a request under way in the session (`true`) until its answer has begun
+    /// (`false`): a checkout dropped in between is not reused.
+    pub fn exchanging(&mut self, under_way: bool) {
+        self.exchanging = under_way;
+    }
+
+    /// Whether the session goes back to the pool when let go of (neither broken, nor the
+    /// call's own, nor too old).
+    fn reusable(&self) -> bool {
+        !(self.broken
+            || self.exchanging
+            || self.alone
+            || self.opened.elapsed() >= self.pool.settings.max_age)
+    }
+
     /// Lets go of the session: back to the pool, or — opened for one call alone, broken or
     /// too old — ended upstream (through the endings), waited for. Its place under
     /// `max_open` is held until the upstream session is gone, so sessions being ended
     /// count against the bound too. (Dropping a checkout does the same with the end in
     /// the background.)
     pub async fn release(mut self) {
-        if !(self.broken || self.alone || self.opened.elapsed() >= self.pool.settings.max_age) {
-            return;
+        if !self.reusable() {
+            // The place (dropped with `self`) is held until the session is gone.
+            self.session.end_in_place().await;
         }
-        let ending = Ending::new(
-            &self.pool.upstream,
-            self.replica,
-            self.session_id.as_deref(),
-            self.negotiated.protocol_version,
-        );
-        self.pool.endings.end_and_wait(ending).await;
-        self.ended = true;
     }
 }
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        if self.ended {
-            self.pool.open.fetch_sub(1, Ordering::AcqRel);
+        // Not reusable: the session ends itself in the background (or `release` ended it
+        // already), and the place goes with this value.
+        let Some(place) = self.place.take().filter(|_| self.reusable()) else {
             return;
-        }
+        };
+        let session = self.session.take();
         let idle = Idle {
-            replica: self.replica,
-            session_id: self.session_id.take(),
-            negotiated: self.negotiated.clone(),
+            session,
+            place,
             opened: self.opened,
             since: Instant::now(),
         };
-        if self.broken || self.alone || self.opened.elapsed() >= self.pool.settings.max_age {
-            self.pool.end(idle);
-            return;
-        }
         let mut pools = self.pool.idle.lock();
         let list = pools.entry(std::mem::take(&mut self.key)).or_default();
         if list.len() < self.pool.settings.max_idle_per_key {
             list.push(idle);
-        } else {
-            drop(pools);
-            self.pool.end(idle);
         }
+        // Else `idle` drops: its session is ended, its place given back.
     }
 }
 
@@ -182,13 +184,12 @@ pub fn capabilities_key(capabilities: Option<&RawValue>) -> String {
 }
 
 impl Pool {
-    pub fn new(upstream: Upstream, settings: PoolSettings, endings: Arc<Endings>) -> Arc<Self> {
+    pub fn new(upstream: Upstream, settings: PoolSettings) -> Arc<Self> {
         Arc::new(Pool {
             upstream,
-            endings,
             settings,
             idle: Mutex::new(HashMap::new()),
-            open: AtomicUsize::new(0),
+            open: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -215,21 +216,18 @@ impl Pool {
             let mut pools = self.idle.lock();
             pools.get_mut(&key).and_then(Vec::pop)
         };
-        if let Some(idle) = reused {
-            if idle.opened.elapsed() < self.settings.max_age {
-                return Ok(Checkout {
-                    pool: self.clone(),
-                    key,
-                    replica: idle.replica,
-                    session_id: idle.session_id,
-                    negotiated: idle.negotiated,
-                    opened: idle.opened,
-                    broken: false,
-                    alone: false,
-                    ended: false,
-                });
-            }
-            self.end(idle);
+        // One too old drops here, ended in the background.
+        if let Some(idle) = reused.filter(|idle| idle.opened.elapsed() < self.settings.max_age) {
+            return Ok(Checkout {
+                pool: self.clone(),
+                key,
+                session: idle.session,
+                place: Some(idle.place),
+                opened: idle.opened,
+                broken: false,
+                exchanging: false,
+                alone: false,
+            });
         }
         self.open_new(key, capabilities, forwarded, true, false)
             .await
@@ -249,6 +247,9 @@ impl Pool {
             .await
     }
 
+    /// Opens a session in a place taken first. Every await below may be the last (the
+    /// client leaves): the place and the session are owned values that give themselves
+    /// back when dropped.
     async fn open_new(
         self: &Arc<Self>,
         key: String,
@@ -257,47 +258,33 @@ impl Pool {
         logs: bool,
         alone: bool,
     ) -> Result<Checkout, UpstreamError> {
-        self.take_slot()?;
-        match self.upstream.open(None, capabilities, forwarded).await {
-            Ok(Opened {
-                replica,
-                session_id,
-                negotiated,
-            }) => {
-                let checkout = Checkout {
-                    pool: self.clone(),
-                    key,
-                    replica,
-                    session_id,
-                    negotiated: Arc::new(negotiated),
-                    opened: Instant::now(),
-                    broken: false,
-                    alone,
-                    ended: false,
-                };
-                // From here the checkout owns the session: dropped half-way (the client
-                // left), it is ended or pooled like any other.
-                if logs {
-                    hear_every_log(
-                        &self.upstream,
-                        &checkout.negotiated,
-                        checkout.binding(),
-                        forwarded,
-                    )
-                    .await;
-                }
-                Ok(checkout)
-            }
-            Err(e) => {
-                self.open.fetch_sub(1, Ordering::AcqRel);
-                Err(e)
-            }
+        let place = self.take_place()?;
+        let session = self.upstream.open(None, capabilities, forwarded).await?;
+        let checkout = Checkout {
+            pool: self.clone(),
+            key,
+            session,
+            place: Some(place),
+            opened: Instant::now(),
+            broken: false,
+            exchanging: false,
+            alone,
+        };
+        if logs {
+            hear_every_log(
+                &self.upstream,
+                checkout.negotiated(),
+                checkout.addr(),
+                forwarded,
+            )
+            .await;
         }
+        Ok(checkout)
     }
 
-    /// Counts one more open session, making room by ending the longest-idle session of
-    /// any key when the pool is full. `Exhausted` when every session is in use.
-    fn take_slot(&self) -> Result<(), UpstreamError> {
+    /// A place under `max_open`, making room by ending the longest-idle session of any
+    /// key when the pool is full. `Exhausted` when every session is in use.
+    fn take_place(&self) -> Result<Place, UpstreamError> {
         let max = self.settings.max_open;
         loop {
             if self
@@ -307,12 +294,13 @@ impl Pool {
                 })
                 .is_ok()
             {
-                return Ok(());
+                return Ok(Place(self.open.clone()));
             }
             match self.take_longest_idle() {
-                // Its slot is freed by `end`; the next turn of the loop takes it (or
-                // another request did, and the loop evicts again or gives up).
-                Some(idle) => self.end(idle),
+                // Dropped: its session is ended and its place freed; the next turn of the
+                // loop takes it (or another request did, and the loop evicts again or
+                // gives up).
+                Some(idle) => drop(idle),
                 None => {
                     return Err(UpstreamError::Exhausted(format!(
                         "all {max} pooled upstream sessions are busy (stateless.max_pooled)"
@@ -354,12 +342,11 @@ impl Pool {
             pools.retain(|_, list| !list.is_empty());
             expired
         };
-        for idle in expired {
-            self.end(idle);
-        }
+        // Each ends itself, in the background.
+        drop(expired);
     }
 
-    /// Hands every idle session to the endings (shutdown), waiting for room.
+    /// Ends every idle session (shutdown, a reload), waiting for room in the queue.
     pub async fn close(&self) {
         let all: Vec<Idle> = self
             .idle
@@ -368,35 +355,31 @@ impl Pool {
             .flat_map(|(_, list)| list)
             .collect();
         for idle in all {
-            self.open.fetch_sub(1, Ordering::AcqRel);
-            self.endings.end(idle.ending(&self.upstream)).await;
+            idle.session.end().await;
         }
     }
 
-    /// Where this pool's sessions are ended (the process's executor); others that hold
-    /// an upstream session of the same upstream (a subscription) end theirs there too.
+    /// Where this pool's sessions are ended (the process's executor).
     pub fn endings(&self) -> &Arc<Endings> {
-        &self.endings
-    }
-
-    fn end(&self, idle: Idle) {
-        self.open.fetch_sub(1, Ordering::AcqRel);
-        self.endings.end_soon(idle.ending(&self.upstream));
+        self.upstream.endings()
     }
 }
 
 /// Upstream sessions that serve requests with different log levels (pooled, pinned, a
 /// handle's) ask the upstream for everything (`logging/setLevel debug`); the stateless
-/// path filters per request. Nothing is asked of an upstream without `logging`.
+/// path filters per request. Nothing is asked of an upstream without `logging`, nor of a
+/// modern one.
 pub async fn hear_every_log(
     upstream: &Upstream,
     negotiated: &Negotiated,
-    binding: Binding<'_>,
+    addr: SessionAddr<'_>,
     forwarded: &HeaderMap,
 ) {
     let has_logging = crate::jsonrpc::RawObject::parse(&negotiated.capabilities)
         .is_some_and(|caps| caps.get("logging").is_some());
-    if !has_logging {
+    // A modern server takes the level with each request (and a 2026-07-28 stdio server
+    // would read a `logging/setLevel` opening as a legacy client's).
+    if !has_logging || negotiated.is_modern() {
         return;
     }
     let request = crate::jsonrpc::write::request(
@@ -404,7 +387,7 @@ pub async fn hear_every_log(
         crate::mcp::Method::LoggingSetLevel.as_str(),
         Some(br#"{"level":"debug"}"#),
     );
-    let answer = upstream.exchange(binding, request, forwarded).await;
+    let answer = upstream.exchange(addr, request, forwarded).await;
     if let Ok(mut answer) = answer {
         let drain = async { while let Some(Ok(_)) = answer.messages.next_message().await {} };
         let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;

@@ -16,11 +16,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use http::HeaderMap;
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 
+use super::discover::Found;
+use super::era::{Change, Era, EraCell};
 use super::error::UpstreamError;
 use super::http::HttpUpstream;
+use super::http_sse::SseSessions;
+use crate::mcp::initialize::Negotiated;
 
 /// A replica, named by the first 64 bits of the SHA-256 of its URL.
 pub type ReplicaId = u64;
@@ -37,16 +41,95 @@ pub fn replica_id(url: &str) -> ReplicaId {
     u64::from_be_bytes(id).max(1)
 }
 
-/// One replica: its endpoint, its health, and the sessions this proxy holds on it.
+/// One replica: its endpoint, its era, its health, and the sessions this proxy holds on
+/// it.
 #[derive(Debug)]
 pub struct Replica {
     pub id: ReplicaId,
     pub http: HttpUpstream,
     healthy: AtomicBool,
     live: AtomicUsize,
+    era: EraCell,
+    /// What a modern replica's `server/discover` said (`None` until then, or when it
+    /// answered with a refusal only).
+    discovered: Mutex<Option<Arc<Negotiated>>>,
+    /// One probe at a time finds the era.
+    probing: tokio::sync::Mutex<()>,
 }
 
 impl Replica {
+    /// What the replica speaks, if known.
+    pub fn era(&self) -> Option<Era> {
+        self.era.get()
+    }
+
+    /// Whether the operator pinned the replica's era (it is never probed for).
+    pub fn era_is_pinned(&self) -> bool {
+        self.era.is_pinned()
+    }
+
+    /// What a modern replica said of itself at `server/discover`.
+    pub fn discovered(&self) -> Option<Arc<Negotiated>> {
+        self.discovered.lock().clone()
+    }
+
+    /// The replica's era, probed for now if it is not known (one probe at a time; the
+    /// others wait for its answer).
+    pub async fn find_era(&self) -> Result<Era, UpstreamError> {
+        if let Some(era) = self.era() {
+            return Ok(era);
+        }
+        let _probing = self.probing.lock().await;
+        if let Some(era) = self.era() {
+            return Ok(era);
+        }
+        let found = self.http.discover().await?;
+        Ok(self.learn(found))
+    }
+
+    /// Probes the replica's era again (a health probe), whatever was known.
+    pub async fn rediscover(&self) -> Result<Era, UpstreamError> {
+        let _probing = self.probing.lock().await;
+        let found = self.http.discover().await?;
+        Ok(self.learn(found))
+    }
+
+    /// Records what a probe found; a change of era is logged (the server was replaced).
+    fn learn(&self, found: Found) -> Era {
+        let era = match found {
+            Found::Modern(negotiated) => {
+                if let Some(negotiated) = negotiated {
+                    *self.discovered.lock() = Some(Arc::new(negotiated));
+                }
+                Era::Modern
+            }
+            Found::Legacy => Era::Legacy,
+            Found::Sse => Era::Sse,
+        };
+        if self.era.is_pinned() {
+            return self.era.get().unwrap_or(era);
+        }
+        match self.era.set(era) {
+            Change::Found => {
+                tracing::info!(replica = %self.label(), era = era.name(), "upstream replica's era found")
+            }
+            Change::Changed { from } => {
+                tracing::warn!(replica = %self.label(), era = era.name(), was = from.name(), "upstream replica now speaks another era (it was replaced); new sessions follow it")
+            }
+            Change::Same => {}
+        }
+        era
+    }
+
+    /// An answer said the replica is not what it was (a modern server answering like a
+    /// legacy one, or the reverse): its era is found again at the next use.
+    pub fn era_in_doubt(&self) {
+        if self.era.get().is_some() && !self.era.is_pinned() {
+            tracing::info!(replica = %self.label(), "an answer in another era: the upstream replica's era is probed again");
+            self.era.forget();
+        }
+    }
+
     pub fn healthy(&self) -> bool {
         self.healthy.load(Ordering::Acquire)
     }
@@ -86,15 +169,19 @@ impl Replica {
     }
 }
 
-/// The replicas of one upstream, in configuration order.
+/// The replicas of one upstream, in configuration order, and the HTTP+SSE sessions
+/// this process holds on them.
 #[derive(Debug)]
 pub struct Replicas {
     replicas: Vec<Arc<Replica>>,
     label: Arc<str>,
+    sse: SseSessions,
 }
 
 impl Replicas {
-    pub fn new(endpoints: Vec<HttpUpstream>) -> Replicas {
+    /// The replicas at `endpoints`; `pinned`: the era the operator set for them (else each
+    /// one's is found).
+    pub fn new(endpoints: Vec<HttpUpstream>, pinned: Option<Era>) -> Replicas {
         let label = endpoints
             .iter()
             .map(|e| e.label().as_ref())
@@ -109,10 +196,29 @@ impl Replicas {
                     http,
                     healthy: AtomicBool::new(true),
                     live: AtomicUsize::new(0),
+                    era: EraCell::new(pinned),
+                    discovered: Mutex::new(None),
+                    probing: tokio::sync::Mutex::new(()),
                 })
             })
             .collect();
-        Replicas { replicas, label }
+        Replicas {
+            replicas,
+            label,
+            sse: SseSessions::default(),
+        }
+    }
+
+    /// The replicas, reporting on `deaths` the key of every HTTP+SSE session whose stream
+    /// ends on its own (as a stdio upstream reports its children that die).
+    pub fn reporting_deaths(self, deaths: tokio::sync::mpsc::UnboundedSender<String>) -> Self {
+        self.sse.report_deaths(deaths);
+        self
+    }
+
+    /// The HTTP+SSE sessions this process holds on the replicas.
+    pub fn sse(&self) -> &SseSessions {
+        &self.sse
     }
 
     /// Every replica's URL, comma-separated (one replica: its URL).
@@ -143,15 +249,31 @@ impl Replicas {
         order
     }
 
+    /// The era new work goes to: the newest one a healthy replica is known to speak (a
+    /// fleet in migration moves forward as its replicas do); with none healthy, the newest
+    /// one any replica is known to speak. `None` until some replica's era is found.
+    pub fn era(&self) -> Option<Era> {
+        let newest = |healthy_only: bool| {
+            self.replicas
+                .iter()
+                .filter(|r| !healthy_only || r.healthy())
+                .filter_map(|r| r.era())
+                .max_by_key(|era| era.preference())
+        };
+        newest(true).or_else(|| newest(false))
+    }
+
     /// Whether some replica is in rotation.
     pub fn any_healthy(&self) -> bool {
         self.replicas.iter().any(|r| r.healthy())
     }
 
-    /// The first answer of `attempt` on each replica in [`Self::preference`] order that
-    /// is not a refused connection; a refused replica is taken out of rotation.
+    /// The first answer of `attempt` on each replica (of `era`, when given) in
+    /// [`Self::preference`] order that is not a refused connection; a refused replica is
+    /// taken out of rotation.
     pub async fn first_reachable<T, F, Fut>(
         &self,
+        era: Option<Era>,
         mut attempt: F,
     ) -> Result<(ReplicaId, T), UpstreamError>
     where
@@ -159,7 +281,8 @@ impl Replicas {
         Fut: Future<Output = Result<T, UpstreamError>>,
     {
         let mut last = UpstreamError::Unreachable("the upstream has no replicas".into());
-        for replica in self.preference() {
+        let speaking = |r: &Arc<Replica>| era.is_none() || r.era() == era;
+        for replica in self.preference().into_iter().filter(speaking) {
             match attempt(replica.clone()).await {
                 Ok(value) => return Ok((replica.id, value)),
                 Err(UpstreamError::Unreachable(why)) => {
@@ -170,30 +293,6 @@ impl Replicas {
             }
         }
         Err(last)
-    }
-
-    /// Probes every replica at once: an `initialize` with the proxy's own identity, then
-    /// the probe's session ended. Each verdict moves its replica in or out of rotation.
-    pub async fn probe(&self) {
-        let mut probes = tokio::task::JoinSet::new();
-        for replica in &self.replicas {
-            let replica = replica.clone();
-            probes.spawn(async move {
-                match replica.http.open(None, None, &HeaderMap::new()).await {
-                    Ok(opened) => {
-                        let binding = super::Binding {
-                            replica: replica.id,
-                            session_id: opened.session_id.as_deref(),
-                            protocol_version: opened.negotiated.protocol_version,
-                        };
-                        let _ = replica.http.terminate(binding).await;
-                        replica.set_healthy(true, &"probe succeeded");
-                    }
-                    Err(e) => replica.set_healthy(false, &e),
-                }
-            });
-        }
-        while probes.join_next().await.is_some() {}
     }
 }
 
@@ -221,6 +320,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            None,
         )
     }
 
@@ -239,6 +339,13 @@ mod tests {
         assert_eq!(ids(r.preference()), [c.id, b.id, a.id]);
         c.set_healthy(false, &"test");
         assert_eq!(ids(r.preference()), [b.id, a.id, c.id]);
+        // New work follows the newest era a healthy replica speaks.
+        assert_eq!(r.era(), None);
+        a.learn(Found::Legacy);
+        c.learn(Found::Modern(None));
+        assert_eq!(r.era(), Some(Era::Legacy), "c is out of rotation");
+        c.set_healthy(true, &"test");
+        assert_eq!(r.era(), Some(Era::Modern), "a migration moves forward");
         b.session_ended();
         b.session_ended(); // never below zero
         assert_eq!(b.live(), 0);

@@ -8,6 +8,7 @@
 //! every child alive, pooled or in a session.
 
 mod child;
+mod environment;
 mod launch;
 
 use std::collections::{HashMap, VecDeque};
@@ -22,13 +23,17 @@ use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
+pub use self::environment::is_proxy_setting;
+
 use self::child::{Child, LiveSlot};
 use self::launch::Launcher;
-use super::Opened;
 use super::answer::Answer;
+use super::era::{Change, Era, EraCell};
 use super::error::{ChildError, ChildFailure, UpstreamError};
+use super::handshake::Opened;
 use super::handshake::read_result;
 use crate::jsonrpc::{Envelope, Kind};
+use crate::mcp::discover;
 use crate::mcp::initialize::{self, Negotiated};
 
 /// How to start the server (the Agent Client Protocol's `command`, `args`, `env`, plus
@@ -37,7 +42,12 @@ use crate::mcp::initialize::{self, Negotiated};
 pub struct CommandSpec {
     pub program: String,
     pub args: Vec<String>,
+    /// Variables set for the child (`upstream.env`), over what it inherits.
     pub env: Vec<(String, String)>,
+    /// The proxy's variables the child inherits (`upstream.inherit_env`), besides the
+    /// base every child gets (`environment::BASE`); nothing else of the proxy's
+    /// environment reaches it.
+    pub inherit_env: Vec<String>,
     pub cwd: Option<PathBuf>,
 }
 
@@ -55,6 +65,8 @@ pub struct StdioSettings {
     pub pool_size: usize,
     /// Children alive at once, pooled or not.
     pub max_children: usize,
+    /// The era the operator pinned (`upstream.era`); `None`: found by the first child.
+    pub era: Option<Era>,
 }
 
 /// Identities whose pools are kept; the least recently used beyond this are dropped.
@@ -80,6 +92,16 @@ pub struct StdioUpstream {
     launcher: Launcher,
     /// Whether the last attempt to start a child worked.
     spawn_ok: std::sync::atomic::AtomicBool,
+    /// What the command speaks: found by its first child (`server/discover` with a
+    /// timeout, then `initialize`), or pinned.
+    era: EraCell,
+    /// What a modern command's `server/discover` said (its first child's answer; every
+    /// child of one command says the same).
+    discovered: Mutex<Option<Arc<Negotiated>>>,
+    /// One start at a time finds the era.
+    finding: tokio::sync::Mutex<()>,
+    /// Told when a child found the era (or failed to start).
+    era_found: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +145,7 @@ impl Identity {
 impl StdioUpstream {
     /// A stdio upstream; `deaths` receives the key of every child that dies on its own.
     pub fn new(settings: StdioSettings, deaths: mpsc::UnboundedSender<String>) -> Arc<Self> {
+        let settings_era = settings.era;
         let mut label = format!("stdio:{}", settings.command.program);
         for arg in &settings.command.args {
             label.push(' ');
@@ -139,6 +162,10 @@ impl StdioUpstream {
             deaths,
             launcher: Launcher::detect(),
             spawn_ok: std::sync::atomic::AtomicBool::new(true),
+            era: EraCell::new(settings_era),
+            discovered: Mutex::new(None),
+            finding: tokio::sync::Mutex::new(()),
+            era_found: tokio::sync::Notify::new(),
         });
         // The proxy's own identity is what a client without clientInfo/capabilities gets.
         upstream.clone().refill(Identity::of(None, None));
@@ -163,6 +190,48 @@ impl StdioUpstream {
         self.pool.lock().warm.values().map(Vec::len).sum()
     }
 
+    /// What the command speaks, once its first child found it (or the operator pinned it).
+    pub fn era(&self) -> Option<Era> {
+        self.era.get()
+    }
+
+    /// The command's era, found now by starting a child if no child found it yet (the
+    /// child then waits in the warm pool).
+    pub async fn find_era(self: &Arc<Self>) -> Result<Era, UpstreamError> {
+        if let Some(era) = self.era() {
+            return Ok(era);
+        }
+        let _finding = self.finding.lock().await;
+        // A child the warm pool is starting finds it: wait for that one (so as not to
+        // start a second child for nothing).
+        let found = self.era_found.notified();
+        tokio::pin!(found);
+        // Registered before the checks below, so that a child finding it meanwhile wakes
+        // it.
+        found.as_mut().enable();
+        let filling = self.pool.lock().filling.values().sum::<usize>() > 0;
+        if let Some(era) = self.era() {
+            return Ok(era);
+        }
+        if filling {
+            let _ = tokio::time::timeout(self.settings.timeout, found).await;
+            if let Some(era) = self.era() {
+                return Ok(era);
+            }
+        }
+        let identity = Identity::of(None, None);
+        let warm = self.start(&identity).await?;
+        let mut pool = self.pool.lock();
+        if pool.identities.contains(&identity.key) {
+            pool.warm.entry(identity.key).or_default().push(warm);
+        } else {
+            drop(pool);
+            tokio::spawn(async move { warm.child.stop().await });
+        }
+        self.era()
+            .ok_or_else(|| UpstreamError::Protocol("the stdio server's era is unknown".into()))
+    }
+
     /// Whether children can be started (the last attempt worked).
     pub fn healthy(&self) -> bool {
         self.spawn_ok.load(Ordering::Acquire)
@@ -175,7 +244,12 @@ impl StdioUpstream {
         client_info: Option<&RawValue>,
         capabilities: Option<&RawValue>,
     ) -> Result<Opened, UpstreamError> {
-        let identity = Identity::of(client_info, capabilities);
+        // A modern child learns no identity at start (every request carries its own):
+        // every one is like every other.
+        let identity = match self.era() {
+            Some(Era::Modern) => Identity::of(None, None),
+            _ => Identity::of(client_info, capabilities),
+        };
         let warm = self.take_warm(&identity.key);
         self.clone().refill(identity.clone());
         let warm = match warm {
@@ -339,7 +413,10 @@ impl StdioUpstream {
         }
     }
 
-    /// Starts a child and runs the 2025-11-25 handshake over its stdio. The place under
+    /// Starts a child and readies it for a session: a legacy command's child runs the
+    /// 2025-11-25 handshake over its stdio; a modern one's needs none (its first child
+    /// asks `server/discover` and its answer stands for all). The first child of a
+    /// command whose era is not known yet finds it (see [`ready`]). The place under
     /// `max_children` is taken before the process starts; a start given up half-way
     /// (the client left) stops the child instead of leaving it running.
     async fn start(&self, identity: &Identity) -> Result<Warm, UpstreamError> {
@@ -364,11 +441,10 @@ impl StdioUpstream {
         self.all.insert(tag, Arc::downgrade(&child));
         let mut starting = StopUnlessKept(Some(child.clone()));
         let timeout = self.settings.timeout;
-        let outcome =
-            match tokio::time::timeout(timeout, handshake(&child, identity, timeout)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(UpstreamError::Timeout(timeout)),
-            };
+        let outcome = match tokio::time::timeout(timeout, self.ready(&child, identity)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(UpstreamError::Timeout(timeout)),
+        };
         match outcome {
             Ok(negotiated) => {
                 if !self.spawn_ok.swap(true, Ordering::AcqRel) {
@@ -395,10 +471,51 @@ impl StdioUpstream {
 }
 
 impl StdioUpstream {
+    /// Readies a started child in the command's era, found now when it is not known:
+    /// `server/discover` first (2026-07-28 "stdio", backward compatibility), waiting at
+    /// most [`DISCOVER_WAIT`]; a `DiscoverResult` or a modern refusal means modern, and
+    /// anything else — an error in a legacy server's words, or silence — means legacy:
+    /// the same child is initialized (legacy servers answer an unknown method and stay
+    /// usable).
+    async fn ready(&self, child: &Child, identity: &Identity) -> Result<Negotiated, UpstreamError> {
+        let timeout = self.settings.timeout;
+        match self.era() {
+            Some(Era::Legacy | Era::Sse) => return handshake(child, identity, timeout).await,
+            Some(Era::Modern) => {
+                if let Some(known) = self.discovered.lock().clone() {
+                    return Ok(Negotiated::clone(&known));
+                }
+            }
+            None => {}
+        }
+        let wait = DISCOVER_WAIT.min(timeout);
+        match discover(child, wait).await? {
+            Some(found) => {
+                let negotiated = found.unwrap_or_else(Negotiated::modern_unknown);
+                *self.discovered.lock() = Some(Arc::new(negotiated.clone()));
+                self.found(Era::Modern);
+                Ok(negotiated)
+            }
+            None => {
+                self.found(Era::Legacy);
+                handshake(child, identity, timeout).await
+            }
+        }
+    }
+
+    /// Records the command's era, and wakes who waits for it.
+    fn found(&self, era: Era) {
+        if self.era.set(era) != Change::Same {
+            tracing::info!(command = %self.label, era = era.name(), "the stdio server's era found");
+        }
+        self.era_found.notify_waiters();
+    }
+
     /// Notes that a child could not be started: a warning when children started until
     /// now (once, not once per attempt: a broken command fails every refill of the
     /// pool), a debug line while they keep failing.
     fn start_failed(&self, error: UpstreamError) -> UpstreamError {
+        self.era_found.notify_waiters();
         if self.spawn_ok.swap(false, Ordering::AcqRel) {
             tracing::warn!(command = %self.label, error = %error, "the stdio server failed to start");
         } else {
@@ -430,11 +547,52 @@ impl Drop for StopUnlessKept {
 fn while_starting(error: UpstreamError) -> UpstreamError {
     match error {
         UpstreamError::Child(e) => UpstreamError::Child(e.while_starting()),
-        UpstreamError::InitializeFailed { code, message } => UpstreamError::Child(
+        UpstreamError::InitializeFailed { code, message, .. } => UpstreamError::Child(
             ChildError::new(ChildFailure::InitializeFailed { code, message }).while_starting(),
         ),
         other => other,
     }
+}
+
+/// How long the first child of a command may take to answer `server/discover` before its
+/// silence counts as a legacy server's.
+pub const DISCOVER_WAIT: Duration = Duration::from_secs(3);
+
+/// Asks a child `server/discover`: `Some` when it speaks the modern protocol (with what it
+/// said, when it said it in a `DiscoverResult`), `None` when it does not (another error,
+/// or no answer within `wait`).
+async fn discover(
+    child: &Child,
+    wait: Duration,
+) -> Result<Option<Option<Negotiated>>, UpstreamError> {
+    let mut answer = Answer::channel(child.request(&discover::request_body()).await?);
+    let Ok(Ok(message)) = tokio::time::timeout(
+        wait,
+        answer
+            .messages
+            .response_to(discover::REQUEST_ID.as_bytes(), wait),
+    )
+    .await
+    else {
+        return Ok(None);
+    };
+    let Ok(envelope) = Envelope::parse(&message) else {
+        return Ok(None);
+    };
+    if let Some(result) = envelope.result.filter(|r| discover::is_discover_result(r)) {
+        return Ok(Some(discover::parse_result(result).ok()));
+    }
+    #[derive(serde::Deserialize)]
+    struct Parts<'a> {
+        code: i64,
+        #[serde(borrow, default)]
+        data: Option<&'a RawValue>,
+    }
+    let modern = envelope
+        .error
+        .and_then(|e| serde_json::from_str::<Parts<'_>>(e.get()).ok())
+        .is_some_and(|e| discover::is_modern_error(e.code, e.data));
+    Ok(modern.then_some(None))
 }
 
 /// `initialize`, then `notifications/initialized`.

@@ -76,3 +76,12 @@ pub fn check_progress(progress: &[&(Instant, Value)], token: &str) {
         );
     }
 }
+
+/// How many `notifications/progress` an event-stream reply carried.
+pub fn progress_count(reply: &Reply) -> usize {
+    reply
+        .events()
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .count()
+}

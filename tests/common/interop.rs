@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::config_for;
 
-/// How long a server may take to print `READY <port>`.
+/// How long a server may take to say it is ready (see [`ServerProcess::spawn`]).
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a server's output is kept for failure messages.
 const LOG_TAIL: usize = 16 * 1024;
@@ -46,6 +46,10 @@ pub fn tools_dir() -> PathBuf {
 /// Runs `tests/interop/setup.sh` the first time it is called in this test binary;
 /// panics (every time) if it failed.
 pub fn ensure_installed() {
+    // The test command ran setup.sh once before every test process (.ci/test.sh).
+    if std::env::var_os("MCP_PROXY_TEST_TOOLS_READY").is_some() {
+        return;
+    }
     static SETUP: OnceLock<Result<(), String>> = OnceLock::new();
     let outcome = SETUP.get_or_init(|| {
         let script = repo_root().join("tests/interop/setup.sh");
@@ -58,7 +62,7 @@ pub fn ensure_installed() {
             Ok(())
         } else {
             Err(format!(
-                "{} failed ({}); the interop tests need node >= 18 with npm and python3 >= 3.10 \
+                "{} failed ({}); the interop tests need node >= 20 with npm and python3 >= 3.10 \
                  and the npm registry and PyPI (or a warm target/interop-tools).\n\
                  --- stdout ---\n{}\n--- stderr ---\n{}",
                 script.display(),
@@ -134,6 +138,8 @@ fn drain<R: AsyncRead + Unpin + Send + 'static>(
 pub struct ServerProcess {
     pub name: &'static str,
     pub port: u16,
+    /// The endpoint's path: `/mcp`, or `/sse` for an HTTP+SSE (2024-11-05) server.
+    path: String,
     child: Child,
     stdout: Log,
     stderr: Log,
@@ -141,9 +147,16 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Spawns `command` (stdout and stderr piped, killed on drop) and waits for the
-    /// `READY <port>` line on its stdout.
-    pub async fn spawn(name: &'static str, mut command: Command) -> ServerProcess {
+    /// Spawns `command` (stdout and stderr piped, killed on drop) and waits for the line
+    /// on its stdout that says it listens: `READY <port>` (endpoint `/mcp`), `READY <url>`
+    /// or a JSON object with a `url` (the endpoint is that URL's path).
+    pub async fn spawn(name: &'static str, command: Command) -> ServerProcess {
+        ServerProcess::spawn_at(name, command, "/mcp").await
+    }
+
+    /// [`ServerProcess::spawn`] for a server whose `READY <port>` line names no path:
+    /// its endpoint is `path` (e.g. `/sse`).
+    pub async fn spawn_at(name: &'static str, mut command: Command, path: &str) -> ServerProcess {
         ensure_installed();
         command
             .stdin(Stdio::null())
@@ -166,11 +179,8 @@ impl ServerProcess {
                 match lines.next_line().await {
                     Ok(Some(line)) => {
                         stdout.push(&line);
-                        if let Some(port) = line.trim().strip_prefix("READY ") {
-                            break port
-                                .trim()
-                                .parse::<u16>()
-                                .map_err(|e| format!("bad READY line {line:?}: {e}"));
+                        if let Some(ready) = ready_line(&line) {
+                            break ready;
                         }
                     }
                     Ok(None) => break Err("stdout closed before READY".to_owned()),
@@ -181,8 +191,8 @@ impl ServerProcess {
         .await
         .unwrap_or_else(|_| Err(format!("no READY line within {STARTUP_TIMEOUT:?}")));
 
-        let port = match ready {
-            Ok(port) if port != 0 => port,
+        let (port, path) = match ready {
+            Ok((port, named)) if port != 0 => (port, named.unwrap_or_else(|| path.to_owned())),
             failure => {
                 let why = failure
                     .err()
@@ -207,6 +217,7 @@ impl ServerProcess {
         ServerProcess {
             name,
             port,
+            path,
             child,
             stdout,
             stderr,
@@ -214,9 +225,10 @@ impl ServerProcess {
         }
     }
 
-    /// The MCP endpoint, `http://127.0.0.1:<port>/mcp`.
+    /// The MCP endpoint, `http://127.0.0.1:<port>/mcp` (an HTTP+SSE server's: its `GET`
+    /// stream, `http://127.0.0.1:<port>/sse`).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
+        format!("http://127.0.0.1:{}{}", self.port, self.path)
     }
 
     /// Kills the server and waits until it is gone (its port is free again).
@@ -235,6 +247,31 @@ impl ServerProcess {
             self.stderr.text()
         )
     }
+}
+
+/// What a server's line on stdout says about where it listens: `READY <port>`, `READY
+/// <url>` or `{"url": "<url>", ...}`; `None` for any other line. A URL gives the path too.
+fn ready_line(line: &str) -> Option<Result<(u16, Option<String>), String>> {
+    let line = line.trim();
+    let url = if let Some(rest) = line.strip_prefix("READY ") {
+        let rest = rest.trim();
+        if let Ok(port) = rest.parse::<u16>() {
+            return Some(Ok((port, None)));
+        }
+        rest.to_owned()
+    } else if line.starts_with('{') {
+        let value: serde_json::Value = serde_json::from_str(line).ok()?;
+        value.get("url")?.as_str()?.to_owned()
+    } else {
+        return None;
+    };
+    Some(match reqwest::Url::parse(&url) {
+        Ok(parsed) => parsed
+            .port()
+            .map(|port| (port, Some(parsed.path().to_owned())))
+            .ok_or_else(|| format!("no port in {url:?}")),
+        Err(e) => Err(format!("bad READY line {line:?}: {e}")),
+    })
 }
 
 impl Drop for ServerProcess {
@@ -268,6 +305,16 @@ pub async fn everything() -> ServerProcess {
 /// The everything server on `port` (0: a free one) — e.g. started again where a killed
 /// one listened, as a restarted server would be.
 pub async fn everything_on(port: u16) -> ServerProcess {
+    ServerProcess::spawn("everything", everything_command(port, "streamableHttp")).await
+}
+
+/// The everything server in its `sse` mode (the 2024-11-05 HTTP+SSE transport: `GET
+/// /sse`, `POST /message?sessionId=…`) on `port` (0: a free one).
+pub async fn everything_sse_on(port: u16) -> ServerProcess {
+    ServerProcess::spawn_at("everything (sse)", everything_command(port, "sse"), "/sse").await
+}
+
+fn everything_command(port: u16, mode: &str) -> Command {
     let mut command = Command::new("node");
     command
         .env("PORT", port.to_string())
@@ -275,8 +322,18 @@ pub async fn everything_on(port: u16) -> ServerProcess {
         .arg("--require")
         .arg(repo_root().join("tests/interop/everything-loopback.cjs"))
         .arg(everything_script())
-        .arg("streamableHttp");
-    ServerProcess::spawn("everything", command).await
+        .arg(mode);
+    command
+}
+
+/// The HTTP+SSE fixture (`tests/interop/sse_server.py`: FastMCP over the 2024-11-05
+/// transport, `GET /sse`, `POST /messages/?session_id=…`) on `port` (0: a free one).
+pub async fn sse_fixture_on(port: u16) -> ServerProcess {
+    let mut command = Command::new(tools_dir().join("venv/bin/python"));
+    command
+        .arg(repo_root().join("tests/interop/sse_server.py"))
+        .arg(port.to_string());
+    ServerProcess::spawn_at("sse fixture", command, "/sse").await
 }
 
 /// The FastMCP fixture (`tests/interop/fastmcp_server.py`) on a free loopback port, with
@@ -467,17 +524,60 @@ pub struct Sdk2Client {
     pub protocol_version: String,
 }
 
+/// How an [`Sdk2Client`] connects.
+#[derive(Debug, Clone, Default)]
+pub struct Sdk2Options {
+    /// `Client(mode=...)`: `None` is the SDK's default, `"auto"` (server/discover, then
+    /// `initialize` on a legacy server); `"legacy"`; `"2026-07-28"` (no probe).
+    pub mode: Option<&'static str>,
+    /// The 2024-11-05 HTTP+SSE transport (the URL is the server's `GET /sse`) instead of
+    /// Streamable HTTP.
+    pub sse: bool,
+    /// Answer the server's questions (elicitation accepted with every property set to
+    /// this, sampling answered `sampled:<this>`); `None`: the client declares neither
+    /// capability.
+    pub answer: Option<String>,
+    /// Extra HTTP headers (`"Name: value"`) on every request.
+    pub headers: Vec<String>,
+}
+
 impl Sdk2Client {
     /// Starts a client of `url` sending `headers` (`"Name: value"`) with every request,
     /// and waits until it has connected.
     pub async fn connect(url: &str, headers: &[&str]) -> Sdk2Client {
+        let options = Sdk2Options {
+            headers: headers.iter().map(|h| (*h).to_owned()).collect(),
+            ..Sdk2Options::default()
+        };
+        Sdk2Client::connect_with(url, &options).await
+    }
+
+    /// Starts a client of `url` as `options` say and waits until it has connected.
+    pub async fn connect_with(url: &str, options: &Sdk2Options) -> Sdk2Client {
+        Sdk2Client::try_connect(url, options)
+            .await
+            .unwrap_or_else(|e| panic!("the SDK 2.x client could not connect to {url}: {e}"))
+    }
+
+    /// Starts a client of `url`; `Err` with what the SDK raised (and the client's stderr)
+    /// when it cannot connect.
+    pub async fn try_connect(url: &str, options: &Sdk2Options) -> Result<Sdk2Client, String> {
         ensure_installed();
         let mut command = Command::new(tools_dir().join("venv2/bin/python"));
         command
             .arg(repo_root().join("tests/interop/clients/sdk2_client.py"))
             .arg(url);
-        for header in headers {
+        for header in &options.headers {
             command.arg("--header").arg(header);
+        }
+        if let Some(mode) = options.mode {
+            command.arg("--mode").arg(mode);
+        }
+        if options.sse {
+            command.arg("--transport").arg("sse");
+        }
+        if let Some(answer) = &options.answer {
+            command.arg("--answer").arg(answer);
         }
         command
             .stdin(Stdio::piped())
@@ -503,9 +603,11 @@ impl Sdk2Client {
             protocol_version: String::new(),
         };
         let ready = client.read().await;
-        assert_eq!(ready["ready"], true, "{ready}");
+        if ready["ready"] != true {
+            return Err(format!("{ready}; its stderr:\n{}", client.stderr.text()));
+        }
         client.protocol_version = ready["protocolVersion"].as_str().unwrap_or("").to_owned();
-        client
+        Ok(client)
     }
 
     async fn read(&mut self) -> serde_json::Value {
@@ -531,11 +633,25 @@ impl Sdk2Client {
         self.read().await
     }
 
-    /// `client.call_tool(name, arguments)`: `{isError, text, structured}`, or `{error}`
-    /// when the SDK raised.
+    /// `client.call_tool(name, arguments)`: `{isError, text, structured, elicited,
+    /// sampled}`, or `{error}` when the SDK raised.
     pub async fn call(&mut self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
         self.command(serde_json::json!({"op": "call", "name": name, "arguments": arguments}))
             .await
+    }
+
+    /// `client.call_tool(name, arguments, progress_callback=...)`: as [`Sdk2Client::call`],
+    /// with the progress notifications received (`progress`: `[[progress, total,
+    /// message], ...]`) and how many questions the server asked (`elicited`, `sampled`).
+    pub async fn call_with_progress(
+        &mut self,
+        name: &str,
+        arguments: serde_json::Value,
+    ) -> serde_json::Value {
+        self.command(serde_json::json!({
+            "op": "call", "name": name, "arguments": arguments, "progress": true
+        }))
+        .await
     }
 
     /// A call that must succeed; its text.

@@ -5,6 +5,8 @@
 //!
 //! Beside it: [`assert`] (checks of the proxy's answers shared by every suite),
 //! [`interop`] (third-party servers as child processes, and the proxy in front of them),
+//! [`peers`] (the servers and clients of every protocol era: TypeScript and Python SDK
+//! 2.x, HTTP+SSE, the SDK 1.x clients), [`inspector`] (the MCP Inspector's CLI),
 //! [`stdio`] (the proxy in front of a stdio command), [`procs`] (processes read from
 //! `/proc`: markers, alive, reaped, zombies), [`log`] (the proxy's log captured),
 //! [`binary`] (the real binary as a process, for every suite that runs it: its
@@ -26,9 +28,12 @@
 pub mod affinity;
 pub mod assert;
 pub mod binary;
+pub mod conformance;
 pub mod fleet;
+pub mod inspector;
 pub mod interop;
 pub mod log;
+pub mod peers;
 pub mod procs;
 pub mod rogue;
 pub mod stdio;
@@ -65,9 +70,32 @@ pub fn config_for(upstream: &str) -> Config {
     config
 }
 
+/// Whether the upstream received this as the proxy's probe of what it speaks.
+pub fn is_era_probe(received: &Received) -> bool {
+    received.method() == Some("server/discover")
+        && received
+            .body
+            .as_ref()
+            .is_some_and(|b| b["id"] == "mcp-session-proxy-discover")
+}
+
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Another loopback address than the proxy's own clients use (127.0.0.1): a client from
+/// there is another client address to the proxy.
+pub const OTHER_ADDRESS: [u8; 4] = [127, 0, 0, 2];
+
+/// An HTTP client whose connections come from `address` (a loopback address: Linux
+/// routes all of 127.0.0.0/8 to the loopback interface).
+pub fn http_client_from(address: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .local_address(std::net::IpAddr::from(address))
         .build()
         .unwrap()
 }
@@ -129,11 +157,14 @@ impl Harness {
     }
 
     /// What the upstream received, JSON-RPC POSTs only.
+    /// The POSTs the upstream received for clients: not the proxy's own probe of what
+    /// the upstream speaks (`server/discover`, at its first use and at each health
+    /// probe).
     pub fn upstream_posts(&self) -> Vec<Received> {
         self.demo
             .journal()
             .into_iter()
-            .filter(|r| r.http_method == "POST")
+            .filter(|r| r.http_method == "POST" && !is_era_probe(r))
             .collect()
     }
 
@@ -189,9 +220,11 @@ impl Reply {
     }
 }
 
-/// Every `data:` payload of an event stream that is JSON.
+/// Every `data:` payload of an event stream that is JSON (lines may end in CRLF, as
+/// Python servers write them).
 pub fn sse_messages(text: &str) -> Vec<Value> {
-    text.split("\n\n")
+    text.replace("\r\n", "\n")
+        .split("\n\n")
         .filter_map(|event| {
             let data: Vec<&str> = event
                 .lines()
@@ -342,6 +375,12 @@ impl SessionClient {
         self
     }
 
+    /// The same client, connecting from `address` ([`http_client_from`]).
+    pub fn calling_from(mut self, address: [u8; 4]) -> Self {
+        self.http = http_client_from(address);
+        self
+    }
+
     fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -407,16 +446,7 @@ impl SessionClient {
     /// Opens the session's listen stream (`GET` with its `Mcp-Session-Id`); asserts it
     /// is an event stream.
     pub async fn listen(&self) -> EventReader {
-        let response = self
-            .http
-            .get(&self.url)
-            .headers(self.headers())
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .unwrap();
-        assert_event_stream(&response);
-        EventReader::new(response)
+        get_stream(&self.http, &self.url, self.headers()).await
     }
 
     /// Sends a request in the session; adopts the state of a successful response.
@@ -568,24 +598,46 @@ impl EventReader {
 
     /// The next JSON-RPC message, or `None` at the end of the stream.
     pub async fn next(&mut self) -> Option<Value> {
+        self.read(Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|| panic!("no event within 20 s"))
+    }
+
+    /// The next JSON-RPC message within `within`: `Some(None)` at the end of the stream,
+    /// `None` when nothing came in time (the stream stays readable).
+    pub async fn next_within(&mut self, within: Duration) -> Option<Option<Value>> {
+        self.read(within).await
+    }
+
+    async fn read(&mut self, within: Duration) -> Option<Option<Value>> {
         use futures_util::StreamExt;
+        let deadline = tokio::time::Instant::now() + within;
         loop {
             let normalized = self.buffer.replace("\r\n", "\n");
             if let Some(end) = normalized.find("\n\n") {
                 let event = normalized[..end].to_owned();
                 self.buffer = normalized[end + 2..].to_owned();
                 if let Some(message) = sse_messages(&format!("{event}\n\n")).into_iter().next() {
-                    return Some(message);
+                    return Some(Some(message));
                 }
                 continue;
             }
-            match tokio::time::timeout(Duration::from_secs(20), self.stream.next()).await {
+            match tokio::time::timeout_at(deadline, self.stream.next()).await {
                 Ok(Some(Ok(chunk))) => self.buffer.push_str(&String::from_utf8_lossy(&chunk)),
                 Ok(Some(Err(e))) => panic!("stream failed: {e}"),
-                Ok(None) => return None,
-                Err(_) => panic!("no event within 20 s"),
+                Ok(None) => return Some(None),
+                Err(_) => return None,
             }
         }
+    }
+
+    /// The next message, which must come within `within` (the stream must not end
+    /// first).
+    pub async fn expect_within(&mut self, within: Duration) -> Value {
+        tokio::time::timeout(within, self.next())
+            .await
+            .unwrap_or_else(|_| panic!("nothing on the stream within {within:?}"))
+            .expect("the stream ended")
     }
 
     /// Reads up to the server-to-client request `method` (e.g. `sampling/createMessage`)
@@ -676,12 +728,21 @@ impl LegacyClient {
     /// Asserts the server accepted both, negotiated `version`, issued a session id and
     /// put no data-layer session `_meta` in its result.
     pub async fn connect(url: String, version: &'static str) -> LegacyClient {
+        LegacyClient::connect_with(url, version, json!({})).await
+    }
+
+    /// [`LegacyClient::connect`] declaring `capabilities` (e.g. `{"elicitation": {}}`).
+    pub async fn connect_with(
+        url: String,
+        version: &'static str,
+        capabilities: Value,
+    ) -> LegacyClient {
         let http = http_client();
         let reply = post_json(
             &http,
             &url,
             &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": version, "capabilities": {},
+                "protocolVersion": version, "capabilities": capabilities,
                 "clientInfo": {"name": format!("legacy-{version}"), "version": "1"}}}),
             &HeaderMap::new(),
         )
@@ -729,6 +790,30 @@ impl LegacyClient {
         post_json(&self.http, &self.url, &body, &self.headers()).await
     }
 
+    /// `tools/call` `name` with request id `id`: asserts it is answered 200 with that id
+    /// and no data-layer session `_meta` (an old client never sees one); the response.
+    pub async fn call(&self, id: u64, name: &str, arguments: Value) -> Value {
+        let called = self
+            .post(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                         "params": {"name": name, "arguments": arguments}}))
+            .await;
+        assert_eq!(called.status, 200, "{}", called.text);
+        let message = final_message(&called);
+        assert_eq!(message["id"], id, "{message}");
+        assert!(
+            message["result"]
+                .get("_meta")
+                .is_none_or(|m| m.get(SESSION_KEY).is_none()),
+            "an old client's result carries no session _meta: {message}"
+        );
+        message
+    }
+
+    /// Opens the session's GET stream; asserts it is an event stream.
+    pub async fn listen(&self) -> EventReader {
+        get_stream(&self.http, &self.url, self.headers()).await
+    }
+
     /// Ends the session: `DELETE` with its headers.
     pub async fn delete(&self) -> reqwest::Response {
         self.http
@@ -770,6 +855,12 @@ impl StatelessClient {
     pub fn with_header(mut self, name: &'static str, value: &str) -> Self {
         self.extra_headers
             .insert(name, HeaderValue::from_str(value).unwrap());
+        self
+    }
+
+    /// Connects from `address` ([`http_client_from`]).
+    pub fn calling_from(mut self, address: [u8; 4]) -> Self {
+        self.http = http_client_from(address);
         self
     }
 
@@ -856,6 +947,19 @@ fn tool_result(name: &str, reply: &Reply) -> Value {
         reply.text
     );
     final_message(reply)
+}
+
+/// `GET url` with `headers`, asking for an event stream; asserts it is one.
+pub async fn get_stream(http: &reqwest::Client, url: &str, headers: HeaderMap) -> EventReader {
+    let response = http
+        .get(url)
+        .headers(headers)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_event_stream(&response);
+    EventReader::new(response)
 }
 
 /// A 200 answer whose body is an event stream.

@@ -36,6 +36,7 @@ pub fn misbehaving(marker: &Marker, flags: &[&str]) -> CommandSpec {
         program: "python3".to_owned(),
         args,
         env: marker.env(),
+        inherit_env: Vec::new(),
         cwd: None,
     }
 }
@@ -50,6 +51,7 @@ pub fn everything(marker: &Marker) -> CommandSpec {
             "stdio".to_owned(),
         ],
         env: marker.env(),
+        inherit_env: Vec::new(),
         cwd: None,
     }
 }
@@ -61,6 +63,7 @@ pub fn fastmcp(marker: &Marker) -> CommandSpec {
         program: tools_dir().join("venv/bin/python").display().to_string(),
         args: vec![fastmcp_script().display().to_string(), "--stdio".to_owned()],
         env: marker.env(),
+        inherit_env: Vec::new(),
         cwd: None,
     }
 }

@@ -21,6 +21,8 @@ Tools:
   counter()                  -> "1", "2", ... counted per MCP session
   slow(steps=3, delay_ms=200)-> "done", after reporting progress i/steps
   whoami()                   -> the Mcp-Session-Id the server sees
+  ask(question="Your name?") -> an elicitation/create request (form {answer: string}) on the
+                                call's stream; "accept:<answer>" | "decline" | "cancel"
 Resource: fixture://hello (text/plain "hello from fastmcp fixture")
 Prompt:   greet(name)
 """
@@ -33,8 +35,13 @@ import sys
 
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
+from pydantic import BaseModel, Field
 
 HOST = "127.0.0.1"
+
+
+class Answer(BaseModel):
+    answer: str = Field(description="Your answer")
 
 
 def _session_key(ctx: Context) -> str:
@@ -87,6 +94,14 @@ def build(port: int, **settings: object) -> FastMCP:
     def whoami(ctx: Context) -> str:
         """Return the Mcp-Session-Id header value the server sees for this request."""
         return _session_id(ctx) or ""
+
+    @mcp.tool()
+    async def ask(ctx: Context, question: str = "Your name?") -> str:
+        """Ask the client a question (elicitation/create)."""
+        result = await ctx.elicit(message=question, schema=Answer)
+        if result.action == "accept":
+            return f"accept:{result.data.answer}"
+        return result.action
 
     @mcp.resource("fixture://hello", mime_type="text/plain")
     def hello() -> str:

@@ -39,6 +39,10 @@ Tools (all answer `content:[{type:text,text:…}]`):
   notify_later{text, delay_ms=300}
                              -> answers "scheduled" at once, then after delay_ms sends
                                 notifications/message {level:"info", data: text}
+  burst{count=200}           -> writes `count` notifications/progress for the request's
+                                progressToken and then its answer "after <count>", all in
+                                one write
+  environ{}                  -> its whole environment, as a JSON object text
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ TOOLS = [
         "Answer, then send a log notification after delay_ms.",
         {"text": {"type": "string"}, "delay_ms": {"type": "integer"}},
     ),
+    ("environ", "Answer this process's environment, as JSON.", {}),
 ]
 
 
@@ -178,6 +183,18 @@ def call_tool(request_id, params: dict) -> None:
         time.sleep(delay)
         send({"jsonrpc": "2.0", "method": "notifications/message",
               "params": {"level": "info", "logger": "misbehaving", "data": text}})
+    elif name == "burst":
+        count = int(args.get("count", 200))
+        token = ((params.get("_meta") or {}).get("progressToken"))
+        lines = [json.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+                             "params": {"progressToken": token, "progress": n + 1,
+                                        "total": count}}).encode()
+                 for n in range(count)]
+        lines.append(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {
+            "content": [{"type": "text", "text": f"after {count}"}]}}).encode())
+        write_line(b"\n".join(lines))
+    elif name == "environ":
+        text_result(request_id, json.dumps(dict(os.environ)))
     else:
         send({"jsonrpc": "2.0", "id": request_id,
               "error": {"code": -32602, "message": f"Unknown tool: {name}"}})

@@ -15,12 +15,26 @@
 #                      TypeScript SDK client tests)
 #   inspector/         @modelcontextprotocol/inspector 2.12.0, the official MCP Inspector; its
 #                      connection CLI `mcpdo` (tests/inspector.rs) runs on node22/
+#   ts2/               the MCP TypeScript SDK 2.x: @modelcontextprotocol/server 2.4.0, client 2.4.0,
+#                      node 2.1.2 (node:http adapter), ext-tasks 0.2.2, from ts2/package-lock.json;
+#                      tests/interop/ts2/*.mjs load it: server.mjs (a 2026-07-28 server, modern-only
+#                      or dual), client.mjs (the v2 Client) and tasks-client.mjs (ext-tasks), Node >= 20
+# The fixtures in this directory that run on these (tests/interop/README.md, "Peers of every era"):
+#   ts2/server.mjs     TypeScript SDK 2.x server: --mode reject (2026-07-28 only; initialize
+#                      refused, 400 -32022 with data.supported), --mode stateless (dual; 2025
+#                      served per request, no session), --mode stdio [--legacy serve|reject]
+#   ts2/client.mjs, ts2/tasks-client.mjs   the v2 Client (modern, legacy, auto) and ext-tasks
+#   sdk2_server.py     Python SDK 2.x server on venv2/: dual (2026-07-28 by header, 2025 with
+#                      sessions), HTTP or --stdio
+#   sse_server.py      FastMCP on venv/, HTTP+SSE (2024-11-05): GET /sse, POST to the endpoint
+#   fastmcp_server.py  FastMCP on venv/, Streamable HTTP 2025-11-25 (or --stdio)
 # and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
 #   curl               tests/binary.rs runs README.md's curl examples as written
 #   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
 #                      and a real load balancer in front of two proxy processes
-# Needs: node >= 18 with npm, python3 >= 3.10 (override with $PYTHON), the npm
-# registry and PyPI. Safe to run concurrently (serialised with flock).
+# Needs: node >= 20 with npm (the TypeScript SDK 2.x needs 20), python3 >= 3.10
+# (override with $PYTHON), the npm registry and PyPI. Safe to run concurrently
+# (serialised with flock).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -37,8 +51,13 @@ CONFORMANCE_2025_VERSION="0.1.16"      # conformance-2025/package.json
 CONFORMANCE_2026_VERSION="0.2.0-alpha.12" # conformance-2026/package.json
 SDK_VERSION="1.32.2"                   # sdk/package.json
 INSPECTOR_VERSION="2.12.0"             # inspector/package.json
+TS2_VERSION="2.4.0"                    # ts2/package.json (@modelcontextprotocol/server and client)
 
 mkdir -p "$TOOLS"
+# The real path: npm ci with a --prefix reached through a symlink (a worktree's
+# target/interop-tools shared with another checkout) takes the root package for a link
+# to itself and refuses the lock file ("Missing: <dir>@ from lock file").
+TOOLS="$(cd "$TOOLS" && pwd -P)"
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$TOOLS/.lock"
   flock 9
@@ -73,8 +92,8 @@ command -v npm >/dev/null || { echo "interop setup: npm not found" >&2; exit 1; 
 command -v "$PYTHON" >/dev/null || { echo "interop setup: $PYTHON not found" >&2; exit 1; }
 
 node_major="$(node -p 'process.versions.node.split(".")[0]')"
-if [ "$node_major" -lt 18 ]; then
-  echo "interop setup: node >= 18 needed, found $(node --version)" >&2
+if [ "$node_major" -lt 20 ]; then
+  echo "interop setup: node >= 20 needed, found $(node --version)" >&2
   exit 1
 fi
 py_version="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
@@ -92,6 +111,7 @@ C2026_JS="$TOOLS/conformance-2026/node_modules/@modelcontextprotocol/conformance
 EVERYTHING_JS="$TOOLS/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 SDK_PKG="$TOOLS/sdk/node_modules/@modelcontextprotocol/sdk/package.json"
 MCPDO_JS="$TOOLS/inspector/node_modules/@modelcontextprotocol/inspector/clients/mcpdo/build/mcp-bin.js"
+TS2_PKG="$TOOLS/ts2/node_modules/@modelcontextprotocol/server/package.json"
 
 # part | stamp it must carry | file that must exist
 PARTS=(
@@ -103,6 +123,7 @@ PARTS=(
   "conformance-2026|$(npm_stamp "conformance=$CONFORMANCE_2026_VERSION" conformance-2026)|$C2026_JS"
   "sdk|$(npm_stamp "sdk=$SDK_VERSION" sdk)|$SDK_PKG"
   "inspector|$(npm_stamp "inspector=$INSPECTOR_VERSION" inspector)|$MCPDO_JS"
+  "ts2|$(npm_stamp "ts2=$TS2_VERSION" ts2)|$TS2_PKG"
 )
 part_ok() { # name stamp file
   [ -f "$TOOLS/.stamp-$1" ] && [ "$(cat "$TOOLS/.stamp-$1")" = "$2" ] && [ -e "$3" ]
@@ -223,6 +244,22 @@ install_inspector() {
   [ "$got" = "$INSPECTOR_VERSION" ] || fail "mcpdo reports version $got, expected $INSPECTOR_VERSION"
 }
 
+install_ts2() {
+  echo "interop setup: npm ci @modelcontextprotocol/server@$TS2_VERSION (+ client, node, ext-tasks) -> $TOOLS/ts2"
+  npm_ci ts2
+  # The fixtures import the packages through tests/interop/ts2/load.mjs, the same way.
+  INTEROP_TOOLS="$TOOLS" node --input-type=module -e '
+    const { load } = await import(process.argv[1]);
+    const { version } = JSON.parse((await import("node:fs")).readFileSync(process.argv[2], "utf8"));
+    if (version !== process.argv[3]) { console.error(`server is ${version}, expected ${process.argv[3]}`); process.exit(1); }
+    await load("@modelcontextprotocol/server"); await load("@modelcontextprotocol/server/stdio");
+    await load("@modelcontextprotocol/client"); await load("@modelcontextprotocol/client/stdio");
+    await load("@modelcontextprotocol/node"); await load("@modelcontextprotocol/ext-tasks/client");
+    await load("zod/v4");
+  ' "$(node -p 'require("url").pathToFileURL(process.argv[1]).href' "$HERE/ts2/load.mjs")" "$TS2_PKG" "$TS2_VERSION" ||
+    fail "ts2 import check failed"
+}
+
 for p in "${PARTS[@]}"; do
   IFS='|' read -r name stamp file <<<"$p"
   case " ${todo[*]} " in *" $name "*) ;; *) continue ;; esac
@@ -236,6 +273,7 @@ for p in "${PARTS[@]}"; do
     conformance-2026) install_conformance conformance-2026 "$CONFORMANCE_2026_VERSION" "$C2026_JS" ;;
     sdk) install_sdk ;;
     inspector) install_inspector ;;
+    ts2) install_ts2 ;;
   esac
   printf '%s\n' "$stamp" >"$TOOLS/.stamp-$name"
 done

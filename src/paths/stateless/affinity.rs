@@ -24,12 +24,12 @@ use http::HeaderMap;
 use http::header::HeaderName;
 use sha2::{Digest, Sha256};
 
-use super::super::session::binding;
+use super::super::session::addr;
 use crate::mcp::caller::Caller;
 use crate::mcp::initialize::Negotiated;
 use crate::rewrite::handles::HandleTools;
 use crate::session::Lease;
-use crate::upstream::{Binding, Checkout, PinSettings, Pinned};
+use crate::upstream::{Checkout, PinSettings, Pinned, SessionAddr};
 
 /// How stateless calls map onto upstream sessions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,24 +77,24 @@ impl Affinity {
     }
 
     /// Where a new call runs, before any handle it names is looked at.
-    pub fn target(&self, headers: &HeaderMap, caller: Caller) -> Target {
+    pub fn target(&self, headers: &HeaderMap, caller: Caller) -> CallTarget {
         match self {
-            Affinity::Shared => Target::Pooled,
-            Affinity::Isolated => Target::Alone,
+            Affinity::Shared => CallTarget::Pooled,
+            Affinity::Isolated => CallTarget::Isolated,
             Affinity::Handles { fallback, .. } => fallback.target(),
             Affinity::Pinned {
                 header, fallback, ..
             } => pin_key(header.as_ref(), headers, caller)
-                .map_or_else(|| fallback.target(), Target::Pin),
+                .map_or_else(|| fallback.target(), CallTarget::Pin),
         }
     }
 }
 
 impl Fallback {
-    fn target(self) -> Target {
+    fn target(self) -> CallTarget {
         match self {
-            Fallback::Shared => Target::Pooled,
-            Fallback::Isolated => Target::Alone,
+            Fallback::Shared => CallTarget::Pooled,
+            Fallback::Isolated => CallTarget::Isolated,
         }
     }
 }
@@ -123,11 +123,11 @@ pub fn pin_key(header: Option<&HeaderName>, headers: &HeaderMap, caller: Caller)
 
 /// Where a new call runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub enum CallTarget {
     /// A session of the shared pool.
     Pooled,
     /// A session of its own.
-    Alone,
+    Isolated,
     /// The session pinned to this key.
     Pin(String),
     /// The session behind this handle.
@@ -147,11 +147,11 @@ pub enum CallSession {
 }
 
 impl CallSession {
-    pub fn binding(&self) -> Binding<'_> {
+    pub fn addr(&self) -> SessionAddr<'_> {
         match self {
-            CallSession::Pooled(checkout) => checkout.binding(),
-            CallSession::Pinned(pinned) => pinned.binding(),
-            CallSession::Handle(lease) => binding(&lease.record.route),
+            CallSession::Pooled(checkout) => checkout.addr(),
+            CallSession::Pinned(pinned) => pinned.addr(),
+            CallSession::Handle(lease) => addr(&lease.record.backing),
         }
     }
 
@@ -159,7 +159,7 @@ impl CallSession {
         match self {
             CallSession::Pooled(checkout) => checkout.negotiated(),
             CallSession::Pinned(pinned) => pinned.negotiated(),
-            CallSession::Handle(lease) => &lease.record.route.negotiated,
+            CallSession::Handle(lease) => &lease.record.backing.negotiated,
         }
     }
 
@@ -170,6 +170,14 @@ impl CallSession {
     pub fn discard(&mut self) {
         if let CallSession::Pooled(checkout) = self {
             checkout.discard();
+        }
+    }
+
+    /// A request of the call is under way (`true`) until its answer has begun (`false`):
+    /// a pooled session let go of in between (the client left) is ended, not reused.
+    pub fn exchanging(&mut self, under_way: bool) {
+        if let CallSession::Pooled(checkout) = self {
+            checkout.exchanging(under_way);
         }
     }
 
@@ -209,7 +217,7 @@ mod tests {
         }
     }
 
-    fn target(affinity: &Affinity, h: &HeaderMap) -> Target {
+    fn target(affinity: &Affinity, h: &HeaderMap) -> CallTarget {
         affinity.target(h, Caller::of(h))
     }
 
@@ -223,12 +231,12 @@ mod tests {
             ("authorization", "Bearer alice"),
         ]);
         let a_bob = headers(&[("x-conversation-id", "a"), ("authorization", "Bearer bob")]);
-        let keys: Vec<Target> = [&a, &b, &a_alice, &a_bob]
+        let keys: Vec<CallTarget> = [&a, &b, &a_alice, &a_bob]
             .iter()
             .map(|h| target(&affinity, h))
             .collect();
         for (i, key) in keys.iter().enumerate() {
-            assert!(matches!(key, Target::Pin(_)), "{key:?}");
+            assert!(matches!(key, CallTarget::Pin(_)), "{key:?}");
             for other in &keys[i + 1..] {
                 assert_ne!(key, other);
             }
@@ -238,7 +246,7 @@ mod tests {
             keys[0],
             "the same conversation, the same pin"
         );
-        if let Target::Pin(key) = &keys[2] {
+        if let CallTarget::Pin(key) = &keys[2] {
             assert!(!key.contains("alice") && key.len() < 80);
         }
     }
@@ -249,17 +257,17 @@ mod tests {
         let alice = headers(&[("authorization", "Bearer alice")]);
         assert_eq!(
             target(&by_header, &alice),
-            Target::Alone,
+            CallTarget::Isolated,
             "header configured, absent"
         );
         assert_eq!(
             target(&by_header, &headers(&[("x-conversation-id", "")])),
-            Target::Alone,
+            CallTarget::Isolated,
             "an empty value names nothing"
         );
         let by_caller = pinned(None);
-        assert_eq!(target(&by_caller, &HeaderMap::new()), Target::Alone);
-        let Target::Pin(key) = target(&by_caller, &alice) else {
+        assert_eq!(target(&by_caller, &HeaderMap::new()), CallTarget::Isolated);
+        let CallTarget::Pin(key) = target(&by_caller, &alice) else {
             panic!("credentials pin")
         };
         assert_eq!(key, Caller::of(&alice).hex());
@@ -267,23 +275,23 @@ mod tests {
         if let Affinity::Pinned { fallback, .. } = &mut shared {
             *fallback = Fallback::Shared;
         }
-        assert_eq!(target(&shared, &HeaderMap::new()), Target::Pooled);
+        assert_eq!(target(&shared, &HeaderMap::new()), CallTarget::Pooled);
     }
 
     #[test]
     fn shared_isolated_and_handles_targets() {
         let h = headers(&[]);
-        assert_eq!(target(&Affinity::Shared, &h), Target::Pooled);
-        assert_eq!(target(&Affinity::Isolated, &h), Target::Alone);
+        assert_eq!(target(&Affinity::Shared, &h), CallTarget::Pooled);
+        assert_eq!(target(&Affinity::Isolated, &h), CallTarget::Isolated);
         let handles = Affinity::Handles {
             tools: HandleTools::default(),
             fallback: Fallback::Shared,
             max_per_caller: 4,
         };
-        assert_eq!(target(&handles, &h), Target::Pooled);
+        assert_eq!(target(&handles, &h), CallTarget::Pooled);
         assert_eq!(handles.name(), "handles");
         let mut auth = HeaderMap::new();
         auth.insert(AUTHORIZATION, "Bearer a".parse().unwrap());
-        assert_eq!(target(&Affinity::Isolated, &auth), Target::Alone);
+        assert_eq!(target(&Affinity::Isolated, &auth), CallTarget::Isolated);
     }
 }

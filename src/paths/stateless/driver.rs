@@ -17,28 +17,22 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::super::answer::{Answer, First};
 use super::affinity::CallSession;
-use super::{GATHER, StatelessPath, declares};
+use super::{GATHER, MAX_GATHER, StatelessPath, declares};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, write};
 use crate::mcp::Method;
-use crate::mcp::caller::Caller;
+use crate::mcp::caller::{Caller, CallerKey};
 use crate::rewrite::handles::{HandleTools, tools_list};
 use crate::rewrite::stateless::{
     complete, error_for_client, input_request, input_required, key_of,
 };
-use crate::stateless::request_state::Binding as StateBinding;
+use crate::stateless::request_state::StateBinding;
 use crate::stateless::{LogLevel, log_passes};
-use crate::upstream::{Delivery, Messages, UpstreamError};
-
-/// How the client's HTTP answer starts: a JSON body, or an event stream.
-#[derive(Debug)]
-pub enum First {
-    Json(StatusCode, Bytes),
-    Stream(Bytes, mpsc::Receiver<Delivery>),
-}
+use crate::upstream::{Messages, UpstreamError};
 
 /// The next round of a parked call: the client's retry.
 #[derive(Debug)]
@@ -52,7 +46,7 @@ pub struct Resume {
 
 /// Everything a call's task needs.
 #[derive(Debug)]
-pub struct Call {
+pub struct StatelessCall {
     pub path: Arc<StatelessPath>,
     /// Held until the call's last round: given back, ended or kept when the call drops.
     pub session: CallSession,
@@ -71,6 +65,8 @@ pub struct Call {
     pub provided: HashMap<String, Box<RawValue>>,
     /// Who made the call: the only caller its `requestState` tokens open for.
     pub caller: Caller,
+    /// Whom the bound on waiting calls counts it against.
+    pub caller_key: Option<CallerKey>,
     /// The canonical params the call's `requestState` tokens are bound to.
     pub bound: String,
     /// `params.uri` of a `resources/read` (for the 2026 not-found error).
@@ -90,16 +86,6 @@ pub struct ListWithHandles {
     pub idle: String,
 }
 
-/// Where the client's answer goes now.
-enum Out {
-    /// Nothing sent yet: the answer may still be JSON with any status.
-    Head(oneshot::Sender<First>),
-    /// An event stream is open.
-    Stream(mpsc::Sender<Delivery>),
-    /// No one is listening (answered already, or gone).
-    Gone,
-}
-
 /// An upstream request waiting for the client.
 struct Pending {
     key: String,
@@ -107,57 +93,38 @@ struct Pending {
     request: Vec<u8>,
 }
 
-impl Out {
-    /// Sends a message that is not the last. `false` when the client has gone.
-    async fn emit(&mut self, message: Bytes) -> bool {
-        match std::mem::replace(self, Out::Gone) {
-            Out::Head(first) => {
-                let (tx, rx) = mpsc::channel(64);
-                if first.send(First::Stream(message, rx)).is_err() {
-                    return false;
-                }
-                *self = Out::Stream(tx);
-                true
-            }
-            Out::Stream(tx) => {
-                let sent = tx.send(Ok(message)).await.is_ok();
-                if sent {
-                    *self = Out::Stream(tx);
-                }
-                sent
-            }
-            Out::Gone => true,
-        }
-    }
-
-    /// Sends the last message of this round.
-    async fn finish(&mut self, status: StatusCode, message: Bytes) {
-        match std::mem::replace(self, Out::Gone) {
-            Out::Head(first) => {
-                let _ = first.send(First::Json(status, message));
-            }
-            Out::Stream(tx) => {
-                let _ = tx.send(Ok(message)).await;
-            }
-            Out::Gone => {}
-        }
-    }
-}
-
 /// Runs a call to its end.
-pub async fn run(mut call: Call, first: oneshot::Sender<First>) {
-    let mut out = Out::Head(first);
+pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
+    let mut out = Answer::Head(first);
     let mut pending: Vec<Pending> = Vec::new();
     let mut missing: Vec<&'static str> = Vec::new();
     let idle = call.path.sse_idle_timeout;
-    let gather = GATHER;
+    // Since when the upstream's requests are being gathered (bounded as a whole, so that
+    // a server sending one every few milliseconds cannot keep the client waiting).
+    let mut gathering: Option<tokio::time::Instant> = None;
     loop {
         let deciding = !pending.is_empty() || !missing.is_empty();
-        let next = tokio::time::timeout(
-            if deciding { gather } else { idle },
-            call.messages.next_message(),
-        )
-        .await;
+        let wait = match (deciding, gathering) {
+            (false, _) => {
+                gathering = None;
+                idle
+            }
+            (true, None) => {
+                gathering = Some(tokio::time::Instant::now());
+                GATHER
+            }
+            (true, Some(since)) => GATHER.min(MAX_GATHER.saturating_sub(since.elapsed())),
+        };
+        let next = tokio::select! {
+            next = tokio::time::timeout(wait, call.messages.next_message()) => next,
+            // The client left while its answer was awaited: the upstream call is
+            // cancelled and its session, whose state is now unknown, not reused.
+            () = out.gone() => {
+                tracing::debug!("the client left a stateless call; cancelled upstream");
+                cancel(&mut call).await;
+                break;
+            }
+        };
         let message = match next {
             Err(_) if !pending.is_empty() => {
                 if park(&mut call, &mut out, &mut pending).await {
@@ -274,11 +241,11 @@ fn refusal(id: &RawValue, why: String) -> Bytes {
 }
 
 /// Sends a message to the upstream call (an answer to one of its requests).
-async fn answer(call: &Call, message: Bytes) {
+async fn answer(call: &StatelessCall, message: Bytes) {
     let reply = call
         .path
         .upstream
-        .exchange(call.session.binding(), message, &call.forwarded)
+        .exchange(call.session.addr(), message, &call.forwarded)
         .await;
     if let Err(e) = reply {
         tracing::warn!(error = %e, "could not answer an upstream request");
@@ -287,9 +254,21 @@ async fn answer(call: &Call, message: Bytes) {
 
 /// Ends the client's round with `input_required` and waits for the retry. `true` when
 /// the call goes on.
-async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> bool {
-    let (resume_tx, resume_rx) = oneshot::channel();
+async fn park(call: &mut StatelessCall, out: &mut Answer, pending: &mut Vec<Pending>) -> bool {
     let path = call.path.clone();
+    // Waiting holds an upstream session for minutes: within the caller's bound, and
+    // never with the pool's last places; beyond them the call ends here.
+    let pooled = matches!(call.session, CallSession::Pooled(_));
+    let _place = match path.waiting.take(call.caller_key, pooled) {
+        Ok(place) => place,
+        Err(refused) => {
+            tracing::info!(error = %refused, "a call needing its client's input could not wait");
+            finish_with(out, call, &refused).await;
+            cancel(call).await;
+            return false;
+        }
+    };
+    let (resume_tx, resume_rx) = oneshot::channel();
     let park_id = path.parked.park(resume_tx);
     let token = path.sealer.seal(
         park_id,
@@ -319,7 +298,7 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
     };
     call.client_id = resume.client_id;
     call.log_level = resume.log_level;
-    *out = Out::Head(resume.first);
+    *out = Answer::Head(resume.first);
     call.provided.extend(resume.provided);
     let mut still = Vec::new();
     for request in pending.drain(..) {
@@ -338,11 +317,11 @@ async fn park(call: &mut Call, out: &mut Out, pending: &mut Vec<Pending>) -> boo
 
 /// Tells the upstream the call is off (the client left, or never came back) and ends
 /// the session: what else it was doing for the call is unknown.
-async fn cancel(call: &mut Call) {
+async fn cancel(call: &mut StatelessCall) {
     call.path
         .upstream
         .cancel(
-            call.session.binding(),
+            call.session.addr(),
             &call.messages,
             &call.first_id,
             "the client went away",
@@ -353,25 +332,22 @@ async fn cancel(call: &mut Call) {
 }
 
 /// Ends the client's round with the proxy's own error.
-async fn finish_with(out: &mut Out, call: &Call, error: &ProxyError) {
-    let (status, object, _) = error.answer();
-    tracing::debug!(error = %error, "a stateless call failed");
-    out.finish(status, write::error(Some(&call.client_id), &object))
-        .await;
+async fn finish_with(out: &mut Answer, call: &StatelessCall, error: &ProxyError) {
+    out.fail(&call.client_id, error).await;
 }
 
-async fn fail(out: &mut Out, call: &Call, source: UpstreamError) {
+async fn fail(out: &mut Answer, call: &StatelessCall, source: UpstreamError) {
     finish_with(out, call, &call.path.error(source)).await;
 }
 
 /// The client lacks what the upstream asked for: -32021 with `requiredCapabilities`.
-async fn missing_capability(call: &Call, out: &mut Out, required: Vec<&'static str>) {
+async fn missing_capability(call: &StatelessCall, out: &mut Answer, required: Vec<&'static str>) {
     finish_with(out, call, &ProxyError::MissingClientCapability { required }).await;
 }
 
 /// The upstream's response as the client's: a 2026-07-28 result, or the error with
 /// 2026's codes and statuses.
-fn final_answer(call: &Call, envelope: &Envelope<'_>) -> (StatusCode, Bytes) {
+fn final_answer(call: &StatelessCall, envelope: &Envelope<'_>) -> (StatusCode, Bytes) {
     let server_info = &call.session.negotiated().server_info;
     if let Some(result) = envelope.result {
         let listed = call

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::value::RawValue;
 
-use super::super::session::binding;
+use super::super::session::addr;
 use super::StatelessPath;
 use crate::error::ProxyError;
 use crate::fairness::Refused;
@@ -57,16 +57,24 @@ fn shown(handle: &str) -> String {
     shown
 }
 
+/// A new stateless call in handles mode, and what the handle tools answer it with.
+#[derive(Clone, Copy)]
+pub(super) struct HandleCall<'a> {
+    pub path: &'a Arc<StatelessPath>,
+    pub message: &'a Message<'a, 'a>,
+    pub context: &'a Context<'a>,
+    /// The call's JSON-RPC id.
+    pub id: &'a Bytes,
+    /// The client's headers that cross to the upstream.
+    pub forwarded: &'a HeaderMap,
+    pub tools: &'a HandleTools,
+    /// `stateless.max_handles_per_caller`.
+    pub max_per_caller: usize,
+}
+
 /// Looks at a new call in handles mode.
-pub(super) async fn intercept(
-    path: &Arc<StatelessPath>,
-    message: &Message<'_, '_>,
-    context: &Context<'_>,
-    id: &Bytes,
-    forwarded: &HeaderMap,
-    tools: &HandleTools,
-    max_per_caller: usize,
-) -> Result<Intercept, ProxyError> {
+pub(super) async fn intercept(call: HandleCall<'_>) -> Result<Intercept, ProxyError> {
+    let (path, message, id, tools) = (call.path, call.message, call.id, call.tools);
     let params = message.params();
     match message.method() {
         Some(Method::ToolsList) => Ok(Intercept::ListTools {
@@ -82,13 +90,13 @@ pub(super) async fn intercept(
                 return Ok(Intercept::Nothing(None));
             };
             if name == tools.open {
-                return open(path, message, context, id, forwarded, tools, max_per_caller)
+                return open(call)
                     .await
                     .map(|answer| Intercept::Answered(Box::new(answer)));
             }
             if name == tools.close {
                 let handle = close_argument(payload, &tools.argument);
-                return close(path, message, id, handle.as_deref(), tools)
+                return close(call, handle.as_deref())
                     .await
                     .map(|answer| Intercept::Answered(Box::new(answer)));
             }
@@ -112,15 +120,16 @@ pub(super) async fn intercept(
 }
 
 /// The open tool: a session bound to the caller, its id as the handle.
-async fn open(
-    path: &Arc<StatelessPath>,
-    message: &Message<'_, '_>,
-    context: &Context<'_>,
-    id: &Bytes,
-    forwarded: &HeaderMap,
-    tools: &HandleTools,
-    max_per_caller: usize,
-) -> Result<Response<ProxyBody>, ProxyError> {
+async fn open(call: HandleCall<'_>) -> Result<Response<ProxyBody>, ProxyError> {
+    let HandleCall {
+        path,
+        message,
+        context,
+        id,
+        forwarded,
+        tools,
+        max_per_caller,
+    } = call;
     let sessions = path.session_path.sessions();
     let upstream = path.session_path.name();
     let reserved = sessions.reserve_for(
@@ -182,8 +191,8 @@ async fn open(
     // A handle's session serves calls with different log levels: it hears them all, and
     // each call filters.
     if let Ok(Some(record)) = sessions.peek(&issued.id).await {
-        let route = &record.route;
-        hear_every_log(&path.upstream, &route.negotiated, binding(route), forwarded).await;
+        let route = &record.backing;
+        hear_every_log(&path.upstream, &route.negotiated, addr(route), forwarded).await;
     }
     tracing::info!(handle = %log_tag(&issued.id), "session handle opened");
     let expires_at = rfc3339(issued.expires_at);
@@ -218,12 +227,10 @@ async fn open(
 /// The close tool: ends the caller's session (at the replica running its stdio server,
 /// when another one does).
 async fn close(
-    path: &Arc<StatelessPath>,
-    message: &Message<'_, '_>,
-    id: &Bytes,
+    call: HandleCall<'_>,
     handle: Option<&str>,
-    tools: &HandleTools,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let (path, message, id, tools) = (call.path, call.message, call.id, call.tools);
     let Some(handle) = handle.filter(|h| !h.is_empty()) else {
         let text = format!(
             "{close} needs the \"{argument}\" argument: the handle {open} returned.",
@@ -233,11 +240,7 @@ async fn close(
         );
         return Ok(path.tool_answer(id, &text, None, true, None));
     };
-    if let Some(forwarded) = path
-        .session_path
-        .to_owner(handle, http::Method::POST, message.headers, message.body)
-        .await
-    {
+    if let Some(forwarded) = path.session_path.message_to_owner(handle, message).await {
         return forwarded;
     }
     match path.session_path.end_as(handle, message.caller).await {

@@ -26,7 +26,7 @@ use crate::response::{self, ProxyBody};
 use crate::rewrite::stateless::tagged_params;
 use crate::route::Message;
 use crate::stateless::Context;
-use crate::upstream::{Binding, Delivery, Ending, Messages, UpstreamError};
+use crate::upstream::{Delivery, Messages, SessionAddr, UpstreamError};
 
 /// What a client may opt into, and what the upstream honours.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -128,22 +128,18 @@ pub async fn open(
         ))
     })?;
     let upstream = &path.upstream;
-    let opened = upstream
+    // The subscription's own upstream session: ended when it drops (the client closed
+    // the stream, the upstream ended it, or anything below failed).
+    let session = upstream
         .open(context.client_info, Some(context.capabilities), forwarded)
         .await
         .map_err(|e| path.error(e))?;
-    let session = Subscription {
-        path: path.clone(),
-        replica: opened.replica,
-        session_id: opened.session_id,
-        version: opened.negotiated.protocol_version,
-    };
-    let mut honoured = honoured(&wanted, &opened.negotiated.capabilities);
+    let mut honoured = honoured(&wanted, &session.negotiated().capabilities);
     // The stream must be open before the client hears the acknowledgement, so that
     // nothing it triggers right after is missed.
     let mut get = forwarded.clone();
     get.insert(http::header::ACCEPT, HeaderValue::from_static(SSE));
-    let stream = match upstream.listen(session.binding(), &get).await {
+    let stream = match upstream.listen(session.addr(), &get).await {
         Ok(answer) if answer.status.is_success() => answer.messages,
         Ok(_) => Messages::Nothing,
         Err(e) => return Err(path.error(e)),
@@ -156,11 +152,24 @@ pub async fn open(
         // acknowledgement must not promise otherwise.
         honoured = Wanted::default();
     }
+    // Bounded in number and in time as a whole: what was not subscribed is left out of
+    // the acknowledgement, which names what the stream will deliver.
     let mut subscribed = Vec::with_capacity(honoured.resource_uris.len());
-    for uri in std::mem::take(&mut honoured.resource_uris) {
-        if subscribe(path, session.binding(), forwarded, &uri).await {
-            subscribed.push(uri);
+    let wanted = std::mem::take(&mut honoured.resource_uris);
+    let subscribing = async {
+        for uri in wanted.into_iter().take(MAX_RESOURCE_SUBSCRIPTIONS) {
+            if subscribe(path, session.addr(), forwarded, &uri).await {
+                subscribed.push(uri);
+            }
         }
+    };
+    if tokio::time::timeout(upstream.timeout(), subscribing)
+        .await
+        .is_err()
+    {
+        tracing::debug!(
+            "subscribing a listen stream's resources took too long; the rest are left out"
+        );
     }
     honoured.resource_uris = subscribed;
     let mut params = Vec::with_capacity(128);
@@ -193,41 +202,11 @@ pub async fn open(
     Ok(response::events(relay.stream(messages, None)))
 }
 
-/// The upstream session a subscription holds; ended when dropped.
-struct Subscription {
-    path: Arc<StatelessPath>,
-    replica: crate::upstream::ReplicaId,
-    session_id: Option<String>,
-    version: &'static str,
-}
-
-impl Subscription {
-    fn binding(&self) -> Binding<'_> {
-        Binding {
-            replica: self.replica,
-            session_id: self.session_id.as_deref(),
-            protocol_version: self.version,
-        }
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        let ending = Ending::new(
-            &self.path.upstream,
-            self.replica,
-            self.session_id.as_deref(),
-            self.version,
-        );
-        self.path.pool.endings().end_soon(ending);
-    }
-}
-
 /// `resources/subscribe` for `uri`; whether the upstream accepted it (answered a result,
 /// not an error).
 async fn subscribe(
     path: &StatelessPath,
-    binding: Binding<'_>,
+    addr: SessionAddr<'_>,
     forwarded: &HeaderMap,
     uri: &str,
 ) -> bool {
@@ -237,7 +216,7 @@ async fn subscribe(
         Method::ResourcesSubscribe.as_str(),
         Some(&params),
     );
-    let Ok(mut answer) = path.upstream.exchange(binding, request, forwarded).await else {
+    let Ok(mut answer) = path.upstream.exchange(addr, request, forwarded).await else {
         return false;
     };
     let read = async {
@@ -254,6 +233,10 @@ async fn subscribe(
         .await
         .unwrap_or(false)
 }
+
+/// Resources one listen stream subscribes to, at most (each costs a round trip); also
+/// what one bridged old client's session may subscribe to.
+pub(crate) const MAX_RESOURCE_SUBSCRIPTIONS: usize = 64;
 
 /// A listen stream is quiet for long stretches; its client ends it by disconnecting.
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);

@@ -18,10 +18,10 @@ fn new(upstream_session: Option<&str>) -> NewSession {
         caller: Caller::ANONYMOUS,
         upstream: "default".into(),
         replica: 1,
-        upstream_session: upstream_session.map(str::to_owned),
-        negotiated: negotiated(),
+        upstream_session: upstream_session.map(Arc::from),
+        negotiated: Arc::new(negotiated()),
         owner: None,
-        legacy: false,
+        client_era: ClientEra::DataLayer,
         client: None,
     }
 }
@@ -59,7 +59,10 @@ async fn a_lease_renews_and_advances_the_state() {
         .await
         .unwrap();
     assert_eq!(first.record.seq, 1);
-    assert_eq!(first.record.route.upstream_session.as_deref(), Some("up-1"));
+    assert_eq!(
+        first.record.backing.upstream_session.as_deref(),
+        Some("up-1")
+    );
     let second = s
         .lease(&issued.id, Some(&first.state), Caller::ANONYMOUS)
         .await
@@ -114,7 +117,7 @@ async fn sessions_negotiating_the_same_thing_share_it() {
         .await
         .unwrap()
         .record;
-    assert!(Arc::ptr_eq(&ra.route.negotiated, &rb.route.negotiated));
+    assert!(Arc::ptr_eq(&ra.backing.negotiated, &rb.backing.negotiated));
 }
 
 #[tokio::test]
@@ -175,7 +178,7 @@ async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
         .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let reaper = spawn_reaper(s.clone(), Duration::from_millis(5), move |_, record| {
-        let _ = tx.send(record.route.upstream_session);
+        let _ = tx.send(record.backing.upstream_session);
         std::future::ready(())
     });
     let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
@@ -191,13 +194,12 @@ async fn the_reaper_reports_expired_sessions_and_stops_when_dropped() {
     );
 }
 
-fn caller(token: &str) -> Caller {
-    let mut headers = http::HeaderMap::new();
-    headers.insert(http::header::AUTHORIZATION, token.parse().unwrap());
-    Caller::of(&headers)
+/// A verified caller (a token's subject): one that has a budget of its own.
+fn caller(subject: &str) -> Caller {
+    Caller::subject("https://idp.example/", subject)
 }
 
-/// The fairness key of a caller with credentials (wherever it calls from).
+/// The fairness key of a verified caller (wherever it calls from).
 fn key(caller: Caller) -> Option<CallerKey> {
     CallerKey::of(caller, None)
 }
@@ -390,7 +392,16 @@ async fn a_sealed_id_is_bound_to_its_caller_at_every_replica() {
     let keys = [[9u8; 32].to_vec()];
     let replica = || {
         Sessions::new(
-            Store::Sealed(crate::session::SealedStore::new(&keys).unwrap()),
+            Store::Sealed(
+                crate::session::SealedStore::new(
+                    &keys,
+                    std::sync::Arc::new(crate::session::Tombstones::new(
+                        100,
+                        Duration::from_secs(60),
+                    )),
+                )
+                .unwrap(),
+            ),
             StateSigner::new(&[5u8; 32]),
             Settings {
                 idle_ttl: Duration::from_secs(60),

@@ -54,19 +54,24 @@ async fn slow_server(delay: Duration) -> (String, Arc<Seen>) {
     (url, seen)
 }
 
+/// The upstream the endings reach (its own executor is not the one under test).
 fn upstream(url: &str) -> Upstream {
-    Upstream::Http(Arc::new(Replicas::new(vec![HttpUpstream::new(
-        Settings {
-            url: url.parse().unwrap(),
-            connect_timeout: Duration::from_secs(1),
-            timeout: Duration::from_secs(5),
-            max_message_bytes: 1024,
-            idle_timeout: Duration::from_secs(5),
-            max_idle: 64,
-            withhold_authorization: false,
-        },
+    let replicas = Replicas::new(
+        vec![HttpUpstream::new(
+            Settings {
+                url: url.parse().unwrap(),
+                connect_timeout: Duration::from_secs(1),
+                timeout: Duration::from_secs(5),
+                max_message_bytes: 1024,
+                idle_timeout: Duration::from_secs(5),
+                max_idle: 64,
+                withhold_authorization: false,
+            },
+            None,
+        )],
         None,
-    )])))
+    );
+    Upstream::http(Arc::new(replicas), Endings::with_limits(1, 2))
 }
 
 fn ending(upstream: &Upstream, url: &str, n: usize) -> Ending {

@@ -1,12 +1,10 @@
 //! One stdio MCP server process, owned by a set of tasks (2025-11-25 "Transports",
 //! stdio): newline-delimited JSON-RPC on stdin/stdout, free-form logging on stderr.
 //!
-//! The proxy gives every request it writes a fresh numeric id, so requests from different
-//! clients (or two with the same id) never collide on the child, and puts the client's id
-//! back on the response (and rewrites `notifications/cancelled` to the id the child
-//! knows). Messages the child sends are routed to the request they belong to: a response
-//! by its id, `notifications/progress` by its token, anything else to the only request
-//! still awaited, else to the session's listen stream, else to the oldest request.
+//! Requests are renamed to the proxy's ids and the child's messages routed back to them
+//! by the shared [`Demux`] (a response by its id, `notifications/progress` by its token,
+//! anything else to the only request still awaited, else to the session's listen
+//! stream); this file owns the process and its pipes.
 //!
 //! Ending a child: close stdin, wait `grace`, SIGTERM its process group, wait `grace`,
 //! SIGKILL. Whenever the child itself exits, whatever is left of its process group (what
@@ -15,32 +13,25 @@
 //! its in-flight requests get a JSON-RPC error, later use is refused, and the process is
 //! stopped and reaped.
 
-use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use parking_lot::Mutex;
-use serde_json::value::RawValue;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
 use super::CommandSpec;
 use super::launch::Launcher;
-use crate::jsonrpc::{Envelope, Kind, RawObject, same_id, splice};
-use crate::mcp::Method;
-use crate::mcp::meta::Payload;
 use crate::throttle::Throttle;
 use crate::upstream::UpstreamError;
 use crate::upstream::answer::Delivery;
+use crate::upstream::demux::{Demux, Failure, QUEUE};
 use crate::upstream::error::{ChildError, ChildFailure, ExitStatus};
-
-/// Messages queued for one request (or the listen stream) before the client reads them.
-const QUEUE: usize = 64;
 /// Longest stderr line logged whole; longer ones are cut (and reading goes on).
 const STDERR_LINE: usize = 16 * 1024;
 /// stderr lines of one child logged at once after a quiet spell, then per second; the
@@ -91,8 +82,8 @@ pub struct Child {
     stdin: mpsc::Sender<Bytes>,
     /// Tells the stdin writer to close the pipe.
     close_stdin: watch::Sender<bool>,
-    state: Mutex<State>,
-    next_id: AtomicU64,
+    /// Its conversation: requests in flight and where its messages go.
+    demux: Demux<ChildFailure>,
     /// Set once the process and what is left of its group are gone.
     exited: watch::Receiver<bool>,
     /// Time between the steps of stopping the child.
@@ -106,31 +97,9 @@ pub struct Child {
     last_stderr: Mutex<Option<String>>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    pending: HashMap<u64, Pending>,
-    /// Proxy ids of requests in flight, oldest first.
-    order: VecDeque<u64>,
-    listen: Option<mpsc::Sender<Delivery>>,
-    /// Why the child is unusable, once it is.
-    dead: Option<ChildFailure>,
-}
-
-#[derive(Debug)]
-struct Pending {
-    /// The client's id, raw JSON.
-    original_id: Bytes,
-    progress_token: Option<String>,
-    tx: mpsc::Sender<Delivery>,
-}
-
-impl State {
-    /// Forgets requests whose client stopped waiting (timed out, disconnected): they must
-    /// not count as in flight when routing the child's messages.
-    fn prune(&mut self) {
-        let pending = &mut self.pending;
-        pending.retain(|_, p| !p.tx.is_closed());
-        self.order.retain(|id| pending.contains_key(id));
+impl Failure for ChildFailure {
+    fn error(&self) -> UpstreamError {
+        UpstreamError::Child(ChildError::new(self.clone()))
     }
 }
 
@@ -151,7 +120,6 @@ impl Child {
             .map_err(|failure| UpstreamError::Child(ChildError::new(failure)))?;
         command
             .args(&spec.args)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -199,12 +167,11 @@ impl Child {
         let (stderr_done_tx, mut stderr_done) = watch::channel(false);
         let child = Arc::new(Child {
             label: Mutex::new(tag.clone()),
+            demux: Demux::new(tag.as_str()),
             tag,
             pid,
             stdin: stdin_tx,
             close_stdin,
-            state: Mutex::new(State::default()),
-            next_id: AtomicU64::new(1),
             exited,
             grace,
             deaths,
@@ -241,8 +208,8 @@ impl Child {
                         if line.iter().all(u8::is_ascii_whitespace) {
                             continue;
                         }
-                        if let Err(why) = reader.dispatch(&line) {
-                            break why;
+                        if let Err(e) = reader.demux.dispatch(&line) {
+                            break format!("wrote a line that is not JSON-RPC ({e})");
                         }
                     }
                     Ok(false) => {
@@ -342,7 +309,7 @@ impl Child {
 
     /// Whether the child can take messages.
     pub fn is_alive(&self) -> bool {
-        self.state.lock().dead.is_none()
+        self.demux.is_alive()
     }
 
     /// Marks the child as initialized and handed out: from now on its death is logged
@@ -359,7 +326,7 @@ impl Child {
     /// Why the child cannot take a message: how it died, or (not dead yet, but its
     /// stdin is gone) that.
     fn gone(&self) -> UpstreamError {
-        let failure = self.state.lock().dead.clone();
+        let failure = self.demux.failure();
         UpstreamError::Child(ChildError::new(failure.unwrap_or_else(|| {
             ChildFailure::BrokeProtocol {
                 why: "closed its stdin".into(),
@@ -370,68 +337,25 @@ impl Child {
     /// Sends a request; its messages (the last being the response) arrive on the returned
     /// channel. `message` must be a JSON-RPC request.
     pub async fn request(&self, message: &[u8]) -> Result<mpsc::Receiver<Delivery>, UpstreamError> {
-        let envelope = Envelope::parse(message)
-            .map_err(|e| UpstreamError::Protocol(format!("not a request: {e}")))?;
-        let Some(id) = envelope.id else {
-            return Err(UpstreamError::Protocol("a request without an id".into()));
-        };
-        let proxy_id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line = splice(message, id, proxy_id.to_string().as_bytes()).ok_or_else(|| {
-            UpstreamError::Protocol("the request id could not be rewritten".into())
-        })?;
-        let progress_token = envelope
-            .params
-            .and_then(RawObject::parse)
-            .and_then(|params| params.get("_meta").and_then(RawObject::parse))
-            .and_then(|meta| meta.get("progressToken"))
-            .map(|token| token.get().to_owned());
-        let (tx, rx) = mpsc::channel(QUEUE);
-        {
-            let mut state = self.state.lock();
-            if let Some(failure) = &state.dead {
-                return Err(UpstreamError::Child(ChildError::new(failure.clone())));
-            }
-            state.prune();
-            state.pending.insert(
-                proxy_id,
-                Pending {
-                    original_id: Bytes::copy_from_slice(id.get().as_bytes()),
-                    progress_token,
-                    tx,
-                },
-            );
-            state.order.push_back(proxy_id);
-        }
-        if self.stdin.send(Bytes::from(line)).await.is_err() {
-            self.forget(proxy_id);
+        let registered = self.demux.request(message)?;
+        if self.stdin.send(registered.message).await.is_err() {
+            self.demux.forget(registered.proxy_id);
             return Err(self.gone());
         }
-        Ok(rx)
+        Ok(registered.rx)
     }
 
     /// Sends a notification, or a response to one of the child's own requests. A
     /// `notifications/cancelled` names the request by the id the child knows.
     pub async fn send(&self, message: Bytes) -> Result<(), UpstreamError> {
-        let message = {
-            let state = self.state.lock();
-            if let Some(failure) = &state.dead {
-                return Err(UpstreamError::Child(ChildError::new(failure.clone())));
-            }
-            rewrite_cancelled(&message, &state).unwrap_or(message)
-        };
+        let message = self.demux.outgoing(message)?;
         self.stdin.send(message).await.map_err(|_| self.gone())
     }
 
     /// The session's listen stream: messages no request claims. A new one replaces the
     /// previous one.
     pub fn listen(&self) -> Result<mpsc::Receiver<Delivery>, UpstreamError> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        let mut state = self.state.lock();
-        if let Some(failure) = &state.dead {
-            return Err(UpstreamError::Child(ChildError::new(failure.clone())));
-        }
-        state.listen = Some(tx);
-        Ok(rx)
+        self.demux.listen()
     }
 
     /// Ends the process: stdin closed, then SIGTERM, then SIGKILL, `grace` apart. Returns
@@ -485,138 +409,21 @@ impl Child {
         }
     }
 
-    fn forget(&self, proxy_id: u64) {
-        let mut state = self.state.lock();
-        state.pending.remove(&proxy_id);
-        state.order.retain(|id| *id != proxy_id);
-    }
-
     /// Marks the child unusable and fails every request in flight; `report`s a death
     /// the proxy did not ask for.
     fn die(&self, failure: ChildFailure, report: bool) {
-        let pending = {
-            let mut state = self.state.lock();
-            if state.dead.is_some() {
-                return;
-            }
-            if report {
-                let session = self.label.lock().clone();
-                if self.started.load(Ordering::Acquire) {
-                    tracing::warn!(session = %session, reason = %failure, "stdio server died");
-                } else {
-                    // Whoever was starting it reports the failure, once.
-                    tracing::debug!(session = %session, reason = %failure, "stdio server died while starting");
-                }
-                let _ = self.deaths.send(self.tag.clone());
-            }
-            state.dead = Some(failure.clone());
-            state.listen = None;
-            state.order.clear();
-            std::mem::take(&mut state.pending)
-        };
-        for (_, request) in pending {
-            let error = ChildError::new(failure.clone());
-            let _ = request.tx.try_send(Err(UpstreamError::Child(error)));
+        if !self.demux.die(failure.clone()) || !report {
+            return;
         }
-    }
-
-    /// Routes one line from the child. An error means the child broke the protocol.
-    fn dispatch(&self, line: &[u8]) -> Result<(), String> {
-        let envelope = Envelope::parse(line)
-            .map_err(|e| format!("wrote a line that is not JSON-RPC ({e})"))?;
-        let mut state = self.state.lock();
-        match envelope.kind {
-            Kind::Response => {
-                let proxy_id = envelope
-                    .id
-                    .and_then(|id| id.get().parse::<u64>().ok())
-                    .filter(|id| state.pending.contains_key(id));
-                let Some(proxy_id) = proxy_id else {
-                    tracing::debug!(session = %self.tag, "response to no request in flight; dropped");
-                    return Ok(());
-                };
-                state.order.retain(|id| *id != proxy_id);
-                let Some(request) = state.pending.remove(&proxy_id) else {
-                    return Ok(());
-                };
-                drop(state);
-                let message = match envelope
-                    .id
-                    .and_then(|id| splice(line, id, &request.original_id))
-                {
-                    Some(message) => Bytes::from(message),
-                    None => Bytes::copy_from_slice(line),
-                };
-                let _ = request.tx.try_send(Ok(message));
-            }
-            Kind::Request | Kind::Notification => {
-                state.prune();
-                let message = Bytes::copy_from_slice(line);
-                let by_token = (envelope.method() == Method::Progress.as_str())
-                    .then(|| {
-                        let token = envelope
-                            .params
-                            .and_then(RawObject::parse)
-                            .and_then(|p| p.get("progressToken"))
-                            .map(RawValue::get)?;
-                        state
-                            .pending
-                            .values()
-                            .find(|p| p.progress_token.as_deref() == Some(token))
-                            .map(|p| p.tx.clone())
-                    })
-                    .flatten();
-                let oldest = || {
-                    state
-                        .order
-                        .front()
-                        .and_then(|id| state.pending.get(id))
-                        .map(|p| p.tx.clone())
-                };
-                let target = by_token
-                    .or_else(|| (state.order.len() == 1).then(oldest).flatten())
-                    .or_else(|| state.listen.clone().filter(|tx| !tx.is_closed()))
-                    .or_else(oldest);
-                drop(state);
-                match target {
-                    // A slow reader loses messages rather than stalling the child's other
-                    // requests.
-                    Some(tx) => {
-                        if tx.try_send(Ok(message)).is_err() {
-                            tracing::debug!(session = %self.tag, "a message for a slow or gone reader was dropped");
-                        }
-                    }
-                    None => {
-                        tracing::debug!(session = %self.tag, "a message with nowhere to go was dropped")
-                    }
-                }
-            }
+        let session = self.label.lock().clone();
+        if self.started.load(Ordering::Acquire) {
+            tracing::warn!(session = %session, reason = %failure, "stdio server died");
+        } else {
+            // Whoever was starting it reports the failure, once.
+            tracing::debug!(session = %session, reason = %failure, "stdio server died while starting");
         }
-        Ok(())
+        let _ = self.deaths.send(self.tag.clone());
     }
-}
-
-/// `notifications/cancelled` for a request in flight, with `requestId` rewritten to the
-/// id the child knows; `None` for anything else.
-fn rewrite_cancelled(message: &[u8], state: &State) -> Option<Bytes> {
-    let envelope = Envelope::parse(message).ok()?;
-    if envelope.method() != Method::Cancelled.as_str() {
-        return None;
-    }
-    let params_raw = envelope.params?;
-    let params = Payload::open(params_raw).ok()??;
-    let request_id = params.member("requestId")?;
-    let (proxy_id, _) = state
-        .pending
-        .iter()
-        .find(|(_, p)| same_id(&p.original_id, request_id.get()))?;
-    let rewritten = params.edited(
-        &[],
-        &[],
-        &[("requestId", proxy_id.to_string().as_bytes())],
-        &[],
-    );
-    splice(message, params_raw, &rewritten).map(Bytes::from)
 }
 
 /// A stderr line short enough to quote in an error.

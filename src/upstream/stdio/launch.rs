@@ -17,6 +17,10 @@
 //! Because `setpriv` would report a missing program only after it started, the program is
 //! looked up here first (the `PATH` the child gets, its working directory), so a command
 //! that does not exist is still reported as not found.
+//!
+//! The child's environment is set here too, whole: [`environment`] decides it, and
+//! nothing of the proxy's own environment reaches the child beyond that (`setpriv` is
+//! given the program's full path, so it needs no `PATH` of its own).
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
@@ -26,6 +30,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use super::CommandSpec;
+use super::environment;
 use crate::upstream::error::ChildFailure;
 
 /// How children are started. Cheap to clone.
@@ -59,22 +64,29 @@ impl Launcher {
         Launcher { setpriv }
     }
 
-    /// The command that starts `spec`'s program (its arguments, environment and working
-    /// directory still to be set by the caller).
+    /// The command that starts `spec`'s program in the environment [`environment`] gives
+    /// it (its arguments and working directory still to be set by the caller).
     pub fn command(&self, spec: &CommandSpec) -> Result<Command, ChildFailure> {
-        let Some(setpriv) = &self.setpriv else {
-            return Ok(Command::new(&spec.program));
+        let env = environment::for_child(spec, std::env::vars_os());
+        let mut command = match &self.setpriv {
+            // Looked up in the child's PATH: the standard library does so when the
+            // command's environment sets one.
+            None => Command::new(&spec.program),
+            Some(setpriv) => {
+                let program = resolve(spec, environment::path_of(&env))?;
+                let mut command = Command::new(setpriv);
+                command.args(["--pdeathsig", "KILL", "--"]).arg(program);
+                command
+            }
         };
-        let program = resolve(spec)?;
-        let mut command = Command::new(setpriv);
-        command.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        command.env_clear().envs(env);
         Ok(command)
     }
 }
 
 /// The program `spec` names, as `execvp` would find it: a path (relative to the child's
-/// working directory), or the first executable match in the child's `PATH`.
-fn resolve(spec: &CommandSpec) -> Result<PathBuf, ChildFailure> {
+/// working directory), or the first executable match in `path` (the child's `PATH`).
+fn resolve(spec: &CommandSpec, path: Option<OsString>) -> Result<PathBuf, ChildFailure> {
     let program = Path::new(&spec.program);
     let not_found = || ChildFailure::NotFound {
         program: spec.program.clone(),
@@ -93,13 +105,6 @@ fn resolve(spec: &CommandSpec) -> Result<PathBuf, ChildFailure> {
             Err(_) => Err(not_found()),
         };
     }
-    let path = spec
-        .env
-        .iter()
-        .rev()
-        .find(|(key, _)| key == "PATH")
-        .map(|(_, value)| OsString::from(value))
-        .or_else(|| std::env::var_os("PATH"));
     match find_in_path(program.as_os_str(), path.clone()) {
         Some(found) => Ok(found),
         // Present but not executable: execvp's EACCES.
@@ -138,29 +143,36 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            inherit_env: Vec::new(),
             cwd: None,
         }
     }
 
+    /// `resolve` in the PATH a child of `spec` gets.
+    fn resolved(spec: &CommandSpec) -> Result<PathBuf, ChildFailure> {
+        let env = environment::for_child(spec, std::env::vars_os());
+        resolve(spec, environment::path_of(&env))
+    }
+
     #[test]
     fn programs_are_found_as_execvp_would() {
-        let sh = resolve(&spec("sh", &[])).unwrap();
+        let sh = resolved(&spec("sh", &[])).unwrap();
         assert!(sh.is_absolute() && sh.ends_with("sh"), "{sh:?}");
         assert_eq!(
-            resolve(&spec("/bin/sh", &[])).unwrap(),
+            resolved(&spec("/bin/sh", &[])).unwrap(),
             PathBuf::from("/bin/sh")
         );
         assert!(matches!(
-            resolve(&spec("no-such-program-anywhere", &[])),
+            resolved(&spec("no-such-program-anywhere", &[])),
             Err(ChildFailure::NotFound { .. })
         ));
         assert!(matches!(
-            resolve(&spec("./no/such/file", &[])),
+            resolved(&spec("./no/such/file", &[])),
             Err(ChildFailure::NotFound { .. })
         ));
         // The child's own PATH is the one searched.
         assert!(matches!(
-            resolve(&spec("sh", &[("PATH", "/nonexistent")])),
+            resolved(&spec("sh", &[("PATH", "/nonexistent")])),
             Err(ChildFailure::NotFound { .. })
         ));
         // A file that is not executable, by path and in PATH.
@@ -169,9 +181,9 @@ mod tests {
         let file = dir.join("not-executable");
         std::fs::write(&file, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let by_path = resolve(&spec(file.to_str().unwrap(), &[]));
+        let by_path = resolved(&spec(file.to_str().unwrap(), &[]));
         let path = dir.to_str().unwrap();
-        let by_name = resolve(&spec("not-executable", &[("PATH", path)]));
+        let by_name = resolved(&spec("not-executable", &[("PATH", path)]));
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             matches!(by_path, Err(ChildFailure::CannotRun { .. })),
