@@ -331,7 +331,7 @@ async fn sealed_sessions_cross_replicas_rotate_keys_and_a_deleted_id_is_not_foun
         let upstream = Replicas::start(2).await;
         let a = ProxyProcess::start(&config(0, &upstream.urls(), &sealed_session(&[K1]))).await;
         let port_b = free_port();
-        let b =
+        let mut b =
             ProxyProcess::start(&config(port_b, &upstream.urls(), &sealed_session(&[K1]))).await;
 
         let mut on_a = SessionClient::new(a.url("/mcp"));
@@ -359,7 +359,9 @@ async fn sealed_sessions_cross_replicas_rotate_keys_and_a_deleted_id_is_not_foun
         let reply = forged.request("tools/list", json!({})).await;
         assert_eq!(reply.error_code(), Some(-32043), "{}", reply.text);
 
-        // Rotation: B restarts with a new first key and the old one still opening.
+        // Rotation: B restarts with a new first key and the old one still opening; the
+        // process gone first, so that its port is free for the restart.
+        b.kill().await;
         drop(b);
         let b = ProxyProcess::start(&config(
             port_b,
