@@ -304,6 +304,15 @@ pub struct StatelessConfig {
     pub request_state_ttl: Duration,
     /// Calls of one caller waiting for its input at once (0: no bound).
     pub max_waiting_per_caller: usize,
+    /// Run the tasks extension for a legacy upstream (2026-07-28, SEP-2663).
+    pub tasks: bool,
+    /// Tools whose calls become tasks though they declare no `execution.taskSupport`.
+    pub task_tools: Vec<String>,
+    /// Any call of a client declaring the extension that has not answered within this
+    /// long becomes a task (`None`: only tools that declare task support, or are named).
+    pub task_after: Option<Duration>,
+    /// How long a task lives from its creation (its `ttlMs`), its result kept until then.
+    pub task_ttl: Duration,
 }
 
 /// Operations endpoints: `/metrics`, `/readyz`, `/admin/sessions`.

@@ -305,6 +305,17 @@ pub enum ProxyError {
         .required.join(", ")
     )]
     MissingClientCapability { required: Vec<&'static str> },
+    /// The tasks extension (2026-07-28, `io.modelcontextprotocol/tasks`): a `tasks/*`
+    /// request, or a call of a tool that runs only as a task, from a client that did not
+    /// declare the extension.
+    #[error(
+        "Missing required client capability: {0} needs the io.modelcontextprotocol/tasks extension, which the request's clientCapabilities do not declare"
+    )]
+    MissingTasksExtension(&'static str),
+    /// No task of this caller has this id (never created, another caller's, or forgotten
+    /// after its `ttlMs`).
+    #[error("Invalid params: no task {task_id:?} (unknown, expired, or another caller's)")]
+    UnknownTask { task_id: String },
     /// The upstream answered a session client's request with a success status and a body
     /// that is not the request's response (not JSON, a batch, another id, a body of
     /// another type): passing it on would hand the client something it cannot read.
@@ -625,6 +636,20 @@ impl ProxyError {
                     Fault::Client,
                 )
             }
+            E::MissingTasksExtension(_) => (
+                StatusCode::BAD_REQUEST,
+                code::MISSING_CLIENT_CAPABILITY,
+                Some(json!({ "requiredCapabilities": {
+                    "extensions": { "io.modelcontextprotocol/tasks": {} }
+                } })),
+                Fault::Client,
+            ),
+            E::UnknownTask { task_id } => (
+                StatusCode::BAD_REQUEST,
+                code::INVALID_PARAMS,
+                Some(json!({ "key": "taskId", "taskId": echo(task_id) })),
+                Fault::Client,
+            ),
             E::UnusableAnswer {
                 upstream,
                 status,

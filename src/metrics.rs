@@ -195,6 +195,8 @@ pub struct Metrics {
     pub sessions_active: Gauge,
     pub sessions_created: Counter,
     pub sessions_deleted: Counter,
+    /// `tools/call`s the proxy turned into tasks (2026-07-28 tasks extension).
+    pub tasks_created: Counter,
     pub sessions_expired: Counter,
     pub sessions_lost: Counter,
     pub sessions_reinitialized: Counter,
@@ -236,6 +238,7 @@ impl Metrics {
             sessions_active: Gauge::default(),
             sessions_created: Counter::default(),
             sessions_deleted: Counter::default(),
+            tasks_created: Counter::default(),
             sessions_expired: Counter::default(),
             sessions_lost: Counter::default(),
             sessions_reinitialized: Counter::default(),
@@ -279,6 +282,11 @@ impl Metrics {
             "sessions_deleted",
             "Data-layer sessions deleted by their client",
             m.sessions_deleted.clone(),
+        );
+        registry.register(
+            "tasks_created",
+            "tools/call requests the proxy ran as tasks (2026-07-28 tasks extension)",
+            m.tasks_created.clone(),
         );
         registry.register(
             "sessions_expired",

@@ -9,6 +9,7 @@
 
 pub mod handles;
 pub mod stateless;
+pub mod tasks;
 pub mod to_client;
 pub mod to_legacy;
 pub mod to_modern;

@@ -45,6 +45,9 @@ async fn run(
     if let Some(suite) = suite {
         command.env("CONFORMANCE_SUITE", suite);
     }
+    if selection.starts_with("tasks-") {
+        command.env("CONFORMANCE_FORCE", "1");
+    }
     let what = format!("conformance {spec} {selection} against {url} (run.sh)");
     run_to_success(command, Duration::from_secs(240), &what).await;
     std::fs::read_to_string(out.join("summary.tsv")).expect("no summary.tsv")
@@ -176,6 +179,56 @@ async fn with_the_input_key_extension_the_baselined_checks_pass_too() {
         assert!(summary.lines().count() >= 2, "{scenario}: {summary}");
         for check in summary.lines() {
             assert!(check.ends_with("\tSUCCESS"), "{check}");
+        }
+    }
+    h.stop().await;
+}
+
+/// The tasks extension's scenarios (2026-07-28, SEP-2663; not scored by the suite, run
+/// for visibility) and SEP-2243's custom-header validation: the proxy runs tasks and
+/// checks `Mcp-Param-*` itself for the legacy fixture, whose tools declare
+/// `execution.taskSupport` the 2025-11-25 way and ask their questions as ordinary
+/// server-to-client requests. Every check passes; `tasks-status-notifications` is
+/// skipped by the suite itself (it sends nothing yet).
+const TASKS: [&str; 11] = [
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-status-notifications",
+    "tasks-required-task-error",
+    "tasks-mrtr-composition",
+    "http-custom-header-server-validation",
+];
+
+#[tokio::test]
+async fn the_tasks_scenarios_and_custom_headers_pass_before_a_legacy_server() {
+    use futures_util::StreamExt;
+    ensure_installed();
+    let h = Interop::start(conformance_fixture().await).await;
+    let url = h.url();
+    // Four at a time: each scenario waits on timers far more than it computes.
+    let summaries: Vec<(&str, String)> = futures_util::stream::iter(TASKS)
+        .map(|scenario| {
+            let url = url.clone();
+            async move {
+                let out = out_dir(&format!("2026-{scenario}"));
+                let summary = run("2026-07-28", &url, scenario, &out, None, None).await;
+                (scenario, summary)
+            }
+        })
+        .buffer_unordered(4)
+        .collect()
+        .await;
+    for (scenario, summary) in summaries {
+        let checks: Vec<&str> = summary.lines().collect();
+        assert!(!checks.is_empty(), "{scenario} did not run");
+        for check in checks {
+            let skipped = scenario == "tasks-status-notifications" && check.ends_with("\tSKIPPED");
+            assert!(check.ends_with("\tSUCCESS") || skipped, "{check}");
         }
     }
     h.stop().await;

@@ -27,7 +27,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::interop::{Sdk2Client, Sdk2Options, everything, fastmcp};
+use common::interop::{Interop, Sdk2Client, Sdk2Options, conformance_fixture, everything, fastmcp};
 use common::peers::{
     ClientMode, ClientRun, SseSession, StdioLegacy, Ts2Client, Ts2Mode, everything_sse,
     fastmcp_sse, sdk2_server, sdk2_stdio_command, sse_post, tasks_client, ts2_http,
@@ -599,6 +599,62 @@ async fn ts2_tasks_run_to_completion_with_input_cancel_and_failure() {
     let mut plain = plain;
     let sync = plain.call_tool("long", json!({"ms": 10})).await;
     assert_eq!(sync["result"]["resultType"], "complete", "{sync}");
+}
+
+#[tokio::test]
+async fn the_tasks_client_runs_long_calls_as_tasks_the_proxy_runs_for_a_legacy_server() {
+    // The legacy fixture's `long` declares execution.taskSupport "optional" (2025-11-25)
+    // and asks its question as an ordinary elicitation/create: the proxy runs the task.
+    let h = Interop::start(conformance_fixture().await).await;
+    let url = h.url();
+    assert_tasks_settled(&tasks_client(&url, &[]).await);
+
+    // A task belongs to its caller: another one's tasks/get finds nothing.
+    let mut mine =
+        StatelessClient::new(url.clone()).with_capabilities(json!({"extensions": {TASKS: {}}}));
+    let created = mine.call_tool("long", json!({"ms": 5000})).await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let get = json!({"taskId": id});
+    let reply = modern_post(&mine, "tasks/get", get.clone(), &[], &[("mcp-name", &id)]).await;
+    assert_eq!(
+        reply.json()["result"]["status"],
+        "working",
+        "{}",
+        reply.text
+    );
+    let other = [
+        ("mcp-name", id.as_str()),
+        ("authorization", "Bearer someone-else"),
+    ];
+    let reply = modern_post(&mine, "tasks/get", get.clone(), &[], &other).await;
+    let error = error_of(&reply, 400, -32602);
+    assert_eq!(error["data"]["key"], "taskId");
+    // Nor does a made-up id.
+    let made_up = json!({"taskId": "made-up"});
+    let reply = modern_post(&mine, "tasks/get", made_up, &[], &[("mcp-name", "made-up")]).await;
+    error_of(&reply, 400, -32602);
+    let reply = modern_post(
+        &mine,
+        "tasks/cancel",
+        get.clone(),
+        &[],
+        &[("mcp-name", &id)],
+    )
+    .await;
+    assert_eq!(reply.json()["result"], json!({"resultType": "complete"}));
+    let reply = modern_post(&mine, "tasks/get", get, &[], &[("mcp-name", &id)]).await;
+    assert_eq!(
+        reply.json()["result"]["status"],
+        "cancelled",
+        "{}",
+        reply.text
+    );
+    // Without the extension the same tool answers as a plain call.
+    let mut plain = StatelessClient::new(url);
+    let sync = plain.call_tool("long", json!({"ms": 300})).await;
+    assert_eq!(sync["result"]["resultType"], "complete", "{sync}");
+    h.stop().await;
 }
 
 /// Every execution of the tasks client settled as it should.

@@ -815,6 +815,74 @@ async fn an_input_required_retry_at_the_wrong_replica_reaches_the_waiting_call()
 }
 
 #[tokio::test]
+async fn a_task_made_at_one_replica_is_polled_and_cancelled_at_the_other() {
+    bounded(async {
+        let redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        // The demo's tools declare no task support: any call of a client with the tasks
+        // extension becomes a task after 200 ms (`slow` streams its answer, so the proxy
+        // holds the call from its first byte; one answered by a single JSON body only at
+        // its end cannot become a task before it ends).
+        let session = format!(
+            "{}\n[stateless]\ntask_after = \"200ms\"",
+            redis_session(&redis)
+        );
+        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+        let mut on_a = StatelessClient::new(a.url("/mcp")).with_capabilities(caps.clone());
+        let mut on_b = StatelessClient::new(b.url("/mcp")).with_capabilities(caps);
+        let task_of = |reply: &Reply| {
+            let result = reply.json()["result"].clone();
+            assert_eq!(result["resultType"], "task", "{}", reply.text);
+            result["taskId"].as_str().unwrap().to_owned()
+        };
+        let slow =
+            |steps: u64| json!({"name": "slow", "arguments": {"steps": steps, "interval_ms": 300}});
+        let id = task_of(&on_a.request("tools/call", slow(5)).await);
+
+        // Polled at B: forwarded to A, which holds the task, until it completes.
+        let mut status = Value::Null;
+        for _ in 0..50 {
+            let got = on_b.request("tasks/get", json!({"taskId": id})).await;
+            assert_eq!(got.status, 200, "{}", got.text);
+            let result = got.json()["result"].clone();
+            status = result["status"].clone();
+            if status == "completed" {
+                assert_eq!(
+                    result["result"]["content"][0]["text"], "done after 5 steps",
+                    "{result}"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(status, "completed");
+
+        // Cancelled at B: A's task ends cancelled, and the upstream hears of it.
+        let id = task_of(&on_a.request("tools/call", slow(100)).await);
+        let ack = on_b.request("tasks/cancel", json!({"taskId": id})).await;
+        assert_eq!(
+            ack.json()["result"],
+            json!({"resultType": "complete"}),
+            "{}",
+            ack.text
+        );
+        let got = on_a.request("tasks/get", json!({"taskId": id})).await;
+        assert_eq!(got.json()["result"]["status"], "cancelled", "{}", got.text);
+        let cancelled = || {
+            upstream
+                .server(0)
+                .journal()
+                .iter()
+                .any(|r| r.method() == Some("notifications/cancelled"))
+        };
+        assert!(eventually(Duration::from_secs(10), cancelled).await);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn sighup_reloads_the_upstream_list_and_refuses_a_bad_file() {
     bounded(async {
         let alpha = Replicas::start(1).await;

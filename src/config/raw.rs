@@ -208,6 +208,14 @@ pub struct RawStatelessOverrides {
     pub request_state_ttl: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_waiting_per_caller: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_tools: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_ttl: Option<String>,
 }
 
 impl RawStatelessOverrides {
@@ -241,7 +249,11 @@ impl RawStatelessOverrides {
             max_listens,
             pool_idle_ttl,
             request_state_ttl,
-            max_waiting_per_caller
+            max_waiting_per_caller,
+            tasks,
+            task_tools,
+            task_after,
+            task_ttl
         );
         (merged, set)
     }
@@ -264,6 +276,10 @@ pub struct RawStateless {
     pub pool_idle_ttl: String,
     pub request_state_ttl: String,
     pub max_waiting_per_caller: u64,
+    pub tasks: bool,
+    pub task_tools: Vec<String>,
+    pub task_after: String,
+    pub task_ttl: String,
 }
 
 impl Default for RawStateless {
@@ -283,6 +299,10 @@ impl Default for RawStateless {
             pool_idle_ttl: "5m".into(),
             request_state_ttl: "5m".into(),
             max_waiting_per_caller: 10,
+            tasks: true,
+            task_tools: Vec::new(),
+            task_after: String::new(),
+            task_ttl: "1h".into(),
         }
     }
 }

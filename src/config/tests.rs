@@ -930,7 +930,7 @@ fn a_bad_stateless_override_is_named_where_it_was_written() {
         [
             // Inherited, wrong at its source: said once, there.
             "stateless.pin_idle_ttl (in FILE): \"later\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
-            "upstreams.alpha.stateless.afinity (in FILE): unknown key; did you mean affinity? The keys of [upstreams.alpha.stateless] are affinity, fallback, pin_header, max_pinned, pin_idle_ttl, handle_open_tool, handle_close_tool, handle_argument, max_handles_per_caller, max_pooled, max_listens, pool_idle_ttl, request_state_ttl and max_waiting_per_caller.",
+            "upstreams.alpha.stateless.afinity (in FILE): unknown key; did you mean affinity? The keys of [upstreams.alpha.stateless] are affinity, fallback, pin_header, max_pinned, pin_idle_ttl, handle_open_tool, handle_close_tool, handle_argument, max_handles_per_caller, max_pooled, max_listens, pool_idle_ttl, request_state_ttl, max_waiting_per_caller, tasks, task_tools, task_after and task_ttl.",
             "upstreams.alpha.stateless.max_pinned (in FILE): 0 is too small; the minimum is 1",
         ]
     );

@@ -858,6 +858,21 @@ fn stateless(p: &mut Problems, key: &dyn Fn(&str) -> String, st: &RawStateless) 
             st.max_waiting_per_caller,
             0,
         ),
+        tasks: st.tasks,
+        task_tools: st
+            .task_tools
+            .iter()
+            .map(|tool| tool.trim().to_owned())
+            .filter(|tool| !tool.is_empty())
+            .collect(),
+        task_after: (!st.task_after.trim().is_empty()).then(|| {
+            p.duration(
+                &key("task_after"),
+                &st.task_after,
+                Duration::from_millis(100),
+            )
+        }),
+        task_ttl: p.duration(&key("task_ttl"), &st.task_ttl, Duration::from_secs(1)),
     }
 }
 

@@ -222,6 +222,63 @@ pub fn param_headers(
         .collect()
 }
 
+/// Checks the `Mcp-Param-*` headers a client sent with a `tools/call` to a tool
+/// declaring `declared` against its `arguments`, as a 2026-07-28 server must ("Custom
+/// Headers from Tool Parameters"): every declared argument with a primitive value has
+/// its header, whose value — plain, or `=?base64?…?=` holding strict padded Base64 of
+/// UTF-8 — equals the argument's text. `Err` names what is wrong (the server answers 400
+/// and -32020 then).
+pub fn check_param_headers(
+    declared: &[ParamHeader],
+    arguments: &Value,
+    headers: &http::HeaderMap,
+) -> Result<(), String> {
+    for declaration in declared {
+        let value = declaration
+            .path
+            .iter()
+            .try_fold(arguments, |node, key| node.get(&**key));
+        let expected = value.and_then(param_value);
+        let sent = headers.get(&declaration.header);
+        let name = declaration.header.as_str();
+        match (expected, sent) {
+            (None, None) => {}
+            (Some(_), None) => return Err(format!("the {name} header is missing")),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "the {name} header is sent for an argument the call does not have"
+                ));
+            }
+            (Some(expected), Some(sent)) => {
+                let text = strict_header_text(sent.as_bytes())
+                    .ok_or_else(|| format!("the {name} header is not valid Base64 of UTF-8"))?;
+                if text.trim() != expected {
+                    return Err(format!(
+                        "the {name} header differs from the argument it mirrors"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A mirrored header's text: decoded when it has the exact `=?base64?…?=` form (strict
+/// padded Base64 of UTF-8, `None` otherwise), else as it is.
+fn strict_header_text(value: &[u8]) -> Option<Cow<'_, str>> {
+    let text = std::str::from_utf8(value).ok()?;
+    match text
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        Some(b64) => {
+            let bytes = STANDARD.decode(b64).ok()?;
+            String::from_utf8(bytes).ok().map(Cow::Owned)
+        }
+        None => Some(Cow::Borrowed(text)),
+    }
+}
+
 /// A primitive argument as its header's text; `None` for what has none.
 fn param_value(value: &Value) -> Option<String> {
     /// 2^53 − 1: the largest integer every JSON peer reads exactly.

@@ -27,6 +27,9 @@ pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// The token progress notifications for a request carry (2025-11-25 `ProgressToken`: a
 /// string or a number).
 pub const PROGRESS_TOKEN: &str = "progressToken";
+/// The tasks extension's identifier (2026-07-28, SEP-2663), under
+/// `capabilities.extensions` of a client (per request) and a server (`server/discover`).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The task a message relates to (2025-11-25 tasks: `{taskId: string}`).
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 

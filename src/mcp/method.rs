@@ -66,6 +66,7 @@ methods! {
     TasksResult = "tasks/result",
     TasksList = "tasks/list",
     TasksCancel = "tasks/cancel",
+    TasksUpdate = "tasks/update",
     /// Server → client: questions a 2026-07-28 client answers as input requests.
     SamplingCreateMessage = "sampling/createMessage",
     ElicitationCreate = "elicitation/create",

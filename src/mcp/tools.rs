@@ -34,12 +34,25 @@ pub const MAX_HEADER_TOOLS: usize = 256;
 /// Longest tool name remembered.
 const MAX_NAME: usize = 256;
 
-/// What each tool of one upstream declared: its idempotency and its header arguments.
+/// What each tool of one upstream declared: its idempotency, its header arguments and
+/// whether it may run as a task.
 #[derive(Debug, Default)]
 pub struct ToolHints {
     idempotent: RwLock<HashMap<Box<str>, bool>>,
     /// Only tools that declare some.
     headers: RwLock<HashMap<Box<str>, Arc<[ParamHeader]>>>,
+    /// Only tools that declare `execution.taskSupport` other than `forbidden`.
+    tasks: RwLock<HashMap<Box<str>, TaskSupport>>,
+    /// When a listing was last learned from (milliseconds of the Unix clock; 0: never).
+    learned_at: std::sync::atomic::AtomicU64,
+}
+
+/// A tool's `execution.taskSupport` (2025-11-25, "Tools"): whether a call may, or must,
+/// run as a task. `forbidden` (the default) is not kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskSupport {
+    Optional,
+    Required,
 }
 
 #[derive(Deserialize)]
@@ -62,6 +75,14 @@ struct Tool<'a> {
     annotations: Option<Annotations>,
     #[serde(rename = "inputSchema", borrow, default)]
     input_schema: Option<&'a RawValue>,
+    #[serde(default)]
+    execution: Option<Execution<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Execution<'a> {
+    #[serde(rename = "taskSupport", borrow, default)]
+    task_support: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +106,11 @@ impl ToolHints {
             .filter(|tool| tool.name.len() <= MAX_NAME)
             .collect();
         self.learn_headers(&tools);
+        self.learn_tasks(&tools);
+        self.learned_at.store(
+            crate::session::now_millis(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut map = self.idempotent.write();
         for tool in tools {
             let hint = tool
@@ -126,6 +152,52 @@ impl ToolHints {
                 map.insert(name.into(), declarations.into());
             }
         }
+    }
+
+    /// Remembers which listed tools may run as tasks.
+    fn learn_tasks(&self, tools: &[Tool<'_>]) {
+        let mut map = self.tasks.write();
+        for tool in tools {
+            let support = match tool
+                .execution
+                .as_ref()
+                .and_then(|e| e.task_support.as_deref())
+            {
+                Some("optional") => Some(TaskSupport::Optional),
+                Some("required") => Some(TaskSupport::Required),
+                _ => None,
+            };
+            match support {
+                None => {
+                    map.remove(&*tool.name);
+                }
+                Some(support) => {
+                    if let Some(known) = map.get_mut(&*tool.name) {
+                        *known = support;
+                    } else if map.len() < MAX_TOOLS {
+                        map.insert(tool.name.as_ref().into(), support);
+                    }
+                }
+            }
+        }
+    }
+
+    /// When a `tools/list` was last learned from (Unix milliseconds), if ever.
+    pub fn learned_at(&self) -> Option<u64> {
+        match self.learned_at.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            at => Some(at),
+        }
+    }
+
+    /// Whether the tool `name` declared it may (or must) run as a task.
+    pub fn task_support(&self, name: &str) -> Option<TaskSupport> {
+        self.tasks.read().get(name).copied()
+    }
+
+    /// The `x-mcp-header` declarations of the tool `name`, if it has any.
+    pub fn declared_headers(&self, name: &str) -> Option<Arc<[ParamHeader]>> {
+        self.headers.read().get(name).cloned()
     }
 
     /// The `Mcp-Param-*` headers of a `tools/call` (its params), from what its tool

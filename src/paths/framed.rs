@@ -71,7 +71,7 @@ pub async fn exchange(
         upstream = %upstream.label(),
         "a tools/call was refused for its headers (-32020): listing the tools and sending it again"
     );
-    list_tools(upstream, tools, route, &forwarded, frame).await;
+    list_tools(upstream, tools, route, &forwarded, Some(frame)).await;
     upstream
         .exchange(route, body, &with_params(&forwarded))
         .await
@@ -96,15 +96,16 @@ fn header_mismatch(answer: &Answer) -> bool {
         .is_some_and(|e| e.code == i64::from(code::HEADER_MISMATCH))
 }
 
-/// Lists the upstream's tools (framed as the session's requests are), every page up to
-/// [`MAX_PAGES`], learning from each. A failure only ends the listing: the call is sent
-/// again with what is known.
-async fn list_tools(
+/// Lists the upstream's tools (framed as the session's requests are, for a modern
+/// upstream; as they are for a legacy one), every page up to [`MAX_PAGES`], learning
+/// from each. A failure only ends the listing: the call is sent again with what is
+/// known.
+pub(super) async fn list_tools(
     upstream: &Upstream,
     tools: &ToolHints,
     route: SessionAddr<'_>,
     forwarded: &HeaderMap,
-    frame: Frame<'_>,
+    frame: Option<Frame<'_>>,
 ) {
     #[derive(Deserialize)]
     struct Page<'a> {
@@ -124,10 +125,11 @@ async fn list_tools(
             params.push(b'}');
             params
         });
-        let request = framed(
-            write::request(LIST_ID, "tools/list", params.as_deref()),
-            frame,
-        );
+        let request = write::request(LIST_ID, "tools/list", params.as_deref());
+        let request = match frame {
+            Some(frame) => framed(request, frame),
+            None => request,
+        };
         let answered = match upstream.exchange(route, request, forwarded).await {
             Ok(mut answer) => {
                 answer

@@ -243,6 +243,11 @@ impl SessionPath {
         Ok(ok_in_session(body, &issued.id))
     }
 
+    /// What the upstream's tools declared (learned from `tools/list`).
+    pub fn tool_hints(&self) -> &Arc<ToolHints> {
+        &self.tools
+    }
+
     /// `sessions/delete` (or SEP-1364's `session/delete` / `terminate`): `{}` once the
     /// session is gone here and upstream.
     pub async fn delete(

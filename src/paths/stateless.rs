@@ -19,6 +19,7 @@ mod driver;
 mod handles;
 mod listen;
 pub(crate) use listen::MAX_RESOURCE_SUBSCRIPTIONS;
+mod tasks;
 mod waiting;
 
 pub use affinity::{Affinity, Fallback};
@@ -47,6 +48,7 @@ use crate::jsonrpc::{Kind, RawObject, raw_str, write};
 use crate::mcp::Method;
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::initialize::Negotiated;
+use crate::mcp::tools::TaskSupport;
 use crate::metrics::Metrics;
 use crate::response::{self, ProxyBody};
 use crate::rewrite::handles::HandleTools;
@@ -85,8 +87,12 @@ pub struct StatelessPath {
     pool_idle_ttl: Duration,
     sealer: Sealer,
     parked: Parked<oneshot::Sender<Resume>>,
-    /// The bounds on calls waiting for their clients' input.
+    /// The bounds on calls waiting for their clients' input (and on running tasks).
     waiting: Arc<Waiting>,
+    /// The tasks the proxy runs for the upstream's tool calls.
+    tasks: tasks::Tasks,
+    /// Which calls may become tasks.
+    task_rules: TaskRules,
     /// One permit per open `subscriptions/listen` stream.
     listens: Arc<Semaphore>,
     metrics: Arc<Metrics>,
@@ -145,6 +151,12 @@ impl StatelessPath {
             sealer: Sealer::with_keys(keys, settings.request_state_ttl),
             parked: Parked::default(),
             waiting: Waiting::new(settings.max_waiting_per_caller, settings.max_pooled),
+            tasks: tasks::Tasks::new(keys, settings.task_ttl),
+            task_rules: TaskRules {
+                enabled: settings.tasks,
+                tools: settings.task_tools.clone(),
+                after: settings.task_after,
+            },
             listens: Arc::new(Semaphore::new(settings.max_listens)),
             metrics,
             sse_idle_timeout,
@@ -179,6 +191,7 @@ impl StatelessPath {
 
     /// Ends pooled and pinned upstream sessions idle too long (called periodically).
     pub fn reap(&self) {
+        self.tasks.sweep();
         self.pool.reap();
         self.pins.reap();
         self.children.reap();
@@ -230,6 +243,9 @@ impl StatelessPath {
             }
             Some(Method::SubscriptionsListen) => {
                 listen::open(self, message, &context, id, &forwarded).await
+            }
+            Some(method @ (Method::TasksGet | Method::TasksUpdate | Method::TasksCancel)) => {
+                self.task_request(method, message, &context, &id).await
             }
             _ => self.call(message, &context, id, &forwarded).await,
         }
@@ -308,7 +324,7 @@ impl StatelessPath {
         self.saw(&negotiated);
         Ok(response::json(
             StatusCode::OK,
-            write::result(id, &discover_result(&negotiated)),
+            write::result(id, &discover_result(&negotiated, self.task_rules.enabled)),
         ))
     }
 
@@ -371,6 +387,7 @@ impl StatelessPath {
             }
         } else {
             let who = message.caller;
+            let task_after = self.task_plan(message, context, forwarded).await?;
             let mut target = self.affinity.target(message.headers, who);
             let mut stripped = None;
             let mut list = None;
@@ -454,8 +471,9 @@ impl StatelessPath {
                     .then(|| params.and_then(|p| p.member("uri")).and_then(raw_str))
                     .flatten()
                     .map(|uri| uri.into_owned()),
-                forwarded: forwarded.clone(),
+                forwarded: without_param_headers(forwarded),
                 list,
+                task_after,
             };
             tokio::spawn(driver::run(call, first_tx));
         }
@@ -470,6 +488,140 @@ impl StatelessPath {
             idle_timeout: self.sse_idle_timeout,
         };
         Ok(first.into_response(relay))
+    }
+
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` (2026-07-28 tasks extension): for a
+    /// client that declared the extension, on a task of its own — held here, or on the
+    /// replica its id names (the request goes there as it came).
+    async fn task_request(
+        &self,
+        method: Method,
+        message: &Message<'_, '_>,
+        context: &Context<'_>,
+        id: &[u8],
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        if !declares_tasks(context.capabilities) {
+            return Err(ProxyError::MissingTasksExtension(method.as_str()));
+        }
+        let params = message.params();
+        // The headers were checked: `Mcp-Name` equals a string `params.taskId`.
+        let task_id = params
+            .and_then(|p| p.member("taskId"))
+            .and_then(raw_str)
+            .map(|s| s.into_owned())
+            .unwrap_or_default();
+        let (key, owner) = self.tasks.locate(&task_id, message.caller)?;
+        match self.cluster.whereabouts(Some(&owner)) {
+            Whereabouts::Here => {}
+            Whereabouts::There(owner) => {
+                return self
+                    .cluster
+                    .forward(Forward {
+                        owner,
+                        path: &self.path,
+                        method: http::Method::POST,
+                        headers: message.headers,
+                        body: message.body.clone(),
+                        session_id: "",
+                        caller: message.caller,
+                        client: message.peer,
+                    })
+                    .await;
+            }
+            // The replica restarted since: the task went with it.
+            Whereabouts::Gone => return Err(ProxyError::UnknownTask { task_id }),
+        }
+        let task = self.tasks.get(&key, &task_id)?;
+        let result = match method {
+            Method::TasksGet => task.detailed(),
+            Method::TasksUpdate => {
+                task.update(input_responses(params)?);
+                crate::rewrite::tasks::ACK.to_vec()
+            }
+            _ => {
+                task.cancel();
+                crate::rewrite::tasks::ACK.to_vec()
+            }
+        };
+        Ok(response::json(StatusCode::OK, write::result(id, &result)))
+    }
+
+    /// For a `tools/call`: checks the `Mcp-Param-*` headers its tool declared (as a
+    /// 2026-07-28 server would), refuses a tool that runs only as a task to a client
+    /// without the tasks extension, and says after how long the call becomes a task
+    /// (`None`: never). What the tool declared comes from the upstream's `tools/list`,
+    /// asked for when the tool is not known yet.
+    async fn task_plan(
+        &self,
+        message: &Message<'_, '_>,
+        context: &Context<'_>,
+        forwarded: &HeaderMap,
+    ) -> Result<Option<Duration>, ProxyError> {
+        if message.method() != Some(Method::ToolsCall) {
+            return Ok(None);
+        }
+        let params = message.params();
+        let Some(name) = params
+            .and_then(|p| p.member("name"))
+            .and_then(raw_str)
+            .map(|s| s.into_owned())
+        else {
+            return Ok(None);
+        };
+        let hints = self.session_path.tool_hints();
+        if hints.learned_at().is_none_or(|at| {
+            hints.task_support(&name).is_none()
+                && hints.declared_headers(&name).is_none()
+                && now_millis().saturating_sub(at) > RELIST_AFTER.as_millis() as u64
+        }) {
+            self.learn_tools(context, message.caller, forwarded).await;
+        }
+        if let Some(declared) = hints.declared_headers(&name) {
+            let arguments = params
+                .and_then(|p| p.member("arguments"))
+                .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+                .unwrap_or(serde_json::Value::Null);
+            crate::mcp::headers::check_param_headers(&declared, &arguments, message.headers)
+                .map_err(|why| {
+                    ProxyError::Stateless(crate::stateless::Reject::HeaderMismatch(why))
+                })?;
+        }
+        let rules = &self.task_rules;
+        if !rules.enabled {
+            return Ok(None);
+        }
+        let support = hints.task_support(&name);
+        let declared = declares_tasks(context.capabilities);
+        if support == Some(TaskSupport::Required) && !declared {
+            return Err(ProxyError::MissingTasksExtension("this tool"));
+        }
+        if !declared {
+            return Ok(None);
+        }
+        if support.is_some() || rules.tools.contains(&name) {
+            return Ok(Some(TASK_DECISION));
+        }
+        Ok(rules.after)
+    }
+
+    /// Learns what the upstream's tools declare from its `tools/list` (on a pooled
+    /// session); a failure leaves what was known.
+    async fn learn_tools(&self, context: &Context<'_>, caller: Caller, forwarded: &HeaderMap) {
+        let checkout = self
+            .pool
+            .checkout(Some(context.capabilities), caller, forwarded)
+            .await;
+        let Ok(checkout) = checkout else {
+            return;
+        };
+        super::framed::list_tools(
+            &self.upstream,
+            self.session_path.tool_hints(),
+            checkout.addr(),
+            forwarded,
+            None,
+        )
+        .await;
     }
 
     /// Sends the request on the upstream session `target` names. A session the upstream
@@ -645,6 +797,48 @@ fn input_responses(
     }
     Ok(out)
 }
+
+/// Whether `capabilities` (a client's, raw) declare the tasks extension.
+fn declares_tasks(capabilities: &RawValue) -> bool {
+    RawObject::parse(capabilities)
+        .and_then(|caps| caps.get("extensions"))
+        .and_then(RawObject::parse)
+        .is_some_and(|extensions| extensions.get(crate::mcp::meta::TASKS_EXTENSION).is_some())
+}
+
+/// The headers sent upstream without the client's `Mcp-Param-*` (a legacy server has no
+/// use for them; the proxy checked them).
+fn without_param_headers(forwarded: &HeaderMap) -> HeaderMap {
+    let mut headers = forwarded.clone();
+    let names: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|name| crate::mcp::headers::is_param_header(name))
+        .cloned()
+        .collect();
+    for name in names {
+        headers.remove(&name);
+    }
+    headers
+}
+
+/// Which calls may become tasks (`stateless.tasks`, `task_tools`, `task_after`).
+#[derive(Debug, Clone)]
+struct TaskRules {
+    enabled: bool,
+    /// Tools the operator runs as tasks though they declare no task support.
+    tools: Vec<String>,
+    /// Any other call of a client that declared the extension becomes a task after
+    /// this long.
+    after: Option<Duration>,
+}
+
+/// How long a call of a tool declaring task support may take before it becomes a task:
+/// one that answers within it is answered directly, and a question it asks within it is
+/// an `input_required` round before any task.
+const TASK_DECISION: Duration = Duration::from_millis(250);
+/// A tool named in a call but unknown is looked for in a new `tools/list` at most this
+/// often.
+const RELIST_AFTER: Duration = Duration::from_secs(30);
 
 /// Whether `capabilities` (a client's, raw) declares `capability`.
 fn declares(capabilities: &RawValue, capability: &str) -> bool {

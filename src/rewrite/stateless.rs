@@ -29,11 +29,15 @@ pub(crate) const STATELESS_META: [&str; 4] = [
 /// Members of a retried request that belong to the multi-round-trip exchange (SEP-2322),
 /// not to the request itself.
 pub(crate) const ROUND_TRIP_MEMBERS: [&str; 2] = ["inputResponses", "requestState"];
+/// What `to_upstream` takes off `params`: the round trip's members, and a 2025-11-25
+/// `task` (the proxy runs tasks itself; SDK 1.x servers refuse a `task` for a tool that
+/// does not support one).
+const NOT_UPSTREAM: [&str; 3] = ["inputResponses", "requestState", "task"];
 
 /// The request as a legacy server takes it: `params` without the stateless `_meta` keys,
 /// `inputResponses` and `requestState`. `None` when there is nothing to take off.
 pub fn to_upstream(body: &[u8], params_raw: &RawValue, params: &Payload<'_>) -> Option<Vec<u8>> {
-    let stripped = params.edited(&ROUND_TRIP_MEMBERS, &STATELESS_META, &[], &[]);
+    let stripped = params.edited(&NOT_UPSTREAM, &STATELESS_META, &[], &[]);
     splice(body, params_raw, &stripped)
 }
 
@@ -154,16 +158,27 @@ pub fn input_request(request: &Envelope<'_>) -> Vec<u8> {
 pub const DISCOVER_TTL_MS: u64 = 60_000;
 
 /// The `server/discover` result, from the upstream's `InitializeResult`: its
-/// capabilities (without `tasks`, which the proxy does not carry) plus `sessions: {}`
-/// (the proxy offers data-layer sessions), its instructions and identity.
-pub fn discover_result(negotiated: &Negotiated) -> Vec<u8> {
-    let mut capabilities = Vec::with_capacity(negotiated.capabilities.get().len() + 32);
+/// capabilities (without the 2025-11-25 `tasks`, which the proxy does not carry) plus
+/// `sessions: {}` (the proxy offers data-layer sessions) and, with `tasks`, the tasks
+/// extension the proxy runs (`extensions["io.modelcontextprotocol/tasks"]`, beside any
+/// extension the server declared), its instructions and identity.
+pub fn discover_result(negotiated: &Negotiated, tasks: bool) -> Vec<u8> {
+    let mut capabilities = Vec::with_capacity(negotiated.capabilities.get().len() + 64);
     match RawObject::parse(&negotiated.capabilities) {
         Some(mut object) => {
             object.remove("tasks");
             object.remove("sessions");
-            object.write(&mut capabilities, &[("sessions", b"{}")]);
+            let mut added: Vec<(&str, &[u8])> = vec![("sessions", b"{}")];
+            let extensions = tasks.then(|| with_tasks_extension(object.get("extensions")));
+            if let Some(extensions) = &extensions {
+                object.remove("extensions");
+                added.push(("extensions", extensions));
+            }
+            object.write(&mut capabilities, &added);
         }
+        None if tasks => capabilities.extend_from_slice(
+            br#"{"sessions":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}"#,
+        ),
         None => capabilities.extend_from_slice(b"{\"sessions\":{}}"),
     }
     let mut out = Vec::with_capacity(capabilities.len() + 256);
@@ -188,6 +203,20 @@ pub fn discover_result(negotiated: &Negotiated) -> Vec<u8> {
     out.extend_from_slice(negotiated.server_info.get().as_bytes());
     out.extend_from_slice(b"}}");
     out
+}
+
+/// `extensions` (the server's, raw, if any) with the tasks extension added.
+fn with_tasks_extension(extensions: Option<&RawValue>) -> Vec<u8> {
+    let mut map = extensions
+        .and_then(|raw| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(raw.get()).ok()
+        })
+        .unwrap_or_default();
+    map.insert(
+        meta::TASKS_EXTENSION.to_owned(),
+        serde_json::Value::Object(serde_json::Map::new()),
+    );
+    serde_json::to_vec(&map).unwrap_or_else(|_| b"{}".to_vec())
 }
 
 /// The `params` of a notification on a `subscriptions/listen` stream, with

@@ -19,8 +19,11 @@ pub const SUPPORTED_VERSIONS: [&str; 1] = ["2026-07-28"];
 /// Methods a 2026-07-28 server implements here; everything else is -32601 / 404
 /// (including what 2026-07-28 removed: `initialize`, `ping`, `logging/setLevel`,
 /// `resources/subscribe`, `resources/unsubscribe`).
-const METHODS: [&str; 10] = [
+const METHODS: [&str; 13] = [
     "server/discover",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
     "subscriptions/listen",
     "tools/list",
     "tools/call",
@@ -172,10 +175,8 @@ fn check_method_headers(
         }
         Some(_) => {}
     }
-    let member = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        _ => return Ok(()),
+    let Some(member) = crate::mcp::headers::name_member(method) else {
+        return Ok(());
     };
     let Some(name) = params.and_then(|p| p.member(member)).and_then(raw_str) else {
         return Err(Reject::InvalidParams(format!(

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
@@ -21,6 +22,8 @@ use tokio::sync::oneshot;
 
 use super::super::answer::{Answer, First};
 use super::affinity::CallSession;
+use super::tasks::{Control, InputRequest, Task};
+use super::waiting::WaitingPlace;
 use super::{GATHER, MAX_GATHER, StatelessPath, declares};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, ErrorObject, Kind, code, write};
@@ -74,6 +77,9 @@ pub struct StatelessCall {
     pub forwarded: HeaderMap,
     /// A `tools/list` in handles mode: its result gains the handle tools.
     pub list: Option<ListWithHandles>,
+    /// A `tools/call` that becomes a task if it has not answered within this long (and
+    /// asked its client nothing before).
+    pub task_after: Option<Duration>,
 }
 
 /// How a `tools/list` result is extended with the handle tools.
@@ -102,12 +108,21 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
     // Since when the upstream's requests are being gathered (bounded as a whole, so that
     // a server sending one every few milliseconds cannot keep the client waiting).
     let mut gathering: Option<tokio::time::Instant> = None;
+    // When the call becomes a task, if it may and has not answered by then.
+    let mut decide_at = call
+        .task_after
+        .map(|after| tokio::time::Instant::now() + after);
+    let mut task: Option<Running> = None;
     loop {
         let deciding = !pending.is_empty() || !missing.is_empty();
-        let wait = match (deciding, gathering) {
+        let mut wait = match (deciding, gathering) {
             (false, _) => {
                 gathering = None;
-                idle
+                match &task {
+                    // A task waits for its upstream as long as it lives.
+                    Some(running) => running.remaining(),
+                    None => idle,
+                }
             }
             (true, None) => {
                 gathering = Some(tokio::time::Instant::now());
@@ -115,19 +130,46 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
             }
             (true, Some(since)) => GATHER.min(MAX_GATHER.saturating_sub(since.elapsed())),
         };
+        if let (None, false, Some(at)) = (&task, deciding, decide_at) {
+            wait = wait.min(at.saturating_duration_since(tokio::time::Instant::now()));
+        }
         let next = tokio::select! {
             next = tokio::time::timeout(wait, call.messages.next_message()) => next,
             // The client left while its answer was awaited: the upstream call is
-            // cancelled and its session, whose state is now unknown, not reused.
-            () = out.gone() => {
+            // cancelled and its session, whose state is now unknown, not reused. (A
+            // task's client left on purpose: the task goes on.)
+            () = out.gone(), if task.is_none() => {
                 tracing::debug!("the client left a stateless call; cancelled upstream");
                 cancel(&mut call).await;
                 break;
             }
+            control = heard(&mut task) => {
+                match control {
+                    Some(Control::Answer { upstream_id, response }) => {
+                        let reply = write::result(upstream_id.get().as_bytes(), response.get().as_bytes());
+                        answer(&call, reply).await;
+                        continue;
+                    }
+                    Some(Control::Cancel) | None => {
+                        tracing::debug!("a task was cancelled; cancelled upstream");
+                        cancel(&mut call).await;
+                        break;
+                    }
+                }
+            }
         };
         let message = match next {
             Err(_) if !pending.is_empty() => {
+                if let Some(running) = &task {
+                    running
+                        .task
+                        .ask(pending.drain(..).map(Pending::into_input).collect());
+                    continue;
+                }
                 if park(&mut call, &mut out, &mut pending).await {
+                    decide_at = call
+                        .task_after
+                        .map(|after| tokio::time::Instant::now() + after);
                     continue;
                 }
                 break;
@@ -135,11 +177,33 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
             Err(_) if !missing.is_empty() => {
                 // Nothing the client can answer: it lacks the capability. The upstream
                 // got an error for its request; the call is drained in the background.
-                missing_capability(&call, &mut out, std::mem::take(&mut missing)).await;
+                let required = std::mem::take(&mut missing);
+                if task.is_none() {
+                    missing_capability(&call, &mut out, required).await;
+                }
+                continue;
+            }
+            Err(_)
+                if task.is_none()
+                    && decide_at.is_some_and(|at| at <= tokio::time::Instant::now()) =>
+            {
+                decide_at = None;
+                task = become_task(&call, &mut out).await;
                 continue;
             }
             Err(_) => {
-                fail(&mut out, &call, UpstreamError::Idle(idle)).await;
+                if let Some(running) = &task {
+                    if running.remaining() > Duration::ZERO {
+                        continue;
+                    }
+                    running.task.fail(&ErrorObject {
+                        code: code::INTERNAL_ERROR,
+                        message: "the task ran longer than its ttlMs and was cancelled".into(),
+                        data: None,
+                    });
+                } else {
+                    fail(&mut out, &call, UpstreamError::Idle(idle)).await;
+                }
                 cancel(&mut call).await;
                 break;
             }
@@ -147,12 +211,12 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
                 let ended = UpstreamError::Protocol(
                     "the upstream ended its answer without a response".into(),
                 );
-                fail(&mut out, &call, ended).await;
+                fail_call(&mut out, &task, &call, ended).await;
                 call.session.discard();
                 break;
             }
             Ok(Some(Err(e))) => {
-                fail(&mut out, &call, e).await;
+                fail_call(&mut out, &task, &call, e).await;
                 call.session.discard();
                 break;
             }
@@ -215,6 +279,10 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
                 if envelope.id.map(|id| id.get().as_bytes()) != Some(call.first_id.as_ref()) {
                     continue;
                 }
+                if let Some(running) = &task {
+                    settle(&running.task, &call, &envelope);
+                    break;
+                }
                 if !missing.is_empty() {
                     missing_capability(&call, &mut out, missing).await;
                     break;
@@ -228,6 +296,100 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
     // The client has its answer; now the upstream session goes back to the pool, is
     // ended (its own, or one whose state is unknown), or stays (pinned, a handle's).
     call.session.release().await;
+}
+
+/// A call running as a task: the task, what its client says to it, and the waiting
+/// call's place it holds (it holds an upstream session as long).
+struct Running {
+    task: Arc<Task>,
+    heard: tokio::sync::mpsc::UnboundedReceiver<Control>,
+    _place: WaitingPlace,
+}
+
+impl Running {
+    /// How long the task may still run.
+    fn remaining(&self) -> Duration {
+        let left = self
+            .task
+            .expires_at()
+            .saturating_sub(crate::session::now_millis());
+        Duration::from_millis(left)
+    }
+}
+
+/// What the task's client said next; never, when the call is no task.
+async fn heard(task: &mut Option<Running>) -> Option<Control> {
+    match task {
+        Some(running) => running.heard.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The call has not answered in time: it becomes a task, and its client hears the
+/// `CreateTaskResult`. `None` (the call goes on as it is) beyond the bounds on tasks and
+/// on calls holding an upstream session while their client is away.
+async fn become_task(call: &StatelessCall, out: &mut Answer) -> Option<Running> {
+    let path = &call.path;
+    let pooled = matches!(call.session, CallSession::Pooled(_));
+    let place = match path.waiting.take(call.caller_key, pooled) {
+        Ok(place) => place,
+        Err(refused) => {
+            tracing::info!(error = %refused, "a call did not become a task");
+            return None;
+        }
+    };
+    let (task, heard) = path
+        .tasks
+        .create(call.caller, call.caller_key, path.cluster.me())?;
+    tracing::debug!("a tools/call became a task");
+    path.metrics.tasks_created.inc();
+    out.finish(
+        StatusCode::OK,
+        write::result(&call.client_id, &task.created()),
+    )
+    .await;
+    Some(Running {
+        task,
+        heard,
+        _place: place,
+    })
+}
+
+/// The task's call answered: `completed` with its result (a tool error too), or `failed`
+/// with its JSON-RPC error.
+fn settle(task: &Task, call: &StatelessCall, envelope: &Envelope<'_>) {
+    let server_info = &call.session.negotiated().server_info;
+    if let Some(result) = envelope.result {
+        let result = complete(result, &call.method, Some(server_info))
+            .unwrap_or_else(|| result.get().as_bytes().to_vec());
+        task.complete(result);
+        return;
+    }
+    let (_, error) = error_for_client(envelope.error, None);
+    task.fail(&error);
+}
+
+/// The call failed before answering: its client hears why, or its task ends `failed`.
+async fn fail_call(
+    out: &mut Answer,
+    task: &Option<Running>,
+    call: &StatelessCall,
+    source: UpstreamError,
+) {
+    match task {
+        Some(running) => running.task.fail(&call.path.error(source).answer().1),
+        None => fail(out, call, source).await,
+    }
+}
+
+impl Pending {
+    fn into_input(self) -> InputRequest {
+        InputRequest {
+            key: self.key,
+            upstream_id: self.upstream_id,
+            request: self.request,
+        }
+    }
 }
 
 /// The proxy's own error answer to an upstream request the client cannot take.

@@ -38,6 +38,7 @@ const {
   ElicitResultSchema,
   CreateMessageResultSchema,
   ListRootsResultSchema,
+  McpError,
 } = requireSdk('@modelcontextprotocol/sdk/types.js');
 const { z } = requireSdk('zod');
 
@@ -104,6 +105,46 @@ const JSON_SCHEMA_2020_12 = {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const text = (t) => ({ content: [{ type: 'text', text: t }] });
+// A sleep that ends early, rejecting, when `signal` aborts (the client cancelled the
+// tools/call with notifications/cancelled): a cancelled tool stops at once. The SDK
+// then sends no response for the cancelled request.
+const sleepUnless = (ms, signal) =>
+  new Promise((resolveSleep, reject) => {
+    if (signal?.aborted) return reject(new Error('cancelled'));
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolveSleep();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new Error('cancelled'));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+
+// Tasks tools (see "tasks" below): the 2025-11-25 `execution.taskSupport` each one
+// declares in tools/list. They are registered as plain tools (the SDK's own
+// `taskSupport: "forbidden"`, so a call runs as an ordinary 2025-11-25 tools/call and
+// never needs `params.task`); only their tools/list entries are patched.
+const TASK_SUPPORT = {
+  slow_compute: 'optional',
+  failing_job: 'required',
+  protocol_error_job: 'optional',
+  confirm_delete: 'optional',
+  multi_input: 'optional',
+  test_tool_with_task: 'required',
+  long: 'optional',
+};
+// McpServer turns anything a tool callback throws into an `isError` result. A tool
+// that must end in a JSON-RPC error instead records it here (on the request's `extra`,
+// which the wrapped tools/call handler below shares with the callback), and the
+// wrapper throws it.
+const PROTOCOL_ERROR = Symbol('protocolError');
+const protocolError = (extra, code, message) => {
+  const e = new McpError(code, message);
+  extra[PROTOCOL_ERROR] = e;
+  return e;
+};
 
 // ---------------------------------------------------------------- shared state
 // Process-wide so that a change triggered in one session is announced on every
@@ -135,18 +176,21 @@ function createSession() {
     await extra.sendNotification({ method: 'notifications/message', params: { level, logger: LOGGER, data } });
   };
   // A server-to-client request on the tools/call (or prompts/get) stream,
-  // tagged with the inputRequests key it stands for.
-  const ask = (extra, key, method, params, schema) =>
+  // tagged with the inputRequests key it stands for. `opts` (tasks tools only):
+  // `hint: true` tags it even without --input-key-hints; `signal` cancels it
+  // (notifications/cancelled to the client) when the tools/call is cancelled.
+  const ask = (extra, key, method, params, schema, opts = {}) =>
     extra.sendRequest(
-      { method, params: inputKeyHints ? { ...params, _meta: { [INPUT_KEY]: key } } : params },
+      { method, params: inputKeyHints || opts.hint ? { ...params, _meta: { [INPUT_KEY]: key } } : params },
       schema,
+      opts.signal ? { signal: opts.signal } : undefined,
     );
-  const elicit = (extra, key, message, properties, required) =>
+  const elicit = (extra, key, message, properties, required, opts) =>
     ask(extra, key, 'elicitation/create', {
       mode: 'form',
       message,
       requestedSchema: { type: 'object', properties, required },
-    }, ElicitResultSchema);
+    }, ElicitResultSchema, opts);
   const sample = (extra, key, prompt, maxTokens) =>
     ask(extra, key, 'sampling/createMessage', {
       messages: [{ role: 'user', content: { type: 'text', text: prompt } }],
@@ -444,6 +488,91 @@ function createSession() {
       return text(`asked for: ${got.join(', ') || 'nothing'}`);
     });
 
+  // ===== tools: the tasks extension (io.modelcontextprotocol/tasks, 2026-07-28) — legacy
+  // flavour. The 2026-07-28 suite's tasks-* scenarios call these (and the ext-tasks client,
+  // tests/interop/ts2/tasks-client.mjs, calls `long`). Each runs as a PLAIN 2025-11-25
+  // tools/call; only its tools/list entry declares `execution.taskSupport` (TASK_SUPPORT
+  // above), from which the proxy decides to run the call as a task. Waits are abortable:
+  // notifications/cancelled for the call stops the tool (and cancels a pending ask).
+  mcp.registerTool('greet',
+    { description: 'Tasks: a synchronous tool (no task support); returns "Hello, <name>!"', inputSchema: { name: z.string().describe('Who to greet') } },
+    async ({ name }) => text(`Hello, ${name}!`));
+  mcp.registerTool('slow_compute',
+    {
+      description: 'Tasks (taskSupport optional): sleeps `seconds` seconds, then returns "computed <label> after <seconds>s"',
+      inputSchema: { seconds: z.number().describe('How long to work, in seconds'), label: z.string().describe('A label echoed in the result') },
+    },
+    async ({ seconds, label }, extra) => {
+      await sleepUnless(seconds * 1000, extra.signal);
+      return text(`computed ${label} after ${seconds}s`);
+    });
+  mcp.registerTool('failing_job',
+    { description: 'Tasks (taskSupport required): after about 1 s returns a tool error (isError: true)', inputSchema: {} },
+    async (_args, extra) => {
+      await sleepUnless(1000, extra.signal);
+      return { content: [{ type: 'text', text: 'failing_job failed on purpose (tool error)' }], isError: true };
+    });
+  mcp.registerTool('protocol_error_job',
+    { description: 'Tasks (taskSupport optional): after about 1 s fails with a JSON-RPC error -32603 (not isError)', inputSchema: {} },
+    async (_args, extra) => {
+      await sleepUnless(1000, extra.signal);
+      throw protocolError(extra, -32603, 'protocol_error_job failed on purpose (protocol error)');
+    });
+  mcp.registerTool('confirm_delete',
+    {
+      description: 'Tasks (taskSupport optional): after 1 s asks elicitation/create {confirm: boolean} (key confirm); "deleted <filename>" if confirmed, else "kept <filename>"',
+      inputSchema: { filename: z.string().describe('The file to delete') },
+    },
+    async ({ filename }, extra) => {
+      await sleepUnless(1000, extra.signal);
+      const r = await elicit(extra, 'confirm', `Delete ${filename}?`, { confirm: { type: 'boolean', description: 'Confirm the deletion' } },
+        ['confirm'], { signal: extra.signal });
+      const yes = r.action === 'accept' && r.content?.confirm === true;
+      return text(`${yes ? 'deleted' : 'kept'} ${filename}`);
+    });
+  mcp.registerTool('multi_input',
+    { description: 'Tasks (taskSupport optional): after 1 s asks two elicitation/create {name, confirm} at once (keys partial_1, partial_2); returns both names', inputSchema: {} },
+    async (_args, extra) => {
+      await sleepUnless(1000, extra.signal);
+      const properties = { name: { type: 'string', description: 'A name' }, confirm: { type: 'boolean', description: 'Confirm' } };
+      const [a, b] = await Promise.all([
+        elicit(extra, 'partial_1', 'Input 1 of 2: a name and a confirmation', properties, [], { signal: extra.signal }),
+        elicit(extra, 'partial_2', 'Input 2 of 2: a name and a confirmation', properties, [], { signal: extra.signal }),
+      ]);
+      return text(`multi_input got: ${a.content?.name ?? `(${a.action})`}, ${b.content?.name ?? `(${b.action})`}`);
+    });
+  mcp.registerTool('test_tool_with_task',
+    { description: 'Tasks (taskSupport required): asks elicitation/create {name} at once (key task_name), then works 1.5 s and returns "Hello, <name>!"', inputSchema: {} },
+    async (_args, extra) => {
+      const r = await elicit(extra, 'task_name', 'What is your name?', { name: { type: 'string', description: 'Your name' } }, ['name'],
+        { signal: extra.signal });
+      await sleepUnless(1500, extra.signal);
+      return text(`Hello, ${r.content?.name ?? 'stranger'}!`);
+    });
+  mcp.registerTool('long',
+    {
+      description: 'Tasks (taskSupport optional), for tests/interop/ts2/tasks-client.mjs: works `ms` ms, then "long task finished after <ms>ms". '
+        + 'ask: after max(1000, ms/2) ms asks elicitation/create {ok: boolean} (always key-hinted confirm-1), then works max(ms/2, 1500) ms more. fail: ends in JSON-RPC error -32603',
+      inputSchema: { ms: z.number().optional(), ask: z.boolean().optional(), fail: z.boolean().optional() },
+    },
+    async ({ ms = 1000, ask = false, fail = false }, extra) => {
+      let answer;
+      if (ask) {
+        await sleepUnless(Math.max(1000, ms / 2), extra.signal);
+        // The key hint is set whatever --input-key-hints says, so that through the proxy the
+        // task's inputRequests key is confirm-1, as with the 2026-07-28 ts2 server's `long`.
+        answer = await elicit(extra, 'confirm-1', 'Continue the long task?', { ok: { type: 'boolean', title: 'Continue?' } }, ['ok'],
+          { signal: extra.signal, hint: true });
+        // Long enough after the answer for a client polling every pollIntervalMs to see it
+        // working again before it ends.
+        await sleepUnless(Math.max(ms / 2, 1500), extra.signal);
+      } else {
+        await sleepUnless(ms, extra.signal);
+      }
+      if (fail) throw protocolError(extra, -32603, 'failed on purpose');
+      return text(`long task finished after ${ms}ms${answer ? ` (answer=${JSON.stringify(answer)})` : ''}`);
+    });
+
   // ===== resources
   mcp.registerResource('static-text', 'test://static-text',
     { title: 'Static Text Resource', description: 'A static text resource', mimeType: 'text/plain' },
@@ -523,6 +652,7 @@ function createSession() {
   });
 
   // ===== tools/list: raw schemas the SDK's zod conversion cannot express
+  // (and the tasks tools' `execution.taskSupport`, which registerTool fixes at "forbidden").
   const listTools = server._requestHandlers.get('tools/list');
   server._requestHandlers.set('tools/list', async (req, extra) => {
     const result = await listTools(req, extra);
@@ -531,7 +661,16 @@ function createSession() {
       if (tool.name === 'test_header_param' && tool.inputSchema?.properties?.region) {
         tool.inputSchema.properties.region['x-mcp-header'] = 'Region';
       }
+      if (TASK_SUPPORT[tool.name]) tool.execution = { ...tool.execution, taskSupport: TASK_SUPPORT[tool.name] };
     }
+    return result;
+  });
+  // ===== tools/call: a JSON-RPC error recorded by protocolError() replaces the isError
+  // result McpServer made of the throw.
+  const callTool = server._requestHandlers.get('tools/call');
+  server._requestHandlers.set('tools/call', async (req, extra) => {
+    const result = await callTool(req, extra);
+    if (extra[PROTOCOL_ERROR]) throw extra[PROTOCOL_ERROR];
     return result;
   });
 
