@@ -190,6 +190,11 @@ impl ToolHints {
         }
     }
 
+    /// Whether the tool `name` was listed (among the first [`MAX_TOOLS`]).
+    pub fn knows(&self, name: &str) -> bool {
+        self.idempotent.read().contains_key(name)
+    }
+
     /// Whether the tool `name` declared it may (or must) run as a task.
     pub fn task_support(&self, name: &str) -> Option<TaskSupport> {
         self.tasks.read().get(name).copied()

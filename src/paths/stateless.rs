@@ -570,9 +570,7 @@ impl StatelessPath {
         };
         let hints = self.session_path.tool_hints();
         if hints.learned_at().is_none_or(|at| {
-            hints.task_support(&name).is_none()
-                && hints.declared_headers(&name).is_none()
-                && now_millis().saturating_sub(at) > RELIST_AFTER.as_millis() as u64
+            !hints.knows(&name) && now_millis().saturating_sub(at) > RELIST_AFTER.as_millis() as u64
         }) {
             self.learn_tools(context, message.caller, forwarded).await;
         }
