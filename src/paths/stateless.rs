@@ -357,21 +357,7 @@ impl StatelessPath {
             match self.cluster.whereabouts(Some(&owner)) {
                 Whereabouts::Here => {}
                 // The call waits on another replica: the retry goes there, as it came.
-                Whereabouts::There(owner) => {
-                    return self
-                        .cluster
-                        .forward(Forward {
-                            owner,
-                            path: &self.path,
-                            method: http::Method::POST,
-                            headers: message.headers,
-                            body: message.body.clone(),
-                            session_id: "",
-                            caller: message.caller,
-                            client: message.peer,
-                        })
-                        .await;
-                }
+                Whereabouts::There(owner) => return self.to_replica(owner, message).await,
                 // This replica restarted since the call was parked: it is gone.
                 Whereabouts::Gone => return Err(RequestStateError::Unknown.into()),
             }
@@ -513,21 +499,7 @@ impl StatelessPath {
         let (key, owner) = self.tasks.locate(&task_id, message.caller)?;
         match self.cluster.whereabouts(Some(&owner)) {
             Whereabouts::Here => {}
-            Whereabouts::There(owner) => {
-                return self
-                    .cluster
-                    .forward(Forward {
-                        owner,
-                        path: &self.path,
-                        method: http::Method::POST,
-                        headers: message.headers,
-                        body: message.body.clone(),
-                        session_id: "",
-                        caller: message.caller,
-                        client: message.peer,
-                    })
-                    .await;
-            }
+            Whereabouts::There(owner) => return self.to_replica(owner, message).await,
             // The replica restarted since: the task went with it.
             Whereabouts::Gone => return Err(ProxyError::UnknownTask { task_id }),
         }
@@ -544,6 +516,27 @@ impl StatelessPath {
             }
         };
         Ok(response::json(StatusCode::OK, write::result(id, &result)))
+    }
+
+    /// `message` as it came, to the replica `owner` that holds what it names (a parked
+    /// call, a task).
+    async fn to_replica(
+        &self,
+        owner: &str,
+        message: &Message<'_, '_>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        self.cluster
+            .forward(Forward {
+                owner,
+                path: &self.path,
+                method: http::Method::POST,
+                headers: message.headers,
+                body: message.body.clone(),
+                session_id: "",
+                caller: message.caller,
+                client: message.peer,
+            })
+            .await
     }
 
     /// For a `tools/call`: checks the `Mcp-Param-*` headers its tool declared (as a
