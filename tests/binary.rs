@@ -1184,6 +1184,70 @@ fn readme_sh_blocks(heading: &str) -> Vec<String> {
         .collect()
 }
 
+/// README.md's long call as a task, run as written by `sh` against the binary started as
+/// it says (`MCP_PROXY_STATELESS__TASK_AFTER=1s`, the embedded demo); only the port
+/// differs. It uses the walkthrough's `mcp` function.
+#[tokio::test]
+async fn the_readme_task_walkthrough_runs_in_a_posix_shell() {
+    bounded(async {
+        let proxy = ProxyProcess::launch()
+            .cwd(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .args(&["--listen", "127.0.0.1:0"])
+            .env(&[("MCP_PROXY_STATELESS__TASK_AFTER", "1s")])
+            .startup_within(STARTUP_LIMIT)
+            .start()
+            .await;
+        let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
+        let tasks = readme_sh_blocks("### A long call as a task");
+        assert_eq!(tasks.len(), 1);
+        let script = format!("{}\n{}", walkthrough[0], tasks[0])
+            .replace("127.0.0.1:8080", &proxy.listen.to_string());
+        let output = tokio::time::timeout(
+            Duration::from_secs(30),
+            Command::new("sh")
+                .args(["-e", "-c", &script])
+                .stdin(Stdio::null())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the README's task commands took longer than 30 s")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{}\n{stdout}", output.status);
+        let results: Vec<Value> = stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .map(|message| message["result"].clone())
+            .collect();
+        let discovered = results
+            .iter()
+            .find(|r| r["supportedVersions"].is_array())
+            .expect("no server/discover result");
+        assert!(
+            discovered["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+            "{stdout}"
+        );
+        assert!(
+            results.iter().any(|r| r["resultType"] == "task"),
+            "{stdout}"
+        );
+        let completed = results
+            .iter()
+            .find(|r| r["status"] == "completed")
+            .unwrap_or_else(|| panic!("the task never completed: {stdout}"));
+        assert_eq!(
+            completed["result"]["content"][0]["text"],
+            "done after 10 steps"
+        );
+        assert!(
+            results.iter().any(|r| r["status"] == "cancelled"),
+            "{stdout}"
+        );
+    })
+    .await;
+}
+
 /// README.md's curl walkthrough and its migration example, run as written by `sh` (dash
 /// on Debian: no bash arrays) against the binary as `cargo run --release` starts it; only
 /// the port differs. The walkthrough sends each session's latest `state` back, which the
@@ -1204,7 +1268,8 @@ async fn the_readme_curl_examples_run_in_a_posix_shell() {
 
         let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
         let migration = readme_sh_blocks("## Migrating a fleet");
-        assert_eq!((walkthrough.len(), migration.len()), (1, 1));
+        // The migration example, and the task walk-through (the next test runs it).
+        assert_eq!((walkthrough.len(), migration.len()), (1, 2));
         // The migration example uses the walkthrough's `mcp` function.
         let script = format!("{}\n{}", walkthrough[0], migration[0])
             .replace("127.0.0.1:8080", &proxy.listen.to_string());

@@ -578,7 +578,7 @@ async fn ts2_tasks_run_to_completion_with_input_cancel_and_failure() {
     let reply = modern_post(&tasks, "tasks/get", get.clone(), &[], &[("mcp-name", &id)]).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(reply.json()["result"]["status"], "working");
-    let reply = modern_post(&tasks, "tasks/get", get.clone(), &[], &[]).await;
+    let reply = modern_post(&tasks, "tasks/get", get.clone(), &["mcp-name"], &[]).await;
     error_of(&reply, 400, -32020);
     let plain = StatelessClient::new(url.clone());
     let reply = modern_post(&plain, "tasks/get", get.clone(), &[], &[("mcp-name", &id)]).await;

@@ -562,9 +562,21 @@ impl StatelessPath {
             return Ok(None);
         };
         let hints = self.session_path.tool_hints();
-        if hints.learned_at().is_none_or(|at| {
-            !hints.knows(&name) && now_millis().saturating_sub(at) > RELIST_AFTER.as_millis() as u64
-        }) {
+        let declared = declares_tasks(context.capabilities);
+        // Only a client that may get a task, or sends `Mcp-Param-*` headers, makes the
+        // proxy list the tools for a tool it does not know (a `tools/list` passing
+        // through teaches the same).
+        let wanted = (declared && self.task_rules.enabled)
+            || message
+                .headers
+                .keys()
+                .any(crate::mcp::headers::is_param_header);
+        if wanted
+            && hints.learned_at().is_none_or(|at| {
+                !hints.knows(&name)
+                    && now_millis().saturating_sub(at) > RELIST_AFTER.as_millis() as u64
+            })
+        {
             self.learn_tools(context, message.caller, forwarded).await;
         }
         if let Some(declared) = hints.declared_headers(&name) {
@@ -582,7 +594,6 @@ impl StatelessPath {
             return Ok(None);
         }
         let support = hints.task_support(&name);
-        let declared = declares_tasks(context.capabilities);
         if support == Some(TaskSupport::Required) && !declared {
             return Err(ProxyError::MissingTasksExtension("this tool"));
         }

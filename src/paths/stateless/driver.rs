@@ -512,6 +512,13 @@ async fn missing_capability(call: &StatelessCall, out: &mut Answer, required: Ve
 fn final_answer(call: &StatelessCall, envelope: &Envelope<'_>) -> (StatusCode, Bytes) {
     let server_info = &call.session.negotiated().server_info;
     if let Some(result) = envelope.result {
+        if call.method == "tools/list" {
+            // What the tools declare (task support, header arguments), for later calls.
+            call.path
+                .session_path
+                .tool_hints()
+                .learn(write::result(b"0", result.get().as_bytes()).as_ref());
+        }
         let listed = call
             .list
             .as_ref()
