@@ -100,6 +100,17 @@ impl ToolHints {
         else {
             return;
         };
+        self.learn_list(list);
+    }
+
+    /// Learns from a `tools/list` result (raw), as [`ToolHints::learn`] from its message.
+    pub fn learn_result(&self, result: &RawValue) {
+        if let Ok(list) = serde_json::from_str::<ListResult<'_>>(result.get()) {
+            self.learn_list(list);
+        }
+    }
+
+    fn learn_list(&self, list: ListResult<'_>) {
         let tools: Vec<Tool<'_>> = list
             .tools
             .into_iter()

@@ -554,19 +554,15 @@ impl StatelessPath {
             return Ok(None);
         }
         let params = message.params();
-        let Some(name) = params
-            .and_then(|p| p.member("name"))
-            .and_then(raw_str)
-            .map(|s| s.into_owned())
-        else {
+        let Some(name) = params.and_then(|p| p.member("name")).and_then(raw_str) else {
             return Ok(None);
         };
         let hints = self.session_path.tool_hints();
-        let declared = declares_tasks(context.capabilities);
+        let asks_tasks = declares_tasks(context.capabilities);
         // Only a client that may get a task, or sends `Mcp-Param-*` headers, makes the
         // proxy list the tools for a tool it does not know (a `tools/list` passing
         // through teaches the same).
-        let wanted = (declared && self.task_rules.enabled)
+        let wanted = (asks_tasks && self.task_rules.enabled)
             || message
                 .headers
                 .keys()
@@ -594,13 +590,13 @@ impl StatelessPath {
             return Ok(None);
         }
         let support = hints.task_support(&name);
-        if support == Some(TaskSupport::Required) && !declared {
+        if support == Some(TaskSupport::Required) && !asks_tasks {
             return Err(ProxyError::MissingTasksExtension("this tool"));
         }
-        if !declared {
+        if !asks_tasks {
             return Ok(None);
         }
-        if support.is_some() || rules.tools.contains(&name) {
+        if support.is_some() || rules.tools.iter().any(|tool| *tool == name) {
             return Ok(Some(TASK_DECISION));
         }
         Ok(rules.after)
@@ -613,9 +609,12 @@ impl StatelessPath {
             .pool
             .checkout(Some(context.capabilities), caller, forwarded)
             .await;
-        let Ok(checkout) = checkout else {
+        let Ok(mut checkout) = checkout else {
             return;
         };
+        // Dropped mid-listing (the client left), the session is not given back with an
+        // answer still on its way.
+        checkout.exchanging(true);
         super::framed::list_tools(
             &self.upstream,
             self.session_path.tool_hints(),
@@ -624,6 +623,7 @@ impl StatelessPath {
             None,
         )
         .await;
+        checkout.exchanging(false);
     }
 
     /// Sends the request on the upstream session `target` names. A session the upstream

@@ -514,10 +514,7 @@ fn final_answer(call: &StatelessCall, envelope: &Envelope<'_>) -> (StatusCode, B
     if let Some(result) = envelope.result {
         if call.method == "tools/list" {
             // What the tools declare (task support, header arguments), for later calls.
-            call.path
-                .session_path
-                .tool_hints()
-                .learn(write::result(b"0", result.get().as_bytes()).as_ref());
+            call.path.session_path.tool_hints().learn_result(result);
         }
         let listed = call
             .list
