@@ -1184,6 +1184,27 @@ fn readme_sh_blocks(heading: &str) -> Vec<String> {
         .collect()
 }
 
+/// `script` (README.md's `sh` blocks) run by `sh -e` against `proxy` (the README's
+/// 127.0.0.1:8080 replaced by its address), within `within`; its output.
+async fn run_readme_script(
+    proxy: &ProxyProcess,
+    script: &str,
+    within: Duration,
+) -> std::process::Output {
+    let script = script.replace("127.0.0.1:8080", &proxy.listen.to_string());
+    tokio::time::timeout(
+        within,
+        Command::new("sh")
+            .args(["-e", "-c", &script])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the README's commands took longer than {within:?}"))
+    .unwrap()
+}
+
 /// README.md's long call as a task, run as written by `sh` against the binary started as
 /// it says (`MCP_PROXY_STATELESS__TASK_AFTER=1s`, the embedded demo); only the port
 /// differs. It uses the walkthrough's `mcp` function.
@@ -1200,19 +1221,8 @@ async fn the_readme_task_walkthrough_runs_in_a_posix_shell() {
         let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
         let tasks = readme_sh_blocks("### A long call as a task");
         assert_eq!(tasks.len(), 1);
-        let script = format!("{}\n{}", walkthrough[0], tasks[0])
-            .replace("127.0.0.1:8080", &proxy.listen.to_string());
-        let output = tokio::time::timeout(
-            Duration::from_secs(30),
-            Command::new("sh")
-                .args(["-e", "-c", &script])
-                .stdin(Stdio::null())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("the README's task commands took longer than 30 s")
-        .unwrap();
+        let script = format!("{}\n{}", walkthrough[0], tasks[0]);
+        let output = run_readme_script(&proxy, &script, Duration::from_secs(30)).await;
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(output.status.success(), "{}\n{stdout}", output.status);
         let results: Vec<Value> = stdout
@@ -1271,19 +1281,8 @@ async fn the_readme_curl_examples_run_in_a_posix_shell() {
         // The migration example, and the task walk-through (the next test runs it).
         assert_eq!((walkthrough.len(), migration.len()), (1, 2));
         // The migration example uses the walkthrough's `mcp` function.
-        let script = format!("{}\n{}", walkthrough[0], migration[0])
-            .replace("127.0.0.1:8080", &proxy.listen.to_string());
-        let output = tokio::time::timeout(
-            Duration::from_secs(8),
-            Command::new("sh")
-                .args(["-e", "-c", &script])
-                .stdin(Stdio::null())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("the README's commands took longer than 8 s")
-        .unwrap();
+        let script = format!("{}\n{}", walkthrough[0], migration[0]);
+        let output = run_readme_script(&proxy, &script, Duration::from_secs(8)).await;
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
