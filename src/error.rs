@@ -278,7 +278,12 @@ pub enum ProxyError {
     /// The proxy replica holding a session's process-local part (a stdio server, a
     /// waiting call) did not answer. Its address is internal: logged, never answered.
     #[error("The proxy replica holding this session is unreachable: {detail}")]
-    OwnerUnreachable { session_id: String, detail: String },
+    OwnerUnreachable {
+        session_id: String,
+        detail: String,
+        /// No connection could be made: nothing listens at its address any more.
+        down: bool,
+    },
     /// A request carried the header replicas sign their forwarded requests with, and no
     /// replica of this cluster signed it (a client passing for a replica).
     #[error("Forbidden: the mcp-proxy-forwarded header is for the proxy's own replicas, and {0}")]
@@ -556,7 +561,9 @@ impl ProxyError {
                 ),
                 Fault::Upstream,
             ),
-            E::OwnerUnreachable { session_id, detail } => (
+            E::OwnerUnreachable {
+                session_id, detail, ..
+            } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 code::INTERNAL_ERROR,
                 Some(json!({ "sessionId": echo(session_id), "detail": detail })),
@@ -808,6 +815,7 @@ mod tests {
             ProxyError::OwnerUnreachable {
                 session_id: huge.clone(),
                 detail: "d".into(),
+                down: false,
             },
             ProxyError::Stateless(Reject::UnsupportedVersion(huge.clone())),
             ProxyError::Stateless(Reject::MethodNotFound(huge.clone())),

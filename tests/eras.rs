@@ -46,8 +46,8 @@ use common::assert::check_session_meta;
 use common::inspector::Mcpdo;
 use common::interop::{Sdk2Client, Sdk2Options, ServerProcess, fastmcp};
 use common::peers::{
-    ClientMode, ClientRun, Sdk1, StdioLegacy, Ts2Client, Ts2Mode, sdk1_client, sdk2_server,
-    ts2_http, ts2_http_on, ts2_stdio_command,
+    ClientMode, ClientRun, Sdk1, StdioLegacy, Ts2Client, Ts2Mode, assert_tasks_settled,
+    sdk1_client, sdk2_server, tasks_client, ts2_http, ts2_http_on, ts2_stdio_command,
 };
 use common::stdio::stdio_config;
 use common::{
@@ -668,6 +668,38 @@ async fn a_2026_client_before_a_modern_only_server() {
     modern_clients(&cell, "eras-2026-modern").await;
     cell.assert_found_era().await;
     cell.stop().await;
+}
+
+/// A modern server that runs the tasks extension itself (the TypeScript SDK 2.x with
+/// ext-tasks, modern-only and dual): its tasks pass through the proxy natively — the
+/// official tasks client settles every task through the proxy as it does direct, and
+/// the proxy runs none of its own.
+#[tokio::test]
+async fn tasks_of_a_modern_server_pass_through_natively() {
+    let (modern, dual) = tokio::join!(Cell::start(Peer::ModernOnly), Cell::start(Peer::DualTs2));
+    let urls = [modern.url(), modern.direct(), dual.url(), dual.direct()];
+    let (a, b, c, d) = tokio::join!(
+        tasks_client(&urls[0], &[]),
+        tasks_client(&urls[1], &[]),
+        tasks_client(&urls[2], &[]),
+        tasks_client(&urls[3], &[]),
+    );
+    for run in [&a, &b, &c, &d] {
+        assert_tasks_settled(run);
+    }
+    for cell in [&modern, &dual] {
+        let metrics = get_text(&listener_url(&cell.proxy, "/metrics")).await;
+        let created = metrics
+            .lines()
+            .find(|l| l.starts_with("mcp_proxy_tasks_created_total"));
+        assert_eq!(
+            created,
+            Some("mcp_proxy_tasks_created_total 0"),
+            "the proxy ran no task itself"
+        );
+    }
+    modern.stop().await;
+    dual.stop().await;
 }
 
 // === the cells: old clients ===

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use common::interop::{Interop, Sdk2Client, Sdk2Options, conformance_fixture, everything, fastmcp};
 use common::peers::{
-    ClientMode, ClientRun, SseSession, StdioLegacy, Ts2Client, Ts2Mode, everything_sse,
+    ClientMode, SseSession, StdioLegacy, Ts2Client, Ts2Mode, assert_tasks_settled, everything_sse,
     fastmcp_sse, sdk2_server, sdk2_stdio_command, sse_post, tasks_client, ts2_http,
     ts2_stdio_command,
 };
@@ -655,36 +655,6 @@ async fn the_tasks_client_runs_long_calls_as_tasks_the_proxy_runs_for_a_legacy_s
     let sync = plain.call_tool("long", json!({"ms": 300})).await;
     assert_eq!(sync["result"]["resultType"], "complete", "{sync}");
     h.stop().await;
-}
-
-/// Every execution of the tasks client settled as it should.
-fn assert_tasks_settled(run: &ClientRun) {
-    assert!(run.success, "{run}");
-    let completed = run.step("completed");
-    assert_eq!(completed["status"], "completed", "{run}");
-    assert!(
-        completed["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("long task finished"),
-        "{run}"
-    );
-    let input = run.step("input");
-    assert_eq!(
-        input["statuses"],
-        json!(["working", "input_required", "working", "completed"]),
-        "{run}"
-    );
-    assert!(
-        run.steps.iter().any(|l| l["step"] == "input"
-            && l["phase"] == "input"
-            && l["delivery"] == "task-update"),
-        "{run}"
-    );
-    assert_eq!(run.step("cancelled")["status"], "cancelled", "{run}");
-    let failed = run.step("failed");
-    assert_eq!(failed["status"], "failed", "{run}");
-    assert_eq!(failed["error"]["code"], -32603, "{run}");
 }
 
 #[tokio::test]

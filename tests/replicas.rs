@@ -815,7 +815,7 @@ async fn an_input_required_retry_at_the_wrong_replica_reaches_the_waiting_call()
 }
 
 #[tokio::test]
-async fn a_task_made_at_one_replica_is_polled_and_cancelled_at_the_other() {
+async fn a_task_made_at_one_replica_is_polled_and_cancelled_at_the_other_and_outlives_its_owner() {
     bounded(async {
         let redis = Redis::start().await;
         let upstream = Replicas::start(1).await;
@@ -827,7 +827,8 @@ async fn a_task_made_at_one_replica_is_polled_and_cancelled_at_the_other() {
             "{}\n[stateless]\ntask_after = \"200ms\"",
             redis_session(&redis)
         );
-        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let port_a = free_port();
+        let mut a = ProxyProcess::start(&config(port_a, &upstream.urls(), &session)).await;
         let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
         let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
         let mut on_a = StatelessClient::new(a.url("/mcp")).with_capabilities(caps.clone());
@@ -878,8 +879,50 @@ async fn a_task_made_at_one_replica_is_polled_and_cancelled_at_the_other() {
                 .any(|r| r.method() == Some("notifications/cancelled"))
         };
         assert!(eventually(Duration::from_secs(10), cancelled).await);
+
+        // The owner dies (SIGKILL) with one task ended and one running. B answers the
+        // ended one from Redis, where A wrote it, and the running one as failed, saying
+        // its replica stopped; so does A's next incarnation — no hang, no "unknown".
+        let ended = task_of(&on_a.request("tools/call", slow(2)).await);
+        let running = task_of(&on_a.request("tools/call", slow(1000)).await);
+        let mut finished = false;
+        for _ in 0..50 {
+            let got = on_a.request("tasks/get", json!({"taskId": ended})).await;
+            if got.json()["result"]["status"] == "completed" {
+                finished = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(finished, "the short task completed at A");
+        a.kill().await;
+        drop(a);
+        answered_after_its_owner(&mut on_b, &ended, &running).await;
+        let a = ProxyProcess::start(&config(port_a, &upstream.urls(), &session)).await;
+        let mut on_a = StatelessClient::new(a.url("/mcp"))
+            .with_capabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
+        answered_after_its_owner(&mut on_a, &ended, &running).await;
     })
     .await;
+}
+
+/// A replica other than the dead owner of the tasks `ended` (completed) and `running`
+/// answers both.
+async fn answered_after_its_owner(on: &mut StatelessClient, ended: &str, running: &str) {
+    let got = on.request("tasks/get", json!({"taskId": ended})).await;
+    assert_eq!(got.status, 200, "{}", got.text);
+    let result = &got.json()["result"];
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["result"]["content"][0]["text"], "done after 2 steps");
+    let got = on.request("tasks/get", json!({"taskId": running})).await;
+    assert_eq!(got.status, 200, "{}", got.text);
+    let result = &got.json()["result"];
+    assert_eq!(result["status"], "failed", "{result}");
+    assert_eq!(result["taskId"], running);
+    let why = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(why.contains("stopped"), "{result}");
+    let ack = on.request("tasks/cancel", json!({"taskId": running})).await;
+    assert_eq!(ack.json()["result"], json!({"resultType": "complete"}));
 }
 
 #[tokio::test]

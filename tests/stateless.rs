@@ -487,6 +487,76 @@ async fn listen_acknowledges_then_delivers_only_opted_in_notifications_tagged() 
     h.stop().await;
 }
 
+/// `subscriptions/listen` with `taskIds` (2026-07-28 tasks extension): the caller's
+/// tasks are told as `notifications/tasks` (the whole task, first as it is), until the
+/// last one ends — then a stream that asked for nothing else ends too.
+#[tokio::test]
+async fn listen_tells_a_tasks_changes_until_it_ends() {
+    let h =
+        Harness::with_config(|c| c.stateless.task_after = Some(Duration::from_millis(200))).await;
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut caller = h.stateless_client().with_capabilities(caps.clone());
+    let created = caller
+        .request(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": 3, "interval_ms": 300}}),
+        )
+        .await;
+    let result = &created.json()["result"];
+    assert_eq!(result["resultType"], "task", "{}", created.text);
+    let id = result["taskId"].as_str().unwrap().to_owned();
+
+    let mut listener = h.stateless_client().with_capabilities(caps);
+    let response = listener
+        .send(
+            "subscriptions/listen",
+            json!({"notifications": {"taskIds": [id, "made-up"]}}),
+        )
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut stream = EventReader::new(response);
+    let ack = stream.next().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"taskIds": [id]}),
+        "only the caller's own, known task"
+    );
+    let mut statuses = Vec::new();
+    loop {
+        let Some(told) = stream.next().await else {
+            break;
+        };
+        assert_eq!(told["method"], "notifications/tasks", "{told}");
+        let params = &told["params"];
+        assert_eq!(params["taskId"], id.as_str());
+        assert_eq!(params["_meta"]["io.modelcontextprotocol/subscriptionId"], 1);
+        assert!(params.get("resultType").is_none(), "{told}");
+        statuses.push(params["status"].as_str().unwrap().to_owned());
+        if params["status"] == "completed" {
+            assert_eq!(params["result"]["content"][0]["text"], "done after 3 steps");
+        }
+    }
+    assert_eq!(statuses.first().map(String::as_str), Some("working"));
+    assert_eq!(statuses.last().map(String::as_str), Some("completed"));
+
+    // A client without the extension watches nothing: its stream says so and ends.
+    let response = h
+        .stateless_client()
+        .send(
+            "subscriptions/listen",
+            json!({"notifications": {"taskIds": [id]}}),
+        )
+        .await;
+    let mut stream = EventReader::new(response);
+    assert_eq!(
+        stream.next().await.unwrap()["params"]["notifications"],
+        json!({})
+    );
+    assert_eq!(stream.next().await, None);
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_restarted_upstream_is_invisible_to_stateless_clients() {
     let h = shared(|_| {}).await;

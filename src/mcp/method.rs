@@ -79,6 +79,8 @@ methods! {
     PromptsListChanged = "notifications/prompts/list_changed",
     ResourcesListChanged = "notifications/resources/list_changed",
     ResourcesUpdated = "notifications/resources/updated",
+    /// 2026-07-28 tasks extension: a task changed (on `subscriptions/listen`).
+    TaskChanged = "notifications/tasks",
 }
 
 impl Method {

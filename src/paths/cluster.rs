@@ -201,14 +201,16 @@ impl Cluster {
     /// until the answer ends.
     pub async fn forward(&self, to: Forward<'_>) -> Result<Response<ProxyBody>, ProxyError> {
         let base = to.owner.split('#').next().unwrap_or(to.owner);
-        let unreachable = |detail: String| {
+        let failed = |detail: String, down: bool| {
             // The owner's address is for the log only: it is internal.
             tracing::warn!(owner = %base, detail = %detail, "the replica holding a session did not answer");
             ProxyError::OwnerUnreachable {
                 session_id: to.session_id.to_owned(),
                 detail,
+                down,
             }
         };
+        let unreachable = |detail: String| failed(detail, false);
         if to.headers.contains_key(&FORWARDED) {
             return Err(unreachable(
                 "the message was forwarded here by another replica, which believes this one holds it; it does not (the replicas disagree on their addresses: check cluster.advertise)".into(),
@@ -243,7 +245,9 @@ impl Cluster {
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await
         {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            // Not even a connection: the owner is down (it stopped, or its address now
+            // belongs to nobody).
+            Ok(Err(e)) => return Err(failed(e.to_string(), e.is_connect())),
             Err(_) => {
                 return Err(unreachable(format!(
                     "no answer within {} ms",

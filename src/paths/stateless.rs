@@ -478,7 +478,10 @@ impl StatelessPath {
 
     /// `tasks/get`, `tasks/update`, `tasks/cancel` (2026-07-28 tasks extension): for a
     /// client that declared the extension, on a task of its own — held here, or on the
-    /// replica its id names (the request goes there as it came).
+    /// replica its id names (the request goes there as it came). A task whose replica
+    /// stopped is answered from the shared store if it ended and was kept there, and
+    /// otherwise as `failed`, saying its replica stopped: never a hang, never "unknown"
+    /// for a task that existed.
     async fn task_request(
         &self,
         method: Method,
@@ -496,26 +499,81 @@ impl StatelessPath {
             .and_then(raw_str)
             .map(|s| s.into_owned())
             .unwrap_or_default();
-        let (key, owner) = self.tasks.locate(&task_id, message.caller)?;
-        match self.cluster.whereabouts(Some(&owner)) {
-            Whereabouts::Here => {}
-            Whereabouts::There(owner) => return self.to_replica(owner, message).await,
-            // The replica restarted since: the task went with it.
-            Whereabouts::Gone => return Err(ProxyError::UnknownTask { task_id }),
-        }
-        let task = self.tasks.get(&key, &task_id)?;
-        let result = match method {
-            Method::TasksGet => task.detailed(),
-            Method::TasksUpdate => {
+        let located = self.tasks.locate(&task_id, message.caller)?;
+        let held = match self.cluster.whereabouts(Some(&located.owner)) {
+            Whereabouts::Here => Some(self.tasks.get(&located.key, &task_id)?),
+            Whereabouts::There(owner) => match self.to_replica(owner, message).await {
+                Err(ProxyError::OwnerUnreachable { down: true, .. }) => None,
+                answered => return answered,
+            },
+            // This replica restarted since: the task was lost with it, unless it ended.
+            Whereabouts::Gone => None,
+        };
+        let ack = || crate::rewrite::tasks::ACK.to_vec();
+        let result = match (held, method) {
+            (Some(task), Method::TasksGet) => task.detailed(),
+            (Some(task), Method::TasksUpdate) => {
                 task.update(input_responses(params)?);
-                crate::rewrite::tasks::ACK.to_vec()
+                ack()
             }
-            _ => {
+            (Some(task), _) => {
                 task.cancel();
-                crate::rewrite::tasks::ACK.to_vec()
+                ack()
             }
+            (None, Method::TasksGet) => self.unheld_task(&located, &task_id).await?,
+            // An ended task takes no answers (unknown keys are ignored) and acknowledges
+            // a cancel.
+            (None, Method::TasksUpdate) => {
+                input_responses(params)?;
+                ack()
+            }
+            (None, _) => ack(),
         };
         Ok(response::json(StatusCode::OK, write::result(id, &result)))
+    }
+
+    /// A task no live replica holds: as its replica kept it in the shared store when it
+    /// ended, or `failed` because its replica stopped first.
+    async fn unheld_task(
+        &self,
+        located: &tasks::Located,
+        task_id: &str,
+    ) -> Result<Vec<u8>, ProxyError> {
+        if let Some(redis) = self.session_path.sessions().store().redis() {
+            let kept = redis
+                .kept_task(self.session_path.name(), &located.key_hex())
+                .await
+                .map_err(|source| ProxyError::Store {
+                    store: "redis",
+                    source,
+                })?;
+            if let Some(view) = kept {
+                return Ok(view);
+            }
+        }
+        Ok(self.tasks.orphaned(task_id, located.created_at))
+    }
+
+    /// Writes an ended task to the shared store (Redis), so that every replica answers
+    /// it until it is forgotten, also once this one is gone.
+    async fn keep_ended(&self, task: &tasks::Task) {
+        if !task.is_terminal() {
+            return;
+        }
+        let Some(redis) = self.session_path.sessions().store().redis() else {
+            return;
+        };
+        let kept = redis
+            .keep_task(
+                self.session_path.name(),
+                &task.key_hex(),
+                &task.detailed(),
+                task.expires_at(),
+            )
+            .await;
+        if let Err(e) = kept {
+            tracing::warn!(error = %e, "an ended task was not written to the session store: only this replica answers it");
+        }
     }
 
     /// `message` as it came, to the replica `owner` that holds what it names (a parked

@@ -6,7 +6,9 @@
 //! - `tasks/get`: the same fields with `resultType: "complete"`, plus `inputRequests`
 //!   (`input_required`), the call's `result` (`completed`, a tool error included) or its
 //!   JSON-RPC `error` (`failed`);
-//! - `tasks/update` and `tasks/cancel`: an empty acknowledgement.
+//! - `tasks/update` and `tasks/cancel`: an empty acknowledgement;
+//! - `notifications/tasks` on a `subscriptions/listen` stream: the whole task as
+//!   `tasks/get` would show it then (no `resultType`: it is no result).
 //!
 //! Never a `requestState`, never the related-task `_meta` of the 2025-11-25 tasks.
 
@@ -64,8 +66,8 @@ pub struct TaskView<'a> {
 
 #[derive(Serialize)]
 struct Wire<'a> {
-    #[serde(rename = "resultType")]
-    result_type: &'static str,
+    #[serde(rename = "resultType", skip_serializing_if = "Option::is_none")]
+    result_type: Option<&'static str>,
     #[serde(rename = "taskId")]
     task_id: &'a str,
     status: &'static str,
@@ -92,7 +94,7 @@ fn timestamp(millis: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(millis)).to_string()
 }
 
-fn wire<'a>(view: &'a TaskView<'a>, result_type: &'static str, detailed: bool) -> Vec<u8> {
+fn wire<'a>(view: &'a TaskView<'a>, result_type: Option<&'static str>, detailed: bool) -> Vec<u8> {
     let outcome = view
         .outcome
         .and_then(|raw| std::str::from_utf8(raw).ok())
@@ -134,12 +136,17 @@ fn input_requests(requests: &[(String, Vec<u8>)]) -> Option<Box<RawValue>> {
 
 /// The `CreateTaskResult` answering the `tools/call` that became the task.
 pub fn create_result(view: &TaskView<'_>) -> Vec<u8> {
-    wire(view, "task", false)
+    wire(view, Some("task"), false)
 }
 
 /// The `tasks/get` result: the task in detail.
 pub fn detailed(view: &TaskView<'_>) -> Vec<u8> {
-    wire(view, "complete", true)
+    wire(view, Some("complete"), true)
+}
+
+/// The params of `notifications/tasks`: the task in detail, as `tasks/get` shows it.
+pub fn status_params(view: &TaskView<'_>) -> Vec<u8> {
+    wire(view, None, true)
 }
 
 /// What `tasks/update` and `tasks/cancel` answer.
@@ -213,5 +220,19 @@ mod tests {
         assert!(failed.get("result").is_none());
         let cancelled = parsed(&detailed(&view(TaskStatus::Cancelled, &[], None)));
         assert_eq!(cancelled["status"], "cancelled");
+    }
+
+    #[test]
+    fn a_status_notification_is_the_task_without_a_result_type() {
+        let result = br#"{"content":[]}"#;
+        let status = parsed(&status_params(&view(
+            TaskStatus::Completed,
+            &[],
+            Some(result),
+        )));
+        assert!(status.get("resultType").is_none(), "{status}");
+        assert_eq!(status["taskId"], "t1");
+        assert_eq!(status["status"], "completed");
+        assert_eq!(status["result"]["content"], serde_json::json!([]));
     }
 }

@@ -13,6 +13,9 @@
 //!   exactly one replica.
 //! - `p:<upstream>:<Mcp-Session-Id>`: the replica an old client's upstream session lives
 //!   on (pass-through affinity), with the idle TTL.
+//! - `t:<upstream>:<task key>`: an ended task as `tasks/get` shows it (2026-07-28 tasks
+//!   extension), written by the replica that ran it, so that any replica answers it; it
+//!   expires with the task.
 //!
 //! Every operation on the request path is one round trip: a Lua script (`EVALSHA`) that
 //! reads and renews together. A session's creation and deletion — what a client is told
@@ -269,6 +272,10 @@ fn affinity_key(upstream: &str, session: &str) -> String {
     format!("{PREFIX}p:{upstream}:{session}")
 }
 
+fn task_key(upstream: &str, task: &str) -> String {
+    format!("{PREFIX}t:{upstream}:{task}")
+}
+
 impl RedisStore {
     /// A store in the Redis `config` names (connected lazily, reconnected by itself).
     pub fn new(
@@ -316,6 +323,38 @@ impl RedisStore {
     pub async fn affinity(&self, upstream: &str, session: &str) -> Result<Option<u64>, StoreError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(affinity_key(upstream, session));
+        self.link.run(Op::Cmd(&cmd)).await
+    }
+
+    /// Keeps an ended task's `tasks/get` result `view` until `expires_at`, when the task
+    /// is forgotten. Written once, when the task ends.
+    pub async fn keep_task(
+        &self,
+        upstream: &str,
+        task: &str,
+        view: &[u8],
+        expires_at: Millis,
+    ) -> Result<(), StoreError> {
+        let left = expires_at.saturating_sub(super::now_millis());
+        if left == 0 {
+            return Ok(());
+        }
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(task_key(upstream, task))
+            .arg(view)
+            .arg("PX")
+            .arg(left);
+        self.link.run(Op::Cmd(&cmd)).await
+    }
+
+    /// The ended task `task` as kept by the replica that ran it, if it was.
+    pub async fn kept_task(
+        &self,
+        upstream: &str,
+        task: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(task_key(upstream, task));
         self.link.run(Op::Cmd(&cmd)).await
     }
 

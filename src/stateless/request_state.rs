@@ -125,6 +125,18 @@ impl Sealer {
 
     /// A token for park `id` held by `owner`, bound to `binding`.
     pub fn seal(&self, id: [u8; 16], owner: &str, binding: StateBinding<'_>) -> String {
+        let expires_at = now_ms() + self.ttl.as_millis() as u64;
+        self.seal_until(id, owner, binding, expires_at)
+    }
+
+    /// [`Sealer::seal`], the token expiring at `expires_at` (Unix milliseconds).
+    pub fn seal_until(
+        &self,
+        id: [u8; 16],
+        owner: &str,
+        binding: StateBinding<'_>,
+        expires_at: u64,
+    ) -> String {
         let owner = owner
             .as_bytes()
             .get(..MAX_OWNER)
@@ -132,7 +144,7 @@ impl Sealer {
         let mut plain = Vec::with_capacity(FIXED + owner.len());
         plain.push(VERSION);
         plain.extend_from_slice(&id);
-        plain.extend_from_slice(&(now_ms() + self.ttl.as_millis() as u64).to_be_bytes());
+        plain.extend_from_slice(&expires_at.to_be_bytes());
         plain.extend_from_slice(&caller_digest(binding.caller));
         plain.extend_from_slice(&request_digest(binding));
         plain.push(owner.len() as u8);
@@ -150,6 +162,16 @@ impl Sealer {
         token: &str,
         binding: StateBinding<'_>,
     ) -> Result<([u8; 16], String), RequestStateError> {
+        self.open_until(token, binding)
+            .map(|(id, owner, _)| (id, owner))
+    }
+
+    /// [`Sealer::open`], with when the token expires (Unix milliseconds).
+    pub fn open_until(
+        &self,
+        token: &str,
+        binding: StateBinding<'_>,
+    ) -> Result<([u8; 16], String, u64), RequestStateError> {
         if token.len() > 4 * (NONCE + FIXED + MAX_OWNER + TAG) / 3 + 4 {
             return Err(RequestStateError::Tampered);
         }
@@ -171,7 +193,8 @@ impl Sealer {
         id.copy_from_slice(&body[1..17]);
         let mut expiry = [0u8; 8];
         expiry.copy_from_slice(&body[17..25]);
-        if u64::from_be_bytes(expiry) < now_ms() {
+        let expires_at = u64::from_be_bytes(expiry);
+        if expires_at < now_ms() {
             return Err(RequestStateError::Expired);
         }
         if body[25..33] != caller_digest(binding.caller) {
@@ -180,7 +203,7 @@ impl Sealer {
         if body[33..49] != request_digest(binding) {
             return Err(RequestStateError::OtherRequest);
         }
-        Ok((id, owner))
+        Ok((id, owner, expires_at))
     }
 }
 

@@ -378,6 +378,36 @@ pub async fn tasks_client(url: &str, headers: &[&str]) -> ClientRun {
     run_client(command, "the tasks extension client").await
 }
 
+/// Every execution of the tasks client settled as it should.
+pub fn assert_tasks_settled(run: &ClientRun) {
+    assert!(run.success, "{run}");
+    let completed = run.step("completed");
+    assert_eq!(completed["status"], "completed", "{run}");
+    assert!(
+        completed["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("long task finished"),
+        "{run}"
+    );
+    let input = run.step("input");
+    assert_eq!(
+        input["statuses"],
+        serde_json::json!(["working", "input_required", "working", "completed"]),
+        "{run}"
+    );
+    assert!(
+        run.steps.iter().any(|l| l["step"] == "input"
+            && l["phase"] == "input"
+            && l["delivery"] == "task-update"),
+        "{run}"
+    );
+    assert_eq!(run.step("cancelled")["status"], "cancelled", "{run}");
+    let failed = run.step("failed");
+    assert_eq!(failed["status"], "failed", "{run}");
+    assert_eq!(failed["error"]["code"], -32603, "{run}");
+}
+
 /// Which official 2025-11-25 SDK client [`sdk1_client`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sdk1 {

@@ -5,6 +5,12 @@
 //! only the notification types the client opted into pass, each tagged with the
 //! subscription id (the listen request's id). Closing the stream ends the upstream
 //! session.
+//!
+//! `taskIds` (2026-07-28 tasks extension, for a client that declared it) name tasks the
+//! proxy runs: each of the caller's tasks this replica holds is watched, and every change
+//! is told as `notifications/tasks` carrying the whole task (first as it is when the
+//! stream opens; changes in between coalesce) until it ends. A stream asking for tasks
+//! only opens no upstream session, and ends once its last task has ended.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +21,10 @@ use http::{HeaderMap, Response};
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
+use super::super::cluster::Whereabouts;
 use super::super::relay::Relay;
-use super::StatelessPath;
+use super::tasks::{Task, Watcher};
+use super::{StatelessPath, declares_tasks};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Envelope, Kind, RawObject, raw_str, string_object, write, write_json_str};
 use crate::mcp::Method;
@@ -35,6 +43,7 @@ struct Wanted {
     prompts: bool,
     resources: bool,
     resource_uris: Vec<String>,
+    task_ids: Vec<String>,
 }
 
 impl Wanted {
@@ -59,6 +68,17 @@ impl Wanted {
             }
             list.push(b']');
             members.push(("resourceSubscriptions", list));
+        }
+        if !self.task_ids.is_empty() {
+            let mut list = b"[".to_vec();
+            for (i, id) in self.task_ids.iter().enumerate() {
+                if i > 0 {
+                    list.push(b',');
+                }
+                write_json_str(&mut list, id);
+            }
+            list.push(b']');
+            members.push(("taskIds", list));
         }
         let borrowed: Vec<(&str, &[u8])> =
             members.iter().map(|(k, v)| (*k, v.as_slice())).collect();
@@ -85,12 +105,24 @@ fn requested(params: Option<&Payload<'_>>) -> Result<Wanted, ProxyError> {
         None => Vec::new(),
         Some(list) => serde_json::from_str::<Vec<String>>(list.get()).map_err(|_| invalid())?,
     };
+    let task_ids = match notifications.get("taskIds") {
+        None => Vec::new(),
+        Some(list) => serde_json::from_str::<Vec<String>>(list.get()).map_err(|_| invalid())?,
+    };
     Ok(Wanted {
         tools: flag(&notifications, "toolsListChanged"),
         prompts: flag(&notifications, "promptsListChanged"),
         resources: flag(&notifications, "resourcesListChanged"),
         resource_uris,
+        task_ids,
     })
+}
+
+impl Wanted {
+    /// Whether anything of it comes from the upstream.
+    fn needs_upstream(&self) -> bool {
+        self.tools || self.prompts || self.resources || !self.resource_uris.is_empty()
+    }
 }
 
 /// What the upstream's capabilities let it deliver of `wanted`.
@@ -110,7 +142,53 @@ fn honoured(wanted: &Wanted, capabilities: &RawValue) -> Wanted {
         } else {
             Vec::new()
         },
+        task_ids: Vec::new(),
     }
+}
+
+/// The tasks a listen stream watches (`None` once ended and told).
+struct Watched {
+    tasks: Vec<Option<Arc<Task>>>,
+    watcher: Arc<Watcher>,
+}
+
+impl Watched {
+    fn any(&self) -> bool {
+        self.tasks.iter().any(Option::is_some)
+    }
+}
+
+/// Of the task ids asked for, the caller's tasks held here (at most
+/// [`MAX_TASK_SUBSCRIPTIONS`]), each watched from now on; and their ids.
+fn watch_tasks(
+    path: &StatelessPath,
+    message: &Message<'_, '_>,
+    context: &Context<'_>,
+    ids: &[String],
+) -> (Watched, Vec<String>) {
+    let mut tasks = Vec::new();
+    let mut found = Vec::new();
+    if declares_tasks(context.capabilities) {
+        for id in ids.iter().take(MAX_TASK_SUBSCRIPTIONS) {
+            let Ok(located) = path.tasks.locate(id, message.caller) else {
+                continue;
+            };
+            if path.cluster.whereabouts(Some(&located.owner)) != Whereabouts::Here {
+                continue;
+            }
+            if let Ok(task) = path.tasks.get(&located.key, id)
+                && !found.contains(id)
+            {
+                tasks.push(Some(task));
+                found.push(id.clone());
+            }
+        }
+    }
+    let watcher = Watcher::new(tasks.len());
+    for (index, task) in tasks.iter().flatten().enumerate() {
+        task.watch(&watcher, index);
+    }
+    (Watched { tasks, watcher }, found)
 }
 
 /// Opens the subscription.
@@ -127,7 +205,21 @@ pub async fn open(
             "too many subscriptions/listen streams are open (stateless.max_listens)".into(),
         ))
     })?;
+    let (watched, task_ids) = watch_tasks(path, message, context, &wanted.task_ids);
     let upstream = &path.upstream;
+    if !wanted.needs_upstream() {
+        let honoured = Wanted {
+            task_ids,
+            ..Wanted::default()
+        };
+        let ack = acknowledgement(&honoured, &id);
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let _permit = permit;
+            relay(None, tx, honoured, id, watched).await;
+        });
+        return Ok(stream_of(path, ack, rx));
+    }
     // The subscription's own upstream session: ended when it drops (the client closed
     // the stream, the upstream ended it, or anything below failed).
     let session = upstream
@@ -172,15 +264,8 @@ pub async fn open(
         );
     }
     honoured.resource_uris = subscribed;
-    let mut params = Vec::with_capacity(128);
-    params.extend_from_slice(br#"{"notifications":"#);
-    honoured.write(&mut params);
-    params.extend_from_slice(br#","_meta":{"#);
-    write_json_str(&mut params, meta::SUBSCRIPTION_ID);
-    params.push(b':');
-    params.extend_from_slice(&id);
-    params.extend_from_slice(b"}}");
-    let ack = write::notification(Method::SubscriptionsAcknowledged.as_str(), Some(&params));
+    honoured.task_ids = task_ids;
+    let ack = acknowledgement(&honoured, &id);
 
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(async move {
@@ -188,10 +273,32 @@ pub async fn open(
         // The client closing the stream (or the upstream ending it) unsubscribes: the
         // upstream session ends when `session` drops.
         let _session = session;
-        relay(stream, tx, honoured, id).await;
+        relay(Some(stream), tx, honoured, id, watched).await;
     });
+    Ok(stream_of(path, ack, rx))
+}
+
+/// `notifications/subscriptions/acknowledged`: what the stream will deliver.
+fn acknowledgement(honoured: &Wanted, id: &[u8]) -> Bytes {
+    let mut params = Vec::with_capacity(128);
+    params.extend_from_slice(br#"{"notifications":"#);
+    honoured.write(&mut params);
+    params.extend_from_slice(br#","_meta":{"#);
+    write_json_str(&mut params, meta::SUBSCRIPTION_ID);
+    params.push(b':');
+    params.extend_from_slice(id);
+    params.extend_from_slice(b"}}");
+    write::notification(Method::SubscriptionsAcknowledged.as_str(), Some(&params))
+}
+
+/// The client's event stream: the acknowledgement, then what `rx` delivers.
+fn stream_of(
+    path: &StatelessPath,
+    ack: Bytes,
+    rx: mpsc::Receiver<Delivery>,
+) -> Response<ProxyBody> {
     let relay = Relay {
-        upstream,
+        upstream: &path.upstream,
         metrics: &path.metrics,
         idle_timeout: LISTEN_IDLE,
     };
@@ -199,7 +306,7 @@ pub async fn open(
         first: Some(ack),
         rx,
     };
-    Ok(response::events(relay.stream(messages, None)))
+    response::events(relay.stream(messages, None))
 }
 
 /// `resources/subscribe` for `uri`; whether the upstream accepted it (answered a result,
@@ -237,18 +344,49 @@ async fn subscribe(
 /// Resources one listen stream subscribes to, at most (each costs a round trip); also
 /// what one bridged old client's session may subscribe to.
 pub(crate) const MAX_RESOURCE_SUBSCRIPTIONS: usize = 64;
+/// Tasks one listen stream watches, at most.
+const MAX_TASK_SUBSCRIPTIONS: usize = 64;
 
 /// A listen stream is quiet for long stretches; its client ends it by disconnecting.
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Passes the opted-in notifications, tagged, until either side ends.
-async fn relay(mut stream: Messages, tx: mpsc::Sender<Delivery>, wanted: Wanted, id: Bytes) {
+/// Passes the opted-in notifications, tagged, and tells the watched tasks' changes,
+/// until the client leaves, or the upstream's stream ended and no task is left to tell.
+async fn relay(
+    mut stream: Option<Messages>,
+    tx: mpsc::Sender<Delivery>,
+    wanted: Wanted,
+    id: Bytes,
+    mut watched: Watched,
+) {
     loop {
+        if stream.is_none() && !watched.any() {
+            return;
+        }
+        let watching = watched.any();
         let message = tokio::select! {
-            message = stream.next_message() => message,
+            message = next(&mut stream) => message,
+            changed = watched.watcher.changes(), if watching => {
+                for index in changed {
+                    let Some(task) = watched.tasks.get_mut(index).and_then(Option::take) else {
+                        continue;
+                    };
+                    if tx.send(Ok(task_changed(&task, &id))).await.is_err() {
+                        return;
+                    }
+                    // An ended task changes no more: it is let go.
+                    if !task.is_terminal() {
+                        watched.tasks[index] = Some(task);
+                    }
+                }
+                continue;
+            }
             () = tx.closed() => return,
         };
-        let Some(Ok(message)) = message else { return };
+        let Some(Ok(message)) = message else {
+            stream = None;
+            continue;
+        };
         let Ok(envelope) = Envelope::parse(&message) else {
             continue;
         };
@@ -260,6 +398,24 @@ async fn relay(mut stream: Messages, tx: mpsc::Sender<Delivery>, wanted: Wanted,
             return;
         }
     }
+}
+
+/// The upstream's next message; never, without a stream.
+async fn next(stream: &mut Option<Messages>) -> Option<Result<Bytes, UpstreamError>> {
+    match stream {
+        Some(stream) => stream.next_message().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `notifications/tasks`: the whole task, tagged with the subscription id.
+fn task_changed(task: &Task, id: &[u8]) -> Bytes {
+    let params = String::from_utf8(task.status_params()).ok();
+    let raw = params.and_then(|text| RawValue::from_string(text).ok());
+    write::notification(
+        Method::TaskChanged.as_str(),
+        Some(&tagged_params(raw.as_deref(), id)),
+    )
 }
 
 fn passes(envelope: &Envelope<'_>, wanted: &Wanted) -> bool {
