@@ -245,9 +245,9 @@ impl Cluster {
         let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await
         {
             Ok(Ok(response)) => response,
-            // Not even a connection: the owner is down (it stopped, or its address now
-            // belongs to nobody).
-            Ok(Err(e)) => return Err(failed(e.to_string(), e.is_connect())),
+            // The connection refused: nothing listens at the owner's address any more
+            // (a timeout or an unreachable network is no proof of that).
+            Ok(Err(e)) => return Err(failed(e.to_string(), refused(&e))),
             Err(_) => {
                 return Err(unreachable(format!(
                     "no answer within {} ms",
@@ -265,6 +265,20 @@ impl Cluster {
             },
         ))
     }
+}
+
+/// Whether `error` is a refused connection.
+fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 #[cfg(test)]

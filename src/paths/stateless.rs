@@ -117,6 +117,7 @@ impl StatelessPath {
         cluster: Arc<Cluster>,
     ) -> Self {
         let path = session_path.path().to_owned();
+        let tasks = tasks::Tasks::new(session_path.name().clone(), keys, settings.task_ttl);
         let pin_limits = match &settings.affinity {
             Affinity::Pinned { limits, .. } => limits.clone(),
             _ => crate::upstream::PinSettings {
@@ -151,7 +152,7 @@ impl StatelessPath {
             sealer: Sealer::with_keys(keys, settings.request_state_ttl),
             parked: Parked::default(),
             waiting: Waiting::new(settings.max_waiting_per_caller, settings.max_pooled),
-            tasks: tasks::Tasks::new(keys, settings.task_ttl),
+            tasks,
             task_rules: TaskRules {
                 enabled: settings.tasks,
                 tools: settings.task_tools.clone(),

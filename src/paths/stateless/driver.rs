@@ -293,13 +293,14 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
             }
         }
     }
-    // A task that ended is written where every replica finds it (with a shared store).
-    if let Some(running) = &task {
-        call.path.keep_ended(&running.task).await;
-    }
     // The client has its answer; now the upstream session goes back to the pool, is
     // ended (its own, or one whose state is unknown), or stays (pinned, a handle's).
     call.session.release().await;
+    // A task that ended is written where every replica finds it (with a shared store).
+    if let Some(running) = task {
+        drop(running._place);
+        call.path.keep_ended(&running.task).await;
+    }
 }
 
 /// A call running as a task: the task, what its client says to it, and the waiting

@@ -207,7 +207,7 @@ pub async fn open(
     })?;
     let (watched, task_ids) = watch_tasks(path, message, context, &wanted.task_ids);
     let upstream = &path.upstream;
-    if !wanted.needs_upstream() {
+    if !wanted.task_ids.is_empty() && !wanted.needs_upstream() {
         let honoured = Wanted {
             task_ids,
             ..Wanted::default()
@@ -236,14 +236,17 @@ pub async fn open(
         Ok(_) => Messages::Nothing,
         Err(e) => return Err(path.error(e)),
     };
-    if matches!(
+    let stream = if matches!(
         stream,
         Messages::Nothing | Messages::One(_) | Messages::Opaque(_)
     ) {
         // No GET stream (405, say): the upstream has no way to deliver anything, and the
         // acknowledgement must not promise otherwise.
         honoured = Wanted::default();
-    }
+        None
+    } else {
+        Some(stream)
+    };
     // Bounded in number and in time as a whole: what was not subscribed is left out of
     // the acknowledgement, which names what the stream will deliver.
     let mut subscribed = Vec::with_capacity(honoured.resource_uris.len());
@@ -273,7 +276,7 @@ pub async fn open(
         // The client closing the stream (or the upstream ending it) unsubscribes: the
         // upstream session ends when `session` drops.
         let _session = session;
-        relay(Some(stream), tx, honoured, id, watched).await;
+        relay(stream, tx, honoured, id, watched).await;
     });
     Ok(stream_of(path, ack, rx))
 }
@@ -351,7 +354,8 @@ const MAX_TASK_SUBSCRIPTIONS: usize = 64;
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Passes the opted-in notifications, tagged, and tells the watched tasks' changes,
-/// until the client leaves, or the upstream's stream ended and no task is left to tell.
+/// until the client leaves, the upstream's stream ends, or — without one — no task is
+/// left to tell.
 async fn relay(
     mut stream: Option<Messages>,
     tx: mpsc::Sender<Delivery>,
@@ -371,11 +375,12 @@ async fn relay(
                     let Some(task) = watched.tasks.get_mut(index).and_then(Option::take) else {
                         continue;
                     };
-                    if tx.send(Ok(task_changed(&task, &id))).await.is_err() {
+                    let (params, ended) = task.status_params();
+                    if tx.send(Ok(task_changed(params, &id))).await.is_err() {
                         return;
                     }
                     // An ended task changes no more: it is let go.
-                    if !task.is_terminal() {
+                    if !ended {
                         watched.tasks[index] = Some(task);
                     }
                 }
@@ -383,10 +388,9 @@ async fn relay(
             }
             () = tx.closed() => return,
         };
-        let Some(Ok(message)) = message else {
-            stream = None;
-            continue;
-        };
+        // The upstream ended its stream: so does the subscription (its client opens
+        // another).
+        let Some(Ok(message)) = message else { return };
         let Ok(envelope) = Envelope::parse(&message) else {
             continue;
         };
@@ -408,9 +412,9 @@ async fn next(stream: &mut Option<Messages>) -> Option<Result<Bytes, UpstreamErr
     }
 }
 
-/// `notifications/tasks`: the whole task, tagged with the subscription id.
-fn task_changed(task: &Task, id: &[u8]) -> Bytes {
-    let params = String::from_utf8(task.status_params()).ok();
+/// `notifications/tasks` with `params` (the whole task), tagged with the subscription id.
+fn task_changed(params: Vec<u8>, id: &[u8]) -> Bytes {
+    let params = String::from_utf8(params).ok();
     let raw = params.and_then(|text| RawValue::from_string(text).ok());
     write::notification(
         Method::TaskChanged.as_str(),

@@ -215,9 +215,10 @@ impl Task {
         self.view(detailed)
     }
 
-    /// The params of its `notifications/tasks`.
-    pub fn status_params(&self) -> Vec<u8> {
-        self.view(status_params)
+    /// The params of its `notifications/tasks`, and whether it has ended — read
+    /// together, so that the end is never missed.
+    pub fn status_params(&self) -> (Vec<u8>, bool) {
+        self.view(|view| (status_params(view), view.status.is_terminal()))
     }
 
     /// `tasks/update`: the responses to outstanding requests go to the upstream, and
@@ -373,6 +374,8 @@ impl Watcher {
 #[derive(Debug)]
 pub struct Tasks {
     ids: Sealer,
+    /// The upstream's name, which ids are bound to (an id is unknown at another).
+    upstream: Arc<str>,
     ttl: Duration,
     table: Mutex<Table>,
     budget: Arc<Budget>,
@@ -402,11 +405,12 @@ struct Table {
 }
 
 impl Tasks {
-    /// Tasks whose ids `keys` seal (as they seal `requestState`), forgotten `ttl` after
-    /// they were created.
-    pub fn new(keys: &[Vec<u8>], ttl: Duration) -> Tasks {
+    /// Tasks of the upstream `upstream` whose ids `keys` seal (as they seal
+    /// `requestState`), forgotten `ttl` after they were created.
+    pub fn new(upstream: Arc<str>, keys: &[Vec<u8>], ttl: Duration) -> Tasks {
         Tasks {
             ids: Sealer::with_keys(keys, ttl),
+            upstream,
             ttl,
             table: Mutex::new(Table::default()),
             budget: Arc::default(),
@@ -444,7 +448,9 @@ impl Tasks {
         rand::fill(&mut key);
         let now = now_millis();
         let expires_at = now + self.ttl.as_millis() as u64;
-        let id = self.ids.seal_until(key, owner, binding(caller), expires_at);
+        let id = self
+            .ids
+            .seal_until(key, owner, self.binding(caller), expires_at);
         let (control, heard) = mpsc::unbounded_channel();
         let task = Arc::new(Task {
             id,
@@ -472,7 +478,7 @@ impl Tasks {
     pub fn locate(&self, task_id: &str, caller: Caller) -> Result<Located, ProxyError> {
         let (key, owner, expires_at) = self
             .ids
-            .open_until(task_id, binding(caller))
+            .open_until(task_id, self.binding(caller))
             .map_err(|_| unknown(task_id))?;
         Ok(Located {
             key,
@@ -495,7 +501,8 @@ impl Tasks {
             status: TaskStatus::Failed,
             status_message: Some(ORPHANED),
             created_at,
-            updated_at: now_millis(),
+            // It changes no more: the same answer at every poll.
+            updated_at: created_at,
             ttl: self.ttl,
             poll_interval: POLL_INTERVAL,
             input_requests: &[],
@@ -560,11 +567,15 @@ impl Tasks {
     }
 }
 
-fn binding(caller: Caller) -> StateBinding<'static> {
-    StateBinding {
-        caller,
-        method: TASK_BINDING,
-        params: "",
+impl Tasks {
+    /// What a task id is bound to: its caller, tasks (never a `requestState`), and the
+    /// upstream.
+    fn binding(&self, caller: Caller) -> StateBinding<'_> {
+        StateBinding {
+            caller,
+            method: TASK_BINDING,
+            params: &self.upstream,
+        }
     }
 }
 
@@ -598,7 +609,7 @@ mod tests {
     use super::*;
 
     fn tasks() -> Tasks {
-        Tasks::new(&[vec![7u8; 32]], Duration::from_secs(60))
+        Tasks::new("up".into(), &[vec![7u8; 32]], Duration::from_secs(60))
     }
 
     fn raw(text: &str) -> Box<RawValue> {
@@ -629,6 +640,11 @@ mod tests {
             Err(ProxyError::UnknownTask { .. })
         ));
         assert!(tasks.locate("made-up", Caller::ANONYMOUS).is_err());
+        let elsewhere = Tasks::new("other".into(), &[vec![7u8; 32]], Duration::from_secs(60));
+        assert!(
+            elsewhere.locate(task.id(), Caller::ANONYMOUS).is_err(),
+            "another upstream's task is unknown"
+        );
     }
 
     #[test]
@@ -671,7 +687,7 @@ mod tests {
 
     #[test]
     fn expired_tasks_are_forgotten_and_a_running_one_fails() {
-        let tasks = Tasks::new(&[vec![7u8; 32]], Duration::ZERO);
+        let tasks = Tasks::new("up".into(), &[vec![7u8; 32]], Duration::ZERO);
         let (task, mut heard) = tasks.create(Caller::ANONYMOUS, None, "me").unwrap();
         tasks.sweep();
         assert_eq!(tasks.len(), 0);
@@ -682,7 +698,7 @@ mod tests {
 
     #[test]
     fn outcomes_are_kept_within_their_bounds_and_given_back_when_forgotten() {
-        let tasks = Tasks::new(&[vec![7u8; 32]], Duration::ZERO);
+        let tasks = Tasks::new("up".into(), &[vec![7u8; 32]], Duration::ZERO);
         let caller = CallerKey::of(Caller::ANONYMOUS, Some("10.0.0.1".parse().unwrap()));
         let (big, _heard) = tasks.create(Caller::ANONYMOUS, caller, "me").unwrap();
         big.complete(vec![b' '; MAX_KEPT_BYTES_PER_CALLER + 1]);
