@@ -58,32 +58,31 @@ impl Wanted {
                 members.push((name, b"true".to_vec()));
             }
         }
-        if !self.resource_uris.is_empty() {
-            let mut list = b"[".to_vec();
-            for (i, uri) in self.resource_uris.iter().enumerate() {
-                if i > 0 {
-                    list.push(b',');
-                }
-                write_json_str(&mut list, uri);
+        for (list, name) in [
+            (&self.resource_uris, "resourceSubscriptions"),
+            (&self.task_ids, "taskIds"),
+        ] {
+            if !list.is_empty() {
+                members.push((name, strings(list)));
             }
-            list.push(b']');
-            members.push(("resourceSubscriptions", list));
-        }
-        if !self.task_ids.is_empty() {
-            let mut list = b"[".to_vec();
-            for (i, id) in self.task_ids.iter().enumerate() {
-                if i > 0 {
-                    list.push(b',');
-                }
-                write_json_str(&mut list, id);
-            }
-            list.push(b']');
-            members.push(("taskIds", list));
         }
         let borrowed: Vec<(&str, &[u8])> =
             members.iter().map(|(k, v)| (*k, v.as_slice())).collect();
         RawObject::default().write(out, &borrowed);
     }
+}
+
+/// A JSON array of strings.
+fn strings(items: &[String]) -> Vec<u8> {
+    let mut list = b"[".to_vec();
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            list.push(b',');
+        }
+        write_json_str(&mut list, item);
+    }
+    list.push(b']');
+    list
 }
 
 fn flag(object: &RawObject<'_>, key: &str) -> bool {
