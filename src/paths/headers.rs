@@ -37,10 +37,14 @@ fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
 }
 
 fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
+    copy_unless(headers, |name| also_drop.contains(&name))
+}
+
+fn copy_unless(headers: &HeaderMap, drop: impl Fn(&HeaderName) -> bool) -> HeaderMap {
     let listed = connection_listed(headers);
     let mut out = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        if is_hop_by_hop(name, &listed) || also_drop.contains(&name) {
+        if is_hop_by_hop(name, &listed) || drop(name) {
             continue;
         }
         out.append(name.clone(), value.clone());
@@ -48,25 +52,34 @@ fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
     out
 }
 
+/// What the proxy sets itself on the session path (and the replicas' signature, which
+/// the upstream never sees).
+const OWN_IN_SESSION: [&HeaderName; 10] = [
+    &header::HOST,
+    &header::CONTENT_LENGTH,
+    &header::CONTENT_TYPE,
+    &header::ACCEPT,
+    &header::ACCEPT_ENCODING,
+    &header::ORIGIN,
+    &MCP_SESSION_ID,
+    &MCP_PROTOCOL_VERSION,
+    &LAST_EVENT_ID,
+    &FORWARDED,
+];
+
 /// Client headers to pass upstream on the session path: end-to-end headers such as
 /// `Authorization` and `User-Agent`, without what the proxy sets itself.
 pub fn to_upstream_in_session(headers: &HeaderMap) -> HeaderMap {
-    copy_except(
-        headers,
-        &[
-            &header::HOST,
-            &header::CONTENT_LENGTH,
-            &header::CONTENT_TYPE,
-            &header::ACCEPT,
-            &header::ACCEPT_ENCODING,
-            &header::ORIGIN,
-            &MCP_SESSION_ID,
-            &MCP_PROTOCOL_VERSION,
-            &LAST_EVENT_ID,
-            // Between replicas only: the upstream never sees it.
-            &FORWARDED,
-        ],
-    )
+    copy_except(headers, &OWN_IN_SESSION)
+}
+
+/// [`to_upstream_in_session`] for a legacy server the proxy speaks 2026-07-28 for: also
+/// without the client's `Mcp-Param-*` (SEP-2243; the proxy checked them, and a legacy
+/// server has no use for them).
+pub fn to_legacy_for_stateless(headers: &HeaderMap) -> HeaderMap {
+    copy_unless(headers, |name| {
+        OWN_IN_SESSION.contains(&name) || crate::mcp::headers::is_param_header(name)
+    })
 }
 
 /// Client headers to pass upstream unchanged (legacy pass-through): all end-to-end
@@ -134,5 +147,21 @@ mod tests {
         let out = to_upstream_in_session(&h);
         assert_eq!(out.len(), 1);
         assert_eq!(out[header::USER_AGENT], "t/1");
+    }
+
+    #[test]
+    fn a_legacy_server_gets_no_mcp_param_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("mcp-param-region", HeaderValue::from_static("south"));
+        h.insert(&MCP_SESSION_ID, HeaderValue::from_static("mcps_x"));
+        h.insert(header::USER_AGENT, HeaderValue::from_static("t/1"));
+        let out = to_legacy_for_stateless(&h);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[header::USER_AGENT], "t/1");
+        assert_eq!(
+            to_upstream_in_session(&h).len(),
+            2,
+            "a modern server gets them"
+        );
     }
 }

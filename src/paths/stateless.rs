@@ -236,7 +236,7 @@ impl StatelessPath {
             return Err(ProxyError::StatelessResponse);
         };
         let id = raw_bytes(message.body, id);
-        let forwarded = headers::to_upstream_in_session(message.headers);
+        let forwarded = headers::to_legacy_for_stateless(message.headers);
         match message.method() {
             Some(Method::ServerDiscover) => {
                 self.discover(&context, message.caller, &id, &forwarded)
@@ -458,7 +458,7 @@ impl StatelessPath {
                     .then(|| params.and_then(|p| p.member("uri")).and_then(raw_str))
                     .flatten()
                     .map(|uri| uri.into_owned()),
-                forwarded: without_param_headers(forwarded),
+                forwarded: forwarded.clone(),
                 list,
                 task_after,
             };
@@ -865,21 +865,6 @@ fn declares_tasks(capabilities: &RawValue) -> bool {
         .and_then(|caps| caps.get("extensions"))
         .and_then(RawObject::parse)
         .is_some_and(|extensions| extensions.get(crate::mcp::meta::TASKS_EXTENSION).is_some())
-}
-
-/// The headers sent upstream without the client's `Mcp-Param-*` (a legacy server has no
-/// use for them; the proxy checked them).
-fn without_param_headers(forwarded: &HeaderMap) -> HeaderMap {
-    let mut headers = forwarded.clone();
-    let names: Vec<http::HeaderName> = headers
-        .keys()
-        .filter(|name| crate::mcp::headers::is_param_header(name))
-        .cloned()
-        .collect();
-    for name in names {
-        headers.remove(&name);
-    }
-    headers
 }
 
 /// Which calls may become tasks (`stateless.tasks`, `task_tools`, `task_after`).
