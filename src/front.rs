@@ -315,6 +315,9 @@ impl Endpoint<'_> {
             Route::InSession { session, era } => {
                 served.session.forward(message, &session, era).await
             }
+            Route::TaskInSession { session } => {
+                served.stateless.in_session(message, &session).await
+            }
             Route::PassThrough => {
                 served
                     .passthrough

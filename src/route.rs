@@ -33,6 +33,11 @@
 //!      [`Route::Delete`];
 //!    - `notifications/initialized` → [`Route::InitializedAck`] (the proxy ran the
 //!      upstream handshake itself);
+//!    - a request of the 2026-07-28 tasks extension from a client speaking 2026-07-28
+//!      (`tools/call`, `tasks/get`, `tasks/update`, `tasks/cancel`), in front of an
+//!      upstream that is not modern → [`Route::TaskInSession`]: the proxy runs tasks for
+//!      it as for a stateless client (a modern upstream runs its own: such a request is
+//!      [`Route::InSession`] there, like any other);
 //!    - anything else → [`Route::InSession`].
 //! 6. No session named:
 //!    - a request that would end one → refused (nothing to delete);
@@ -150,6 +155,10 @@ pub enum Route<'a> {
     },
     /// `notifications/initialized` in a session: already done upstream, answered 202.
     InitializedAck { session: SessionRef<'a> },
+    /// A 2026-07-28 `tools/call` or `tasks/*` request in a session of an upstream that
+    /// does not run tasks itself: the proxy runs them (a call that does not become a
+    /// task is relayed like [`Route::InSession`]).
+    TaskInSession { session: SessionRef<'a> },
     /// Any other message in a session, relayed on its upstream session.
     InSession {
         session: SessionRef<'a>,
@@ -311,6 +320,13 @@ fn classify_message<'a>(
             if envelope.kind == Kind::Notification && method == Some(Method::Initialized) =>
         {
             Ok(Route::InitializedAck { session })
+        }
+        (Some(session), Some(_))
+            if !rules.modern_upstream
+                && session_era(sep1364, params) == ClientEra::Modern
+                && method.is_some_and(Method::concerns_tasks) =>
+        {
+            Ok(Route::TaskInSession { session })
         }
         (Some(session), _) => Ok(Route::InSession {
             session,

@@ -557,6 +557,131 @@ async fn listen_tells_a_tasks_changes_until_it_ends() {
     h.stop().await;
 }
 
+/// A 2026-07-28 client in a data-layer session gets tasks in it as a stateless client
+/// does: its long call becomes a task on the session's own upstream session, a question
+/// asked at once is an `input_required` round, and every answer carries the session.
+#[tokio::test]
+async fn a_client_in_a_data_layer_session_gets_tasks_in_it() {
+    let h =
+        Harness::with_config(|c| c.stateless.task_after = Some(Duration::from_millis(200))).await;
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}, "sampling": {}});
+    let mut c = h.stateless_client().with_capabilities(caps);
+    let created = c.request("sessions/create", json!({})).await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let session = &created.json()["result"]["session"];
+    let session_id = session["sessionId"].as_str().unwrap().to_owned();
+    let mut state = session["state"].as_str().unwrap().to_owned();
+    // Every answer carries the session, renewed; returns the message and takes the state.
+    let mut ask = async |c: &mut StatelessClient, method: &str, params: Value| {
+        let reply = c
+            .request(method, in_session(params, &session_id, Some(&state)))
+            .await;
+        let message = final_message(&reply);
+        if reply.status == 200 {
+            let meta = session_meta(&message);
+            assert_eq!(meta["sessionId"], session_id.as_str(), "{}", reply.text);
+            state = meta["state"].as_str().unwrap().to_owned();
+        }
+        (reply.status, message)
+    };
+
+    // A call that answers at once is answered directly, in the session.
+    let (status, message) = ask(&mut c, "tools/call", json!({"name": "counter"})).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(message["result"]["content"][0]["text"], "1");
+    assert_eq!(message["result"]["resultType"], "complete");
+
+    // A long one becomes a task, polled in the session to its end.
+    let slow = json!({"name": "slow", "arguments": {"steps": 3, "interval_ms": 300}});
+    let (status, message) = ask(&mut c, "tools/call", slow).await;
+    assert_eq!(status, 200, "{message}");
+    let task = &message["result"];
+    assert_eq!(task["resultType"], "task", "{message}");
+    let task_id = task["taskId"].as_str().unwrap().to_owned();
+    let get = json!({"taskId": task_id});
+    let done = loop {
+        let (status, message) = ask(&mut c, "tasks/get", get.clone()).await;
+        assert_eq!(status, 200, "{message}");
+        match message["result"]["status"].as_str() {
+            Some("working") => tokio::time::sleep(Duration::from_millis(100)).await,
+            _ => break message,
+        }
+    };
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"],
+        "done after 3 steps"
+    );
+    // It ran on the session's upstream session, as the counter did.
+    let sessions: Vec<Option<String>> = h
+        .upstream_saw("tools/call")
+        .into_iter()
+        .map(|r| r.session_id)
+        .collect();
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    assert_eq!(sessions[0], sessions[1], "{sessions:?}");
+    let (_, message) = ask(&mut c, "tools/call", json!({"name": "counter"})).await;
+    assert_eq!(message["result"]["content"][0]["text"], "2");
+
+    // A question the tool asks at once is a round before any task, retried in the session.
+    let sample = json!({"name": "sample", "arguments": {"prompt": "Say cheese"}});
+    let (status, message) = ask(&mut c, "tools/call", sample.clone()).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(
+        message["result"]["resultType"], "input_required",
+        "{message}"
+    );
+    let mut retry = sample;
+    retry["inputResponses"] = json!({"sample-1": {"role": "assistant",
+        "content": {"type": "text", "text": "cheese"}, "model": "m"}});
+    retry["requestState"] = message["result"]["requestState"].clone();
+    let (status, message) = ask(&mut c, "tools/call", retry).await;
+    assert_eq!(status, 200, "{message}");
+    assert_eq!(
+        message["result"]["content"][0]["text"],
+        "the client said: cheese"
+    );
+
+    // The task is its caller's: another caller, in a session of its own, does not find it.
+    let mut other = h
+        .stateless_client()
+        .with_header("authorization", "Bearer someone-else")
+        .with_capabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
+    let theirs = other.request("sessions/create", json!({})).await;
+    let their_id = theirs.json()["result"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reply = other
+        .request("tasks/get", in_session(get.clone(), &their_id, None))
+        .await;
+    assert_eq!((reply.status, reply.error_code()), (400, Some(-32602)));
+
+    // A client in a session that did not declare the extension gets no task, and no
+    // task requests.
+    let mut plain = h.stateless_client();
+    let plain_session = plain.request("sessions/create", json!({})).await;
+    let plain_id = plain_session.json()["result"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let slow = json!({"name": "slow", "arguments": {"steps": 2, "interval_ms": 200}});
+    let reply = plain
+        .request("tools/call", in_session(slow, &plain_id, None))
+        .await;
+    let message = final_message(&reply);
+    assert_eq!(
+        message["result"]["content"][0]["text"],
+        "done after 2 steps"
+    );
+    assert_eq!(session_meta(&message)["sessionId"], plain_id.as_str());
+    let reply = plain
+        .request("tasks/get", in_session(get, &plain_id, None))
+        .await;
+    assert_eq!((reply.status, reply.error_code()), (400, Some(-32021)));
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn a_restarted_upstream_is_invisible_to_stateless_clients() {
     let h = shared(|_| {}).await;

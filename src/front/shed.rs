@@ -30,6 +30,9 @@ pub fn is_new_work(message: &Message<'_, '_>, route: &Route<'_>) -> bool {
         Route::PassThrough => {
             message.envelope.kind == Kind::Request && !message.headers.contains_key(&MCP_SESSION_ID)
         }
-        Route::Delete { .. } | Route::InitializedAck { .. } | Route::InSession { .. } => false,
+        Route::Delete { .. }
+        | Route::InitializedAck { .. }
+        | Route::InSession { .. }
+        | Route::TaskInSession { .. } => false,
     }
 }

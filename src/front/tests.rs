@@ -128,6 +128,7 @@ fn describe_route(route: &Route<'_>) -> String {
         Route::Delete { session, .. } => format!("Delete {}", s(session)),
         Route::InitializedAck { session } => format!("InitializedAck {}", s(session)),
         Route::InSession { session, era } => format!("InSession {} {era:?}", s(session)),
+        Route::TaskInSession { session } => format!("TaskInSession {}", s(session)),
         Route::PassThrough => "PassThrough".into(),
     }
 }
@@ -560,6 +561,36 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             )),
             HTTP,
             format!("InSession {S1} Modern"),
+        ),
+        (
+            "a 2026-07-28 client's tools/call in its session: the proxy may run it as a task",
+            post(&format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"slow","_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/session":{{"sessionId":"{S1}"}}}}}}}}"#
+            )),
+            HTTP,
+            format!("TaskInSession {S1}"),
+        ),
+        (
+            "… and its tasks/get",
+            post(&format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{{"taskId":"t","_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/session":{{"sessionId":"{S1}"}}}}}}}}"#
+            )),
+            STDIO,
+            format!("TaskInSession {S1}"),
+        ),
+        (
+            "… but a modern upstream runs its own tasks",
+            post(&format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{{"taskId":"t","_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/session":{{"sessionId":"{S1}"}}}}}}}}"#
+            )),
+            MODERN,
+            format!("InSession {S1} Modern"),
+        ),
+        (
+            "a data-layer client's tasks/get (2025-11-25 tasks) is the upstream's",
+            post(&in_session("tasks/get", Some(3), S1, r#""taskId":"t","#)),
+            HTTP,
+            format!("InSession {S1} DataLayer"),
         ),
         (
             "SEP-1364's shape names the era whatever version the _meta names",

@@ -93,6 +93,15 @@ impl Method {
         )
     }
 
+    /// Whether a request is one the 2026-07-28 tasks extension concerns: a `tools/call`
+    /// (which may become a task) and the requests on a task.
+    pub fn concerns_tasks(self) -> bool {
+        matches!(
+            self,
+            Method::ToolsCall | Method::TasksGet | Method::TasksUpdate | Method::TasksCancel
+        )
+    }
+
     /// Whether sending the request twice changes nothing: the list, read and get methods
     /// (and `ping`). A `tools/call` is safe only for a tool that says so (`mcp::tools`).
     pub fn is_safe_to_repeat(self) -> bool {

@@ -17,6 +17,7 @@ use super::relay::Relay;
 use crate::error::ProxyError;
 use crate::jsonrpc::write;
 use crate::response::{self, ProxyBody};
+use crate::rewrite::to_client::{Stamp, Stamped, stamp_message};
 use crate::upstream::{Delivery, Messages};
 
 /// Messages queued for the client's event stream before the task waits.
@@ -36,10 +37,17 @@ pub enum First {
 }
 
 impl First {
-    /// The HTTP response it starts.
-    pub fn into_response(self, relay: Relay<'_>) -> Response<ProxyBody> {
+    /// The HTTP response it starts; `stamp`, what the response to the request carries
+    /// besides (a data-layer session's `_meta`), if anything.
+    pub fn into_response(self, relay: Relay<'_>, stamp: Option<Stamp>) -> Response<ProxyBody> {
         match self {
-            First::Json(status, body) => response::json(status, body),
+            First::Json(status, body) => {
+                let body = match stamp.as_ref().map(|stamp| stamp_message(&body, stamp)) {
+                    Some(Stamped::Response(Some(stamped))) => Bytes::from(stamped),
+                    _ => body,
+                };
+                response::json(status, body)
+            }
             First::Refused {
                 status,
                 body,
@@ -58,7 +66,7 @@ impl First {
                     first: Some(first),
                     rx: rest,
                 };
-                response::events(relay.stream(messages, None))
+                response::events(relay.stream(messages, stamp))
             }
         }
     }

@@ -221,7 +221,7 @@ impl Bridge {
         let forwarded = headers::to_upstream_in_session(message.headers);
         let call = call::Call::new(self, message, lease, bridged, forwarded)?;
         let first = call.start(self.input_wait).await?;
-        Ok(first.into_response(self.relay()))
+        Ok(first.into_response(self.relay(), None))
     }
 }
 

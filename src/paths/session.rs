@@ -434,16 +434,10 @@ impl SessionPath {
         let id = message
             .request_id()
             .filter(|_| !lease.record.client_era.is_legacy())?;
-        Some(Stamp {
-            request_id: raw_bytes(message.body, id),
-            session: Bytes::from(meta::session_stamp(
-                &session.id,
-                &lease.state,
-                &rfc3339(lease.expires_at),
-            )),
-            top_level: (era == ClientEra::Sep1364).then(|| json_string(&session.id)),
-            complete: era == ClientEra::Modern,
-        })
+        let mut stamp = session_stamp(&session.id, lease, raw_bytes(message.body, id));
+        stamp.top_level = (era == ClientEra::Sep1364).then(|| json_string(&session.id));
+        stamp.complete = era == ClientEra::Modern;
+        Some(stamp)
     }
 
     /// `GET` with a data-layer `Mcp-Session-Id`: the session's upstream stream of server
@@ -649,11 +643,17 @@ impl SessionPath {
         self.open_in(Reservation::Taken(slot), opening).await
     }
 
-    /// One use of session `id` by `caller` (a handle): renewed, or -32043 when it is
-    /// unknown, expired, of another upstream, or bound to another caller (then it is not
-    /// renewed).
-    pub async fn lease_as(&self, id: &str, caller: Caller) -> Result<Lease, ProxyError> {
-        let lease = self.lease_id(id, None, caller).await?;
+    /// One use of session `id` by `caller` (a handle, or a session whose client the
+    /// stateless path runs a call for, presenting `state` if it sent one): renewed, or
+    /// -32043 when it is unknown, expired, of another upstream, or bound to another caller
+    /// (then it is not renewed); a `state` not issued for it is refused.
+    pub async fn lease_as(
+        &self,
+        id: &str,
+        state: Option<&str>,
+        caller: Caller,
+    ) -> Result<Lease, ProxyError> {
+        let lease = self.lease_id(id, state, caller).await?;
         self.used_locally(&lease.record.backing);
         Ok(lease)
     }
@@ -867,7 +867,7 @@ impl SessionPath {
 
     /// Whether a request may be sent again on a new upstream session: a list, read or
     /// get, or a call of a tool the upstream marked `idempotentHint`.
-    fn safe_to_repeat(&self, message: &Message<'_, '_>) -> bool {
+    pub(super) fn safe_to_repeat(&self, message: &Message<'_, '_>) -> bool {
         match message.method() {
             Some(Method::ToolsCall) => self
                 .tools
@@ -882,7 +882,7 @@ impl SessionPath {
     /// client's recorded `initialize` is replayed on a healthy replica and the session
     /// pointed at the new upstream session — unless another request did it first, whose
     /// upstream session is then used. Returns the route to use now.
-    async fn lost(
+    pub(super) async fn lost(
         &self,
         id: &str,
         record: &SessionRecord,
@@ -1266,12 +1266,27 @@ fn frame_of(record: &SessionRecord, log_level: Option<LogLevel>) -> Frame<'_> {
     }
 }
 
+/// What the answer to request `request_id` (raw) in session `id` carries: the session as
+/// `lease` renewed it (in `_meta`), nothing else.
+pub(super) fn session_stamp(id: &str, lease: &Lease, request_id: Bytes) -> Stamp {
+    Stamp {
+        request_id,
+        session: Bytes::from(meta::session_stamp(
+            id,
+            &lease.state,
+            &rfc3339(lease.expires_at),
+        )),
+        top_level: None,
+        complete: false,
+    }
+}
+
 /// A 200 JSON answer with the session's `Mcp-Session-Id`.
 fn ok_in_session(body: Bytes, id: &str) -> Response<ProxyBody> {
     with_session(response::json(StatusCode::OK, body), id)
 }
 
-fn with_session(mut response: Response<ProxyBody>, id: &str) -> Response<ProxyBody> {
+pub(super) fn with_session(mut response: Response<ProxyBody>, id: &str) -> Response<ProxyBody> {
     if let Ok(value) = HeaderValue::from_str(id) {
         response.headers_mut().insert(MCP_SESSION_ID.clone(), value);
     }

@@ -17,6 +17,7 @@
 mod affinity;
 mod driver;
 mod handles;
+mod in_session;
 mod listen;
 pub(crate) use listen::MAX_RESOURCE_SUBSCRIPTIONS;
 mod tasks;
@@ -40,7 +41,7 @@ use self::waiting::Waiting;
 use super::cluster::{Cluster, Forward, Whereabouts};
 use super::headers;
 use super::relay::{self, Relay};
-use super::session::{SessionPath, raw_bytes, upstream_error};
+use super::session::{SessionPath, raw_bytes, session_stamp, upstream_error};
 use crate::config::StatelessConfig;
 use crate::error::ProxyError;
 use crate::fairness::{Now, Place};
@@ -245,10 +246,18 @@ impl StatelessPath {
             Some(Method::SubscriptionsListen) => {
                 listen::open(self, message, &context, id, &forwarded).await
             }
-            Some(method @ (Method::TasksGet | Method::TasksUpdate | Method::TasksCancel)) => {
-                self.task_request(method, message, &context, &id).await
+            Some(Method::TasksGet | Method::TasksUpdate | Method::TasksCancel) => {
+                Ok(match self.task_answer(message, &context).await? {
+                    TaskAnswer::Here(result) => {
+                        response::json(StatusCode::OK, write::result(&id, &result))
+                    }
+                    TaskAnswer::Forwarded(response) => *response,
+                })
             }
-            _ => self.call(message, &context, id, &forwarded).await,
+            _ => {
+                self.call(message, &context, id, &forwarded, Scope::Stateless)
+                    .await
+            }
         }
     }
 
@@ -331,13 +340,15 @@ impl StatelessPath {
 
     /// A tool call, prompt, read, list or completion: a new call on the upstream session
     /// the affinity chooses (in handles mode, the open and close tools are answered
-    /// here), or (with a `requestState`) the next round of a parked one.
+    /// here) or, in a data-layer session, on the session's; or (with a `requestState`)
+    /// the next round of a parked one.
     async fn call(
         self: &Arc<Self>,
         message: &Message<'_, '_>,
         context: &Context<'_>,
         id: Bytes,
         forwarded: &HeaderMap,
+        scope: Scope<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let method = message.envelope.method();
         let params = message.params();
@@ -350,6 +361,8 @@ impl StatelessPath {
             params: &bound,
         };
         let (first_tx, first_rx) = oneshot::channel();
+        // In a session, the answer carries the session as this use renewed it.
+        let mut stamp = None;
         let request_state = params
             .and_then(|p| p.member("requestState"))
             .map(|raw| raw_str(raw).map(|s| s.into_owned()).unwrap_or_default());
@@ -361,6 +374,13 @@ impl StatelessPath {
                 Whereabouts::There(owner) => return self.to_replica(owner, message).await,
                 // This replica restarted since the call was parked: it is gone.
                 Whereabouts::Gone => return Err(RequestStateError::Unknown.into()),
+            }
+            if let Scope::Session { session, .. } = scope {
+                let lease = self
+                    .session_path
+                    .lease_as(&session.id, session.state.as_deref(), caller)
+                    .await?;
+                stamp = Some(session_stamp(&session.id, &lease, id.clone()));
             }
             let resume = self.parked.take(&park).ok_or(RequestStateError::Unknown)?;
             let next = Resume {
@@ -374,15 +394,33 @@ impl StatelessPath {
             }
         } else {
             let who = message.caller;
-            let task_after = self.task_plan(message, context, forwarded).await?;
-            let mut target = self.affinity.target(message.headers, who);
+            let (task_after, mut target) = match scope {
+                Scope::Stateless => (
+                    self.task_plan(message, context, forwarded).await?,
+                    self.affinity.target(message.headers, who),
+                ),
+                Scope::Session {
+                    session,
+                    task_after,
+                } => (
+                    task_after,
+                    CallTarget::Session {
+                        id: session.id.to_string(),
+                        state: session.state.as_deref().map(str::to_owned),
+                        repeat: self.session_path.safe_to_repeat(message),
+                    },
+                ),
+            };
             let mut stripped = None;
             let mut list = None;
-            if let Affinity::Handles {
-                tools,
-                max_per_caller,
-                ..
-            } = &self.affinity
+            if let (
+                Affinity::Handles {
+                    tools,
+                    max_per_caller,
+                    ..
+                },
+                Scope::Stateless,
+            ) = (&self.affinity, scope)
             {
                 let seen = handles::intercept(HandleCall {
                     path: self,
@@ -440,6 +478,11 @@ impl StatelessPath {
                 }
                 (Err(e), _) => return Err(e),
             };
+            if let (CallSession::Handle(lease), CallTarget::Session { id: session_id, .. }) =
+                (&session, &target)
+            {
+                stamp = Some(session_stamp(session_id, lease, id.clone()));
+            }
             let call = driver::StatelessCall {
                 path: self.clone(),
                 session,
@@ -474,7 +517,7 @@ impl StatelessPath {
             metrics: &self.metrics,
             idle_timeout: self.sse_idle_timeout,
         };
-        Ok(first.into_response(relay))
+        Ok(first.into_response(relay, stamp))
     }
 
     /// `tasks/get`, `tasks/update`, `tasks/cancel` (2026-07-28 tasks extension): for a
@@ -483,13 +526,12 @@ impl StatelessPath {
     /// stopped is answered from the shared store if it ended and was kept there, and
     /// otherwise as `failed`, saying its replica stopped: never a hang, never "unknown"
     /// for a task that existed.
-    async fn task_request(
+    async fn task_answer(
         &self,
-        method: Method,
         message: &Message<'_, '_>,
         context: &Context<'_>,
-        id: &[u8],
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+    ) -> Result<TaskAnswer, ProxyError> {
+        let method = message.method().unwrap_or(Method::TasksGet);
         if !declares_tasks(context.capabilities) {
             return Err(ProxyError::MissingTasksExtension(method.as_str()));
         }
@@ -505,7 +547,7 @@ impl StatelessPath {
             Whereabouts::Here => Some(self.tasks.get(&located.key, &task_id)?),
             Whereabouts::There(owner) => match self.to_replica(owner, message).await {
                 Err(ProxyError::OwnerUnreachable { down: true, .. }) => None,
-                answered => return answered,
+                answered => return answered.map(|r| TaskAnswer::Forwarded(Box::new(r))),
             },
             // This replica restarted since: the task was lost with it, unless it ended.
             Whereabouts::Gone => None,
@@ -530,7 +572,7 @@ impl StatelessPath {
             }
             (None, _) => ack(),
         };
-        Ok(response::json(StatusCode::OK, write::result(id, &result)))
+        Ok(TaskAnswer::Here(result))
     }
 
     /// A task no live replica holds: as its replica kept it in the shared store when it
@@ -718,15 +760,27 @@ impl StatelessPath {
             }
             match (exchanged, &mut session) {
                 (Ok(answer), _) => return Ok((session, (answer.status, answer.messages))),
-                (Err(UpstreamError::SessionGone), CallSession::Handle(_)) => {
-                    if let CallTarget::Handle(handle) = target {
+                (Err(UpstreamError::SessionGone), CallSession::Handle(lease)) => match target {
+                    CallTarget::Handle(handle) => {
                         self.session_path.forget_lost(handle).await;
                         return Err(ProxyError::SessionNotFound {
                             session_id: handle.clone(),
                         });
                     }
-                    return Err(self.error(UpstreamError::SessionGone));
-                }
+                    // As the session path does: the session is forgotten or (by the
+                    // upstream's policy) given a new upstream session, and a call safe
+                    // to repeat is sent there once more.
+                    CallTarget::Session { id, repeat, .. } => {
+                        self.session_path.lost(id, &lease.record, forwarded).await?;
+                        if !*repeat || attempt >= 2 {
+                            return Err(ProxyError::NotRetried {
+                                upstream: self.upstream.label().to_string(),
+                                session_id: id.clone(),
+                            });
+                        }
+                    }
+                    _ => return Err(self.error(UpstreamError::SessionGone)),
+                },
                 (Err(UpstreamError::SessionGone), CallSession::Pinned(pinned)) if attempt < 2 => {
                     pinned.lost()
                 }
@@ -783,7 +837,14 @@ impl StatelessPath {
             CallTarget::Handle(handle) => {
                 return self
                     .session_path
-                    .lease_as(handle, caller)
+                    .lease_as(handle, None, caller)
+                    .await
+                    .map(CallSession::Handle);
+            }
+            CallTarget::Session { id, state, .. } => {
+                return self
+                    .session_path
+                    .lease_as(id, state.as_deref(), caller)
                     .await
                     .map(CallSession::Handle);
             }
@@ -865,6 +926,28 @@ fn declares_tasks(capabilities: &RawValue) -> bool {
         .and_then(|caps| caps.get("extensions"))
         .and_then(RawObject::parse)
         .is_some_and(|extensions| extensions.get(crate::mcp::meta::TASKS_EXTENSION).is_some())
+}
+
+/// The answer to a request on a task.
+enum TaskAnswer {
+    /// This replica's: the result.
+    Here(Vec<u8>),
+    /// The replica holding the task answered (the request went there as it came).
+    Forwarded(Box<Response<ProxyBody>>),
+}
+
+/// Whose call a new one is.
+#[derive(Debug, Clone, Copy)]
+enum Scope<'s> {
+    /// A stateless client's: the affinity chooses its upstream session, and whether it
+    /// may become a task is decided with it.
+    Stateless,
+    /// A 2026-07-28 client's in a data-layer session: the session's upstream session,
+    /// planned already (`in_session`).
+    Session {
+        session: &'s crate::route::SessionRef<'s>,
+        task_after: Option<Duration>,
+    },
 }
 
 /// Which calls may become tasks (`stateless.tasks`, `task_tools`, `task_after`).

@@ -34,10 +34,22 @@ pub(crate) const ROUND_TRIP_MEMBERS: [&str; 2] = ["inputResponses", "requestStat
 /// does not support one).
 const NOT_UPSTREAM: [&str; 3] = ["inputResponses", "requestState", "task"];
 
-/// The request as a legacy server takes it: `params` without the stateless `_meta` keys,
-/// `inputResponses` and `requestState`. `None` when there is nothing to take off.
+/// What `to_upstream` takes off `_meta`: the stateless keys, and the data-layer session a
+/// 2026-07-28 client in a session names (the session path's rewrite takes it off
+/// its other messages; the legacy server knows the session by its own id).
+const NOT_UPSTREAM_META: [&str; 5] = [
+    meta::PROTOCOL_VERSION,
+    meta::CLIENT_INFO,
+    meta::CLIENT_CAPABILITIES,
+    meta::LOG_LEVEL,
+    meta::SESSION,
+];
+
+/// The request as a legacy server takes it: `params` without the stateless `_meta` keys
+/// (and a session's), `inputResponses` and `requestState`. `None` when there is nothing
+/// to take off.
 pub fn to_upstream(body: &[u8], params_raw: &RawValue, params: &Payload<'_>) -> Option<Vec<u8>> {
-    let stripped = params.edited(&NOT_UPSTREAM, &STATELESS_META, &[], &[]);
+    let stripped = params.edited(&NOT_UPSTREAM, &NOT_UPSTREAM_META, &[], &[]);
     splice(body, params_raw, &stripped)
 }
 
@@ -47,9 +59,16 @@ pub fn bound_params(params: Option<&Payload<'_>>) -> String {
     let Some(params) = params else {
         return "{}".to_owned();
     };
-    let stripped = params.edited(&["_meta", "inputResponses", "requestState"], &[], &[], &[]);
+    // `_meta` changes from round to round (a session's `state`, a log level) and is no
+    // part of what was asked.
+    let stripped = params.edited(&["inputResponses", "requestState"], &[], &[], &[]);
     serde_json::from_slice::<serde_json::Value>(&stripped)
-        .map(|value| canonical(value).to_string())
+        .map(|mut value| {
+            if let Some(members) = value.as_object_mut() {
+                members.remove("_meta");
+            }
+            canonical(value).to_string()
+        })
         .unwrap_or_default()
 }
 
@@ -300,6 +319,25 @@ pub fn error_for_client(error: Option<&RawValue>, uri: Option<&str>) -> (StatusC
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_request_state_is_bound_to_the_params_without_their_meta() {
+        let open = |text: &'static str| {
+            let raw: &'static RawValue = serde_json::from_str(text).unwrap();
+            Payload::open(raw).unwrap().unwrap()
+        };
+        let first = open(
+            r#"{"name":"t","arguments":{"b":1,"a":2},"_meta":{"io.modelcontextprotocol/session":{"state":"1"}}}"#,
+        );
+        let retry = open(
+            r#"{"arguments":{"a":2,"b":1},"name":"t","requestState":"x","inputResponses":{},"_meta":{"io.modelcontextprotocol/session":{"state":"2"}}}"#,
+        );
+        assert_eq!(bound_params(Some(&first)), bound_params(Some(&retry)));
+        assert_eq!(
+            bound_params(Some(&first)),
+            r#"{"arguments":{"a":2,"b":1},"name":"t"}"#
+        );
+    }
+
     use super::*;
 
     fn raw(s: &str) -> Box<RawValue> {

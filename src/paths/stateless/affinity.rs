@@ -132,6 +132,14 @@ pub enum CallTarget {
     Pin(String),
     /// The session behind this handle.
     Handle(String),
+    /// The data-layer session a 2026-07-28 client named (with the `state` it sent back),
+    /// whose call the proxy may run as a task. `repeat`: the call may be sent again on a
+    /// new upstream session if the upstream lost the session's (as on the session path).
+    Session {
+        id: String,
+        state: Option<String>,
+        repeat: bool,
+    },
 }
 
 /// The upstream session a call holds from its first round to its last.
@@ -142,7 +150,8 @@ pub enum CallSession {
     Pooled(Checkout),
     /// A pinned session (kept when the call ends).
     Pinned(Pinned),
-    /// A handle's session (kept when the call ends; it lives as long as the handle).
+    /// A handle's or a data-layer session's (kept when the call ends; it lives as long
+    /// as the session).
     Handle(Lease),
 }
 
