@@ -612,16 +612,48 @@ async fn a_client_in_a_data_layer_session_gets_tasks_in_it() {
         done["result"]["result"]["content"][0]["text"],
         "done after 3 steps"
     );
-    // It ran on the session's upstream session, as the counter did.
-    let sessions: Vec<Option<String>> = h
-        .upstream_saw("tools/call")
-        .into_iter()
-        .map(|r| r.session_id)
-        .collect();
-    assert_eq!(sessions.len(), 2, "{sessions:?}");
-    assert_eq!(sessions[0], sessions[1], "{sessions:?}");
+    // It ran on the session's upstream session: the one a request the session path
+    // relays (tools/list) uses.
+    let (status, _) = ask(&mut c, "tools/list", json!({})).await;
+    assert_eq!(status, 200);
+    let session_of = |method: &str| -> Vec<Option<String>> {
+        h.upstream_saw(method)
+            .into_iter()
+            .map(|r| r.session_id)
+            .collect()
+    };
+    let listed = session_of("tools/list");
+    let relayed = listed.last().cloned().flatten();
+    assert!(relayed.is_some(), "{listed:?}");
+    let calls = session_of("tools/call");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls.iter().all(|s| *s == relayed),
+        "{calls:?} vs {relayed:?}"
+    );
     let (_, message) = ask(&mut c, "tools/call", json!({"name": "counter"})).await;
     assert_eq!(message["result"]["content"][0]["text"], "2");
+
+    // The session is checked before the task is touched: a state not issued for it is
+    // refused, and the task goes on.
+    let forged = c
+        .request(
+            "tasks/cancel",
+            in_session(get.clone(), &session_id, Some("forged")),
+        )
+        .await;
+    assert_eq!(forged.status, 400, "{}", forged.text);
+    let (_, message) = ask(&mut c, "tasks/get", get.clone()).await;
+    assert_eq!(message["result"]["status"], "completed");
+    // A running task is cancelled in the session.
+    let long = json!({"name": "slow", "arguments": {"steps": 50, "interval_ms": 200}});
+    let (_, message) = ask(&mut c, "tools/call", long).await;
+    let running = json!({"taskId": message["result"]["taskId"]});
+    assert_eq!(message["result"]["resultType"], "task", "{message}");
+    let (status, message) = ask(&mut c, "tasks/cancel", running.clone()).await;
+    assert_eq!(status, 200, "{message}");
+    let (_, message) = ask(&mut c, "tasks/get", running).await;
+    assert_eq!(message["result"]["status"], "cancelled", "{message}");
 
     // A question the tool asks at once is a round before any task, retried in the session.
     let sample = json!({"name": "sample", "arguments": {"prompt": "Say cheese"}});

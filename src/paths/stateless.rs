@@ -354,7 +354,20 @@ impl StatelessPath {
         let params = message.params();
         let provided = input_responses(params)?;
         let caller = message.caller;
-        let bound = bound_params(params);
+        let mut bound = bound_params(params);
+        // A round asked in a session is answered in that session only.
+        let log_level = match scope {
+            Scope::Stateless => context.log_level,
+            Scope::Session { session, .. } => {
+                bound.push_str(" in session ");
+                bound.push_str(&session.id);
+                // The session's own level (`logging/setLevel`) is the upstream's filter
+                // already, unless the request names one.
+                context
+                    .log_level
+                    .or(Some(crate::mcp::logging::LogLevel::Debug))
+            }
+        };
         let binding = StateBinding {
             caller,
             method,
@@ -386,7 +399,7 @@ impl StatelessPath {
             let next = Resume {
                 client_id: id,
                 provided,
-                log_level: context.log_level,
+                log_level,
                 first: first_tx,
             };
             if resume.send(next).is_err() {
@@ -492,7 +505,7 @@ impl StatelessPath {
                 client_id: id,
                 method: method.to_owned(),
                 capabilities: context.capabilities.to_owned(),
-                log_level: context.log_level,
+                log_level,
                 provided: provided.into_iter().collect(),
                 caller,
                 caller_key: message.caller_key(),

@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::{Response, StatusCode};
 
 use super::{Scope, StatelessPath, TaskAnswer};
@@ -25,6 +26,7 @@ use crate::paths::session::{raw_bytes, session_stamp, with_session};
 use crate::response::{self, ProxyBody};
 use crate::rewrite::to_client::{Stamped, stamp_message};
 use crate::route::{Message, SessionRef};
+use crate::session::Lease;
 use crate::stateless::validate;
 use crate::upstream::Era;
 
@@ -37,27 +39,40 @@ impl StatelessPath {
         session: &SessionRef<'_>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let method = message.method();
-        // A stdio server found modern runs its own tasks (an HTTP one never comes here).
-        if self.upstream.era() == Some(Era::Modern) {
+        let retry = message.params().and_then(|p| p.member("requestState"));
+        // What the session path relays: any request when tasks are off, or before a
+        // stdio server found modern (it runs its own; an HTTP one never comes here); a
+        // notification.
+        let (true, false, Some(id)) = (
+            self.task_rules.enabled,
+            self.upstream.era() == Some(Era::Modern),
+            message.request_id(),
+        ) else {
             return self.relayed(message, session).await;
+        };
+        let new_call = method == Some(Method::ToolsCall) && retry.is_none();
+        let context = match validate(message.headers, message.envelope.method(), message.params()) {
+            Ok(context) => context,
+            // A new call that breaks the 2026-07-28 rules was relayed before tasks were
+            // run in sessions, and still is; a retry or a request on a task is the
+            // proxy's own.
+            Err(_) if new_call => return self.relayed(message, session).await,
+            Err(reject) => return Err(ProxyError::Stateless(reject)),
+        };
+        if let Some(params) = message.params() {
+            params.check_typed_meta()?;
         }
-        let checked = validate(message.headers, message.envelope.method(), message.params());
-        let (context, Some(id)) = (checked, message.request_id()) else {
-            return self.relayed(message, session).await;
-        };
-        let context = match (context, method) {
-            (Ok(context), _) => context,
-            // A call that breaks the 2026-07-28 rules was relayed before tasks were run
-            // in sessions, and still is; a request on a task is the extension's.
-            (Err(_), Some(Method::ToolsCall)) => return self.relayed(message, session).await,
-            (Err(reject), _) => return Err(ProxyError::Stateless(reject)),
-        };
         let id = raw_bytes(message.body, id);
         let forwarded = headers::to_legacy_for_stateless(message.headers);
-        let (retry, new_call) = (
-            message.params().and_then(|p| p.member("requestState")),
-            method == Some(Method::ToolsCall),
-        );
+        if method != Some(Method::ToolsCall) {
+            // The session is checked (and renewed) before anything is done to the task.
+            let lease = self
+                .session_path
+                .lease_as(&session.id, session.state.as_deref(), message.caller)
+                .await?;
+            let answered = self.task_answer(message, &context).await?;
+            return Ok(self.stamped(answered, session, &lease, &id));
+        }
         // A session whose stdio server another replica runs is served there (which
         // decides the same way).
         if new_call
@@ -68,17 +83,18 @@ impl StatelessPath {
         {
             return forwarded;
         }
-        let task_after = match (retry, new_call) {
+        let task_after = match new_call {
             // The next round of a call that asked its client something.
-            (Some(_), _) => None,
-            (None, true) => match self.task_plan(message, &context, &forwarded).await? {
-                Some(after) => Some(after),
-                None => return self.relayed(message, session).await,
+            false => None,
+            true => match self.task_plan(message, &context, &forwarded).await {
+                Ok(Some(after)) => Some(after),
+                // Not a task, or `Mcp-Param-*` headers a 2026-07-28 server would refuse:
+                // the legacy server behind the session takes the call as it always did.
+                Ok(None) | Err(ProxyError::Stateless(_)) => {
+                    return self.relayed(message, session).await;
+                }
+                Err(e) => return Err(e),
             },
-            (None, false) => {
-                let answered = self.task_answer(message, &context).await?;
-                return self.stamped(answered, message, session, &id).await;
-            }
         };
         let scope = Scope::Session {
             session,
@@ -100,32 +116,25 @@ impl StatelessPath {
     }
 
     /// A task request's answer: the replica holding the task answered it (stamped there,
-    /// in the session it named), or this one did and the session is renewed and stamped
-    /// on it here.
-    async fn stamped(
+    /// in the session it named), or this one did, stamped with the session as `lease`
+    /// renewed it.
+    fn stamped(
         &self,
         answered: TaskAnswer,
-        message: &Message<'_, '_>,
         session: &SessionRef<'_>,
-        id: &bytes::Bytes,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+        lease: &Lease,
+        id: &Bytes,
+    ) -> Response<ProxyBody> {
         let result = match answered {
-            TaskAnswer::Forwarded(response) => return Ok(*response),
+            TaskAnswer::Forwarded(response) => return *response,
             TaskAnswer::Here(result) => result,
         };
-        let lease = self
-            .session_path
-            .lease_as(&session.id, session.state.as_deref(), message.caller)
-            .await?;
         let body = write::result(id, &result);
-        let stamp = session_stamp(&session.id, &lease, id.clone());
+        let stamp = session_stamp(&session.id, lease, id.clone());
         let body = match stamp_message(&body, &stamp) {
-            Stamped::Response(Some(stamped)) => bytes::Bytes::from(stamped),
+            Stamped::Response(Some(stamped)) => Bytes::from(stamped),
             _ => body,
         };
-        Ok(with_session(
-            response::json(StatusCode::OK, body),
-            &session.id,
-        ))
+        with_session(response::json(StatusCode::OK, body), &session.id)
     }
 }
