@@ -49,15 +49,18 @@ use mcp_session_proxy::upstream::ids::{RenamedRequests, outgoing};
 use mcp_session_proxy::upstream::{self, Frame as SseFrame};
 use serde_json::value::RawValue;
 
-/// The `_meta` keys of the stateless protocol that `stateless::to_upstream` takes off.
-const STATELESS_META: [&str; 4] = [
+/// The `_meta` keys `stateless::to_upstream` takes off: the stateless protocol's, and the
+/// session a 2026-07-28 client in a data-layer session names.
+const NOT_UPSTREAM_META: [&str; 5] = [
     meta::PROTOCOL_VERSION,
     meta::CLIENT_INFO,
     meta::CLIENT_CAPABILITIES,
     meta::LOG_LEVEL,
+    meta::SESSION,
 ];
-/// The members of a retried stateless request that `stateless::to_upstream` takes off.
-const ROUND_TRIP_MEMBERS: [&str; 2] = ["inputResponses", "requestState"];
+/// The members of a retried stateless request that `stateless::to_upstream` takes off,
+/// and a 2025-11-25 `task`.
+const NOT_UPSTREAM_MEMBERS: [&str; 3] = ["inputResponses", "requestState", "task"];
 /// A session stamp, as the proxy writes one.
 const SESSION_STAMP: &[u8] =
     br#"{"sessionId":"mcps_fuzz","state":"AQAAAAAAAAAB","expiresAt":"2026-01-01T00:00:00Z"}"#;
@@ -112,7 +115,7 @@ pub fn envelope(data: &[u8]) {
             continue;
         };
         let _ = payload.session();
-        for key in [meta::SESSION].iter().chain(&STATELESS_META) {
+        for key in NOT_UPSTREAM_META {
             if let Some(value) = payload.meta(key) {
                 assert!(is_json(value.get().as_bytes()));
             }
@@ -162,16 +165,16 @@ pub fn rewrite(data: &[u8]) {
                 ..Edit::default()
             },
         );
-        // Stateless, to the upstream: the 2026-07-28 `_meta` and the round-trip members
-        // off.
+        // Stateless, to the upstream: the 2026-07-28 `_meta` (and a session's), the
+        // round-trip members and a 2025-11-25 `task` off.
         if let Some(out) = stateless::to_upstream(&body, raw, &payload) {
             check_edit(
                 &body,
                 raw,
                 &out,
                 &Edit {
-                    members_off: &ROUND_TRIP_MEMBERS,
-                    meta_off: &STATELESS_META,
+                    members_off: &NOT_UPSTREAM_MEMBERS,
+                    meta_off: &NOT_UPSTREAM_META,
                     ..Edit::default()
                 },
             );
