@@ -57,6 +57,19 @@ pub struct Config {
     /// headers, nothing verified.
     pub auth: Option<AuthConfig>,
     pub upgrade: UpgradeConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: where traces go (`telemetry::Settings` adds the OpenTelemetry SDKs'
+/// variables for what is not set here).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TelemetryConfig {
+    /// The collector's OTLP/HTTP base URL.
+    pub endpoint: Option<String>,
+    pub service_name: Option<String>,
+    /// A sampler by `OTEL_TRACES_SAMPLER`'s names, checked.
+    pub sampler: Option<String>,
+    pub sampler_arg: Option<f64>,
 }
 
 /// `[upgrade]`: restarts that drop nothing (`listeners::handover`).

@@ -34,6 +34,7 @@ use bytes::Bytes;
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+use opentelemetry::context::FutureExt as _;
 use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
@@ -52,6 +53,7 @@ use crate::paths::Cluster;
 use crate::paths::cluster::{CLUSTER_PATH, Signed};
 use crate::response::{self, ProxyBody};
 use crate::route::{self, Bare, BareRoute, Message, Route};
+use crate::telemetry::server::ServerSpan;
 
 /// What every MCP endpoint checks before its upstream sees anything.
 #[derive(Debug)]
@@ -141,6 +143,8 @@ async fn mcp(
         upstream = %endpoint.served.label,
         status = field::Empty,
         latency_us = field::Empty,
+        trace_id = field::Empty,
+        span_id = field::Empty,
     );
     let (response, method) = async {
         match *request.method() {
@@ -205,6 +209,8 @@ impl Endpoint<'_> {
         request: Request<Incoming>,
         metrics: &Metrics,
     ) -> (Response<ProxyBody>, &'static str) {
+        // When the request arrived: its span starts then, once its message is known.
+        let received = std::time::SystemTime::now();
         let (parts, body) = request.into_parts();
         let checked = checks::origin(&parts.headers, &self.limits.allowed_origins)
             .and_then(|()| self.caller(&parts.headers, metrics))
@@ -267,20 +273,48 @@ impl Endpoint<'_> {
             accepts,
             peer,
         };
-        let rules = match self.served.rules().await {
-            Ok(rules) => rules,
-            Err(e) => return (response::error(&e, answer_id), label),
+        let traced = ServerSpan::start(&message, received);
+        let answered = match &traced {
+            Some(span) => {
+                let (trace_id, span_id) = span.ids();
+                let current = tracing::Span::current();
+                current.record("trace_id", trace_id);
+                current.record("span_id", span_id);
+                self.answer(&message, metrics)
+                    .with_context(span.context().clone())
+                    .await
+            }
+            None => self.answer(&message, metrics).await,
         };
-        let answered = match route::classify(&message, rules) {
+        if let Some(span) = traced {
+            let code = answered.as_ref().err().map(|e| e.answer().1.code);
+            let status = match &answered {
+                Ok(response) => response.status(),
+                Err(e) => e.answer().0,
+            };
+            span.finish(status, code);
+        }
+        let response = answered.unwrap_or_else(|e| response::error(&e, answer_id));
+        (response, label)
+    }
+
+    /// A parsed message: classified, then served by its path.
+    async fn answer(
+        self,
+        message: &Message<'_, '_>,
+        metrics: &Metrics,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let rules = self.served.rules().await?;
+        match route::classify(message, rules) {
             Ok(route) => match self.overload.shedding() {
-                Some(resource) if shed::is_new_work(&message, &route) => {
+                Some(resource) if shed::is_new_work(message, &route) => {
                     self.overload.shed(resource, "request");
                     if matches!(route, Route::Create { .. }) {
                         metrics.rejected(Rejection::Overload);
                     }
                     Err(ProxyError::Overloaded { resource })
                 }
-                _ => self.dispatch(&message, route).await,
+                _ => self.dispatch(message, route).await,
             },
             Err(e) => {
                 if message.method() == Some(crate::mcp::Method::SessionsCreate) {
@@ -288,9 +322,7 @@ impl Endpoint<'_> {
                 }
                 Err(e)
             }
-        };
-        let response = answered.unwrap_or_else(|e| response::error(&e, answer_id));
-        (response, label)
+        }
     }
 
     /// Hands a classified message to its path.

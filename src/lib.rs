@@ -27,6 +27,7 @@ pub mod route;
 pub mod session;
 pub mod sse;
 pub mod stateless;
+pub mod telemetry;
 pub mod throttle;
 pub mod upstream;
 pub mod workers;

@@ -205,6 +205,14 @@ fn check(layers: Layers) -> Result<ExitCode, ExitCode> {
 
 fn serve(mut config: Config, overrides: Overrides) -> ExitCode {
     init_logging(&config);
+    // Traces are set up once: a reload (SIGHUP) does not change where they go.
+    let telemetry = match mcp_session_proxy::telemetry::Telemetry::start(&config.telemetry) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("mcp-session-proxy: traces: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     config.workers = Some(mcp_session_proxy::workers::count(config.workers));
     // Thread per core: `start` runs each of the `workers` on a thread with its own runtime
     // and listener (src/workers.rs); this thread's runtime keeps the background work.
@@ -232,6 +240,7 @@ fn serve(mut config: Config, overrides: Overrides) -> ExitCode {
             .await
             .map(|()| true)
     });
+    telemetry.shutdown();
     match served {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,

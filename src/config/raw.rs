@@ -24,6 +24,23 @@ pub struct RawConfig {
     pub limits: RawLimits,
     pub auth: RawAuth,
     pub upgrade: RawUpgrade,
+    pub telemetry: RawTelemetry,
+}
+
+/// `[telemetry]`: traces over OTLP/HTTP, off unless an endpoint is set here or in the
+/// OpenTelemetry SDKs' variables.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTelemetry {
+    /// The collector's OTLP/HTTP base URL (traces go to `/v1/traces` under it); "": see
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub endpoint: String,
+    /// "": `OTEL_SERVICE_NAME`, else `mcp-session-proxy`.
+    pub service_name: String,
+    /// "": `OTEL_TRACES_SAMPLER`, else `parentbased_always_on`.
+    pub sampler: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampler_arg: Option<f64>,
 }
 
 /// `[upgrade]`: restarts that drop nothing.
@@ -414,6 +431,7 @@ impl Default for RawConfig {
             limits: RawLimits::default(),
             auth: RawAuth::default(),
             upgrade: RawUpgrade::default(),
+            telemetry: RawTelemetry::default(),
         }
     }
 }

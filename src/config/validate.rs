@@ -14,8 +14,8 @@ use super::raw::{RawConfig, RawNamedUpstream, RawStateless};
 use super::{
     AdminConfig, Affinity, AuthConfig, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM, Era,
     Fallback, LimitsConfig, LogConfig, LogFormat, OldClients, OnSessionLost, Problem, Secret,
-    SessionConfig, StatelessConfig, StoreConfig, Target, UpgradeConfig, UpstreamConfig,
-    UpstreamDef, UpstreamOverrides,
+    SessionConfig, StatelessConfig, StoreConfig, Target, TelemetryConfig, UpgradeConfig,
+    UpstreamConfig, UpstreamDef, UpstreamOverrides,
 };
 use crate::rewrite::handles::HandleTools;
 use crate::upstream::PinSettings;
@@ -362,7 +362,35 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         limits,
         auth,
         upgrade,
+        telemetry: telemetry(&mut p, &raw.telemetry),
     })
+}
+
+/// `[telemetry]`: "" is unset; an endpoint must be an http(s) URL, a sampler one of
+/// `OTEL_TRACES_SAMPLER`'s names with its ratio within 0 and 1.
+fn telemetry(p: &mut Problems, t: &super::raw::RawTelemetry) -> TelemetryConfig {
+    let set = |value: &str| Some(value.trim().to_owned()).filter(|v| !v.is_empty());
+    let endpoint = set(&t.endpoint);
+    if let Some(url) = &endpoint
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        p.add(
+            "telemetry.endpoint",
+            format!("{url:?} is not an http:// or https:// URL, e.g. \"http://127.0.0.1:4318\""),
+        );
+    }
+    let sampler = set(&t.sampler);
+    if let Some(name) = &sampler
+        && let Err(why) = crate::telemetry::SamplerChoice::parse(name, t.sampler_arg)
+    {
+        p.add("telemetry.sampler", why);
+    }
+    TelemetryConfig {
+        endpoint,
+        service_name: set(&t.service_name),
+        sampler,
+        sampler_arg: t.sampler_arg,
+    }
 }
 
 /// The longest `upgrade.socket` path: a Unix socket's path holds at most 107 bytes

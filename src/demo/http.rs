@@ -263,6 +263,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<DemoB
         protocol_version: header(&MCP_PROTOCOL_VERSION),
         host: header(&HOST),
         authorization: header(&http::header::AUTHORIZATION),
+        traceparent: header(&http::header::HeaderName::from_static("traceparent")),
         body: None,
         status: 0,
     };

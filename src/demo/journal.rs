@@ -13,6 +13,8 @@ pub struct Received {
     pub host: Option<String>,
     /// The `Authorization` header it came with, if any.
     pub authorization: Option<String>,
+    /// The W3C `traceparent` header it came with, if any.
+    pub traceparent: Option<String>,
     /// The JSON body of a POST (when it was JSON).
     pub body: Option<Value>,
     /// The HTTP status the demo server answered.

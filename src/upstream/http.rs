@@ -22,6 +22,7 @@ use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::headers::{self, ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::version;
+use crate::telemetry::client::{ClientSpan, Operation};
 
 /// How to reach the upstream.
 #[derive(Debug, Clone)]
@@ -156,7 +157,16 @@ impl HttpUpstream {
             .and_then(|_| Envelope::parse(&body).ok())
             .filter(|envelope| envelope.kind == Kind::Request)
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
+        // What the request carries names its span, when it gets one.
+        let operation = crate::telemetry::active()
+            .then(|| Envelope::parse(&body).ok())
+            .flatten()
+            .filter(|envelope| envelope.kind != Kind::Response)
+            .map(|envelope| Operation(envelope.method().into()));
         let mut request = self.request(Method::POST, binding, forwarded, Full::new(body))?;
+        if let Some(operation) = operation {
+            request.extensions_mut().insert(operation);
+        }
         let headers = request.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
         headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
@@ -308,17 +318,36 @@ impl HttpUpstream {
     }
 
     /// Sends a request with the timeout applied, observing the latency histogram.
+    /// With a span of its own (and its trace context in its headers) when the request
+    /// being served has one.
     pub(super) async fn send(
         &self,
-        request: Request<Full<Bytes>>,
+        mut request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let timeout = self.settings.timeout;
+        let span = ClientSpan::start(&mut request, &self.host);
         let sent = Instant::now();
-        let response = match tokio::time::timeout(timeout, self.connections.send(request)).await {
+        let sending = tokio::time::timeout(timeout, self.connections.send(request)).await;
+        let response = match sending {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(UpstreamError::Unreachable(e.to_string())),
-            Err(_) => return Err(UpstreamError::Timeout(timeout)),
+            Ok(Err(e)) => {
+                let e = UpstreamError::Unreachable(e.to_string());
+                if let Some(span) = span {
+                    span.finish(Err(&e));
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                let e = UpstreamError::Timeout(timeout);
+                if let Some(span) = span {
+                    span.finish(Err(&e));
+                }
+                return Err(e);
+            }
         };
+        if let Some(span) = span {
+            span.finish(Ok(response.status()));
+        }
         let answered = Instant::now();
         if let Some(latency) = &self.latency {
             latency.observe(answered.duration_since(sent).as_secs_f64());

@@ -33,6 +33,7 @@ pub mod fleet;
 pub mod inspector;
 pub mod interop;
 pub mod log;
+pub mod otlp;
 pub mod peers;
 pub mod procs;
 pub mod rogue;

@@ -1,0 +1,228 @@
+//! Traces (OpenTelemetry) from the real binary to a real OTLP/HTTP receiver
+//! (`common::otlp`, decoding with the protocol's own definitions): a data-layer session's
+//! create and call and a 2026-07-28 call each make one trace, parented on the client's
+//! `traceparent` (its HTTP header, or its request's `_meta`), with a CLIENT span for what
+//! went upstream — and the upstream gets the same trace in its `traceparent`. With no
+//! receiver listening, requests are unaffected.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::binary::ProxyProcess;
+use common::otlp::{CLIENT, OtlpReceiver, SERVER};
+use common::*;
+use mcp_session_proxy::demo::{DemoOptions, DemoServer};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::json;
+
+/// A client's trace, and its span that made the request.
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const CLIENT_SPAN: &str = "b7ad6b7169203331";
+
+fn traceparent(trace: &str, span: &str) -> String {
+    format!("00-{trace}-{span}-01")
+}
+
+async fn upstream() -> DemoServer {
+    DemoServer::start(DemoOptions {
+        record: true,
+        ..DemoOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// The binary before `upstream`, its traces going to `endpoint`.
+async fn proxy(upstream: &DemoServer, endpoint: &str) -> ProxyProcess {
+    let toml = format!(
+        "[upstream]\nurl = \"{}\"\nhealth_interval = \"1h\"\n\
+         [telemetry]\nendpoint = \"{endpoint}\"\nservice_name = \"proxy-under-test\"\n",
+        upstream.url()
+    );
+    ProxyProcess::launch()
+        .toml(&toml)
+        .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
+        .start()
+        .await
+}
+
+fn with_traceparent(value: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("traceparent", HeaderValue::from_str(value).unwrap());
+    headers
+}
+
+#[tokio::test]
+async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
+    let receiver = OtlpReceiver::start().await;
+    let demo = upstream().await;
+    let proxy = proxy(&demo, &receiver.endpoint()).await;
+    let http = http_client();
+    let url = proxy.url("/mcp");
+
+    // sessions/create: its span, and the handshake it sent upstream as its children.
+    let created = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+        &with_traceparent(&traceparent(TRACE, CLIENT_SPAN)),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let session = created.json()["result"]["session"].clone();
+    let session_id = session["sessionId"].as_str().unwrap().to_owned();
+    let create = receiver.span("sessions/create", TRACE).await;
+    assert_eq!(create.kind, SERVER);
+    assert_eq!(create.parent_span_id, CLIENT_SPAN, "parented on the client");
+    assert_eq!(create.service, "proxy-under-test");
+    assert_eq!(create.attribute("mcp.method.name"), "sessions/create");
+    assert_eq!(create.attribute("jsonrpc.request.id"), "1");
+    assert_eq!(create.attribute("network.transport"), "tcp");
+    assert_eq!(create.attribute("client.address"), "127.0.0.1");
+    let initialize = receiver.span("initialize", TRACE).await;
+    assert_eq!(initialize.kind, CLIENT);
+    assert_eq!(initialize.parent_span_id, create.span_id);
+    assert_eq!(initialize.attribute("server.address"), "127.0.0.1");
+    assert_eq!(
+        initialize.attribute("server.port"),
+        demo.local_addr().port().to_string()
+    );
+
+    // A call in the session, its trace context in the header.
+    let call_span = "00f067aa0ba902b7";
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": in_session(json!({"name": "echo", "arguments": {"msg": "hi"}}),
+            &session_id, session["state"].as_str())});
+    let reply = post_json(
+        &http,
+        &url,
+        &call,
+        &with_traceparent(&traceparent(TRACE, call_span)),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let served = receiver.span("tools/call echo", TRACE).await;
+    assert_eq!(served.kind, SERVER);
+    assert_eq!(served.parent_span_id, call_span);
+    assert_eq!(served.attribute("gen_ai.tool.name"), "echo");
+    assert_eq!(served.attribute("gen_ai.operation.name"), "execute_tool");
+    assert_eq!(served.attribute("mcp.session.id"), session_id);
+    assert_eq!(served.attribute("http.response.status_code"), "200");
+    assert!(
+        !served.attributes.values().any(|v| v.contains("state")),
+        "never the session's state: {:?}",
+        served.attributes
+    );
+    let sent = receiver.children(TRACE, &served.span_id);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(
+        (sent[0].kind, sent[0].name.as_str()),
+        (CLIENT, "tools/call")
+    );
+    // The upstream was told the proxy's span as the parent, in the client's trace.
+    let seen = demo
+        .journal()
+        .into_iter()
+        .find(|r| r.method() == Some("tools/call"))
+        .unwrap();
+    assert_eq!(
+        seen.traceparent.as_deref(),
+        Some(traceparent(TRACE, &sent[0].span_id).as_str())
+    );
+
+    // The request's log lines carry the trace and its span.
+    let logged = proxy.logged("INFO", "session created");
+    assert_eq!(logged.len(), 1, "{}", proxy.log());
+    assert_eq!(logged[0]["span"]["trace_id"], TRACE);
+    assert_eq!(logged[0]["span"]["span_id"], create.span_id.as_str());
+}
+
+#[tokio::test]
+async fn a_2026_call_is_parented_on_the_trace_in_its_meta() {
+    let receiver = OtlpReceiver::start().await;
+    let demo = upstream().await;
+    let proxy = proxy(&demo, &receiver.endpoint()).await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let parent = "a3ce929d0e0e4736";
+    let client = StatelessClient::new(proxy.url("/mcp"));
+    let params = client.params(json!({"name": "echo", "arguments": {"msg": "hi"},
+        "_meta": {"traceparent": traceparent(trace, parent)}}));
+    let headers = StatelessClient::headers("tools/call", &params);
+    let body = json!({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call", "params": params});
+    let reply = post_json(&client.http, &client.url, &body, &headers).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let served = receiver.span("tools/call echo", trace).await;
+    assert_eq!(served.parent_span_id, parent);
+    assert_eq!(served.attribute("mcp.protocol.version"), "2026-07-28");
+    assert_eq!(served.attribute("jsonrpc.request.id"), "call-1");
+    // The call's own request upstream is the span's child; the upstream is in the trace.
+    let call = receiver.span("tools/call", trace).await;
+    assert_eq!(call.kind, CLIENT);
+    assert_eq!(call.parent_span_id, served.span_id);
+    let seen: Vec<_> = demo
+        .journal()
+        .into_iter()
+        .filter_map(|r| r.traceparent)
+        .collect();
+    assert!(
+        seen.iter().all(|t| t.contains(trace)),
+        "every upstream request of the call is in its trace: {seen:?}"
+    );
+    // A refusal is an error span with the JSON-RPC code.
+    let bad = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "_meta": {"traceparent": traceparent(trace, parent),
+            "io.modelcontextprotocol/protocolVersion": "1999-01-01"}}});
+    let reply = post_json(&client.http, &client.url, &bad, &headers).await;
+    assert_eq!(reply.status, 400, "{}", reply.text);
+    let code = reply.error_code().unwrap().to_string();
+    let refused = loop {
+        let found = receiver.spans().into_iter().find(|s| {
+            s.trace_id == trace
+                && s.attributes.get("jsonrpc.request.id").map(String::as_str) == Some("3")
+        });
+        if let Some(span) = found {
+            break span;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(refused.attribute("error.type"), code);
+    assert_eq!(refused.status_code, 2);
+}
+
+#[tokio::test]
+async fn with_no_receiver_listening_requests_are_unaffected() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let demo = upstream().await;
+    let proxy = proxy(&demo, &endpoint).await;
+    let http = http_client();
+    for id in 0..20 {
+        let reply = post_json(
+            &http,
+            &proxy.url("/mcp"),
+            &json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create"}),
+            &with_traceparent(&traceparent(TRACE, CLIENT_SPAN)),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+    }
+    // And it still serves once the exporter has failed a few times.
+    let reply = post_json(
+        &http,
+        &proxy.url("/mcp"),
+        &json!({"jsonrpc": "2.0", "id": 99, "method": "sessions/create"}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+}
