@@ -43,14 +43,23 @@ usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
   --create-connections N  concurrency of the sessions/create runs (16)
   --sessions A,B          idle-session counts for the memory measurement (10000,100000;
                           at most 190000: the proxy runs with max_sessions 200000)
-  --only LIST             run only some of: saturation,paced,stores,eras,create,memory
+  --only LIST             run only some of: saturation,paced,stores,traces,eras,create,
+                          memory
   --no-nginx              leave nginx out
 
 Each option can also be given as MCP_BENCH_<NAME> (e.g. MCP_BENCH_DURATION=4,
 MCP_BENCH_QUICK=1); flags win. The table is printed and written to
 target/bench-results.md.";
 
-const SCENARIOS: [&str; 6] = ["saturation", "paced", "stores", "eras", "create", "memory"];
+const SCENARIOS: [&str; 7] = [
+    "saturation",
+    "paced",
+    "stores",
+    "traces",
+    "eras",
+    "create",
+    "memory",
+];
 
 #[derive(Debug, Clone)]
 struct Options {
@@ -288,6 +297,8 @@ struct Report {
     stores: Vec<(&'static str, Outcome)>,
     /// One loopback Redis round trip (PING), p50 and p99.
     redis_rtt: Option<(Duration, Duration)>,
+    /// The proxy paced with traces off, on and sampled.
+    traces: Option<Traces>,
     rewrite_proof: Option<Result<u16, String>>,
     /// Each client era through the proxy in front of each upstream era, paced.
     eras: Option<Eras>,
@@ -551,6 +562,15 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
         );
     }
 
+    if options.runs("traces") {
+        report.traces = Some(traces(
+            options,
+            upstream_addr,
+            (proxy_addr, proxy.pid()),
+            upstream.pid(),
+        ));
+    }
+
     if options.runs("eras") {
         report.eras = Some(eras(
             options,
@@ -624,6 +644,142 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     }
     drop(upstream);
     report
+}
+
+/// The traces rows: `tools/call` (JSON, data-layer sessions) paced at `rate` through the
+/// main table's proxy (traces off) and two more exporting every span to a collector
+/// stand-in on loopback (`otlp_sink`) — one sampling every request, one 1% of them —
+/// rounds interleaved.
+struct Traces {
+    rows: Vec<(&'static str, Outcome)>,
+    /// Spans the collector stand-in received.
+    exported: u64,
+}
+
+const TRACES_OFF: &str = "off";
+const TRACES_ON: &str = "on";
+const TRACES_SAMPLED: &str = "sampled 1%";
+
+fn traces(
+    options: &Options,
+    upstream: SocketAddr,
+    (off_addr, off_pid): (SocketAddr, u32),
+    upstream_pid: u32,
+) -> Traces {
+    let sink = support::otlp_sink::Sink::spawn();
+    progress("traces: proxies exporting every span, and 1% of them, to an OTLP receiver");
+    let exporting = |name, sampler: &str, arg: &str| {
+        procs::spawn_proxy_with(
+            upstream,
+            name,
+            &[
+                ("MCP_PROXY_TELEMETRY__ENDPOINT", sink.endpoint()),
+                ("MCP_PROXY_TELEMETRY__SAMPLER", sampler.to_owned()),
+                ("MCP_PROXY_TELEMETRY__SAMPLER_ARG", arg.to_owned()),
+            ],
+        )
+    };
+    let (on, on_addr) = exporting("proxy-traces-on", "always_on", "1");
+    let (sampled, sampled_addr) = exporting("proxy-traces-sampled", "traceidratio", "0.01");
+    let targets = [
+        (TRACES_OFF, off_addr, off_pid),
+        (TRACES_ON, on_addr, on.pid()),
+        (TRACES_SAMPLED, sampled_addr, sampled.pid()),
+    ];
+    let ticks = procs::clock_ticks();
+    let mut merged: Vec<(&'static str, Option<Outcome>)> =
+        targets.iter().map(|(label, _, _)| (*label, None)).collect();
+    for round in 0..options.rounds {
+        let mut order: Vec<usize> = (0..targets.len()).collect();
+        order.rotate_left(round % targets.len());
+        for i in order {
+            let (label, addr, pid) = targets[i];
+            let target = Target {
+                label,
+                addr,
+                protocol: Protocol::DataLayer,
+            };
+            if let Err(e) = load::smoke(&target) {
+                panic!("the proxy with traces {label} does not answer correctly: {e}");
+            }
+            progress(&format!(
+                "traces round {}/{}: paced {} req/s, JSON, traces {label}",
+                round + 1,
+                options.rounds,
+                options.rate
+            ));
+            let probe = cpu_probe(vec![pid], upstream_pid, ticks);
+            let outcome = load::open_loop(
+                &target,
+                options.paced_connections,
+                options.rate,
+                Tool::Json,
+                options.warmup,
+                options.duration,
+                &probe,
+            );
+            progress_line(&outcome);
+            merge_into(&mut merged[i].1, outcome);
+        }
+    }
+    // What is still batched goes out within the exporter's delay (5 s).
+    std::thread::sleep(Duration::from_secs(6));
+    drop(on);
+    drop(sampled);
+    Traces {
+        rows: merged
+            .into_iter()
+            .filter_map(|(l, o)| o.map(|o| (l, o)))
+            .collect(),
+        exported: sink.spans(),
+    }
+}
+
+impl Traces {
+    fn render(&self, options: &Options) -> String {
+        let mut md = String::new();
+        let _ = writeln!(
+            md,
+            "#### Traces: `tools/call` at {} req/s, JSON, data-layer sessions, traces off / on / sampled 1%
+",
+            thousands(options.rate as f64)
+        );
+        let _ = writeln!(
+            md,
+            "| traces | p50 / p99 (µs) | added over off: p50 / p99 (µs) | proxy CPU per call (µs) | CPU over off |
+| --- | ---: | ---: | ---: | ---: |"
+        );
+        let off = find(&self.rows, TRACES_OFF);
+        for (label, o) in &self.rows {
+            let (added, cpu_ratio) = match off {
+                Some(base) if *label != TRACES_OFF => (
+                    format!(
+                        "{:+.0} / {:+.0}",
+                        micros(o.p(0.5)) - micros(base.p(0.5)),
+                        micros(o.p(0.99)) - micros(base.p(0.99))
+                    ),
+                    match (o.per_op(0), base.per_op(0)) {
+                        (Some(c), Some(b)) if b > 0.0 => format!("{:.2}×", c / b),
+                        _ => "—".into(),
+                    },
+                ),
+                _ => ("—".into(), "—".into()),
+            };
+            let _ = writeln!(
+                md,
+                "| {label} | {} | {added} | {} | {cpu_ratio} |",
+                cell(Some(o), lat_us),
+                o.per_op(0).map_or("—".into(), |c| format!("{c:.1}")),
+            );
+        }
+        let _ = writeln!(
+            md,
+            "
+Spans the OTLP receiver got from the two exporting proxies: {} (two per call on: the request's and its upstream call's).",
+            thousands(self.exported as f64)
+        );
+        md
+    }
 }
 
 /// The proxy paced at `rate` with each session store, rounds interleaved, and one
@@ -1252,6 +1408,10 @@ impl Report {
         if let Some(eras) = &self.eras {
             let _ = writeln!(md);
             let _ = write!(md, "{}", eras.render(options));
+        }
+        if let Some(traces) = &self.traces {
+            let _ = writeln!(md);
+            let _ = write!(md, "{}", traces.render(options));
         }
         let _ = writeln!(md);
         let _ = writeln!(md, "{}", self.details(options));

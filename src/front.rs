@@ -170,7 +170,9 @@ async fn mcp(
     span.record("method", method);
     span.record("status", status);
     span.record("latency_us", started.elapsed().as_micros() as u64);
-    front.metrics.request(method, Outcome::of_status(status));
+    let outcome = Outcome::of_status(status);
+    front.metrics.request(method, outcome);
+    front.metrics.operation(method, outcome, started.elapsed());
     span.in_scope(|| tracing::debug!("request served"));
     response
 }

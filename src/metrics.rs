@@ -132,6 +132,14 @@ pub struct RequestLabels {
     pub outcome: Outcome,
 }
 
+/// The labels of `mcp_server_operation_duration_seconds`, named after the conventions'
+/// attributes.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub mcp_method_name: &'static str,
+    pub outcome: Outcome,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectionLabels {
     pub reason: Rejection,
@@ -208,6 +216,7 @@ pub struct Metrics {
     pub sessions_rejected: Family<RejectionLabels, Counter>,
     pub caller_refusals: Family<CallerLimitLabels, Counter>,
     pub requests: Family<RequestLabels, Counter>,
+    pub operation_duration: Family<OperationLabels, Histogram>,
     pub upstream_latency: Family<UpstreamLabels, Histogram>,
     pub sse_streams_open: Gauge,
     pub pool_size: Family<PoolLabels, Gauge>,
@@ -232,7 +241,10 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("mcp_proxy");
+        // The proxy's own metrics under `mcp_proxy_`; the OpenTelemetry MCP conventions'
+        // under their own names.
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("mcp_proxy");
         let m = Metrics {
             registry: Registry::default(),
             sessions_active: Gauge::default(),
@@ -250,6 +262,10 @@ impl Metrics {
             sessions_rejected: Family::default(),
             caller_refusals: Family::default(),
             requests: Family::default(),
+            operation_duration: Family::new_with_constructor(|| {
+                // 50 µs … ~26 s.
+                Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
+            }),
             upstream_latency: Family::new_with_constructor(|| {
                 // 50 µs … ~26 s.
                 Histogram::new(exponential_buckets(0.000_05, 2.0, 20))
@@ -413,7 +429,16 @@ impl Metrics {
             "Deleted sealed sessions forgotten before their end to stay within session.max_tombstones",
             m.sealed_tombstones_dropped.clone(),
         );
-        Metrics { registry, ..m }
+        root.register_with_unit(
+            "mcp_server_operation_duration",
+            "MCP requests served, by method and outcome, from arrival to the start of the answer (the OpenTelemetry MCP conventions' mcp.server.operation.duration)",
+            prometheus_client::registry::Unit::Seconds,
+            m.operation_duration.clone(),
+        );
+        Metrics {
+            registry: root,
+            ..m
+        }
     }
 
     /// Counts one piece of work shed for `resource` (`what`: `connection` or `request`).
@@ -456,6 +481,16 @@ impl Metrics {
         self.requests
             .get_or_create(&RequestLabels { method, outcome })
             .inc();
+    }
+
+    /// Observes how long a request took to serve (`mcp.server.operation.duration`).
+    pub fn operation(&self, method: &'static str, outcome: Outcome, took: std::time::Duration) {
+        self.operation_duration
+            .get_or_create(&OperationLabels {
+                mcp_method_name: method,
+                outcome,
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// Notes the era a replica speaks (`None`: not found yet).

@@ -245,7 +245,7 @@ async fn environment_problems_name_the_variable_and_suggest_the_right_one() {
         assert_eq!(
             problem_lines(&stderr),
             [
-                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, cluster, limits, auth and upgrade.",
+                "idle_ttl (from the environment variable MCP_PROXY_IDLE_TTL): unknown key; did you mean MCP_PROXY_SESSION__IDLE_TTL? The top-level keys are listen, path, max_body_bytes, allowed_origins, shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, cluster, limits, auth, upgrade and telemetry.",
                 "upstream.pool_size (from the environment variable MCP_PROXY_UPSTREAM__POOL_SIZE): \"many\" is not a whole number of 0 or more; write e.g. MCP_PROXY_UPSTREAM__POOL_SIZE=2",
             ]
         );

@@ -44,6 +44,7 @@ async fn upstream() -> DemoServer {
 async fn proxy(upstream: &DemoServer, endpoint: &str) -> ProxyProcess {
     let toml = format!(
         "[upstream]\nurl = \"{}\"\nhealth_interval = \"1h\"\n\
+         [stateless]\ntask_after = \"300ms\"\n\
          [telemetry]\nendpoint = \"{endpoint}\"\nservice_name = \"proxy-under-test\"\n",
         upstream.url()
     );
@@ -138,6 +139,22 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
         Some(traceparent(TRACE, &sent[0].span_id).as_str())
     );
 
+    // The conventions' duration histogram counts what was served.
+    let metrics = http
+        .get(proxy.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"mcp_server_operation_duration_seconds_count{mcp_method_name="tools/call",outcome="ok"} 1"#
+        ),
+        "{metrics}"
+    );
+
     // The request's log lines carry the trace and its span.
     let logged = proxy.logged("INFO", "session created");
     assert_eq!(logged.len(), 1, "{}", proxy.log());
@@ -176,6 +193,27 @@ async fn a_2026_call_is_parented_on_the_trace_in_its_meta() {
         seen.iter().all(|t| t.contains(trace)),
         "every upstream request of the call is in its trace: {seen:?}"
     );
+    // A task runs in the trace of the request that made it: its cancellation, sent
+    // upstream by the task's driver long after that request was answered, is a CLIENT
+    // span of that request's.
+    let mut tasks = StatelessClient::new(proxy.url("/mcp"))
+        .with_capabilities(json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
+    let task_trace = "5bf92f3577b34da6a3ce929d0e0e4736";
+    let params = tasks.params(json!({"name": "slow",
+        "arguments": {"steps": 50, "interval_ms": 200},
+        "_meta": {"traceparent": traceparent(task_trace, parent)}}));
+    let headers = StatelessClient::headers("tools/call", &params);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let created = post_json(&tasks.http, &tasks.url, &body, &headers).await;
+    let message = final_message(&created);
+    assert_eq!(message["result"]["resultType"], "task", "{}", created.text);
+    let made = receiver.span("tools/call slow", task_trace).await;
+    let cancel = json!({"taskId": message["result"]["taskId"]});
+    let reply = tasks.request("tasks/cancel", cancel).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let cancelled = receiver.span("notifications/cancelled", task_trace).await;
+    assert_eq!(cancelled.kind, CLIENT);
+    assert_eq!(cancelled.parent_span_id, made.span_id);
     // A refusal is an error span with the JSON-RPC code.
     let bad = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": {"name": "echo", "_meta": {"traceparent": traceparent(trace, parent),

@@ -10,6 +10,7 @@
 pub mod http;
 pub mod load;
 pub mod modern;
+pub mod otlp_sink;
 pub mod procs;
 pub mod upstream;
 

@@ -643,7 +643,7 @@ fn unknown_keys_suggest_the_closest_and_list_the_valid_ones() {
     let problems = problems_of("idle_ttl = \"5m\"\n[stateles]\nmax_pooled = 1\n");
     let top = "The top-level keys are listen, path, max_body_bytes, allowed_origins, \
                shutdown_grace, workers, session, upstream, log, admin, stateless, upstreams, \
-               cluster, limits, auth and upgrade.";
+               cluster, limits, auth, upgrade and telemetry.";
     assert_eq!(
         problems,
         [

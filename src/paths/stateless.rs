@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
+use opentelemetry::context::FutureExt as _;
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use tokio::sync::{Semaphore, oneshot};
@@ -518,7 +519,8 @@ impl StatelessPath {
                 list,
                 task_after,
             };
-            tokio::spawn(driver::run(call, first_tx));
+            // The call's later rounds (and a task's whole life) are the request's trace.
+            tokio::spawn(driver::run(call, first_tx).with_current_context());
         }
         let first = first_rx.await.map_err(|_| {
             self.error(UpstreamError::Unreachable(

@@ -10,6 +10,7 @@
 //! client cancels it (`notifications/cancelled`), when the client's stream is gone, or
 //! when its answers do not come within the wait.
 
+use opentelemetry::context::FutureExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,12 +94,16 @@ impl Call {
         }
         let bridged = self.bridged.clone();
         let label = self.upstream.label().clone();
-        tokio::spawn(async move {
-            self.run(answer, cancelled, input_wait).await;
-            if let Some(key) = key {
-                bridged.calls.lock().remove(&key);
+        // The call's later rounds are the request's trace.
+        tokio::spawn(
+            async move {
+                self.run(answer, cancelled, input_wait).await;
+                if let Some(key) = key {
+                    bridged.calls.lock().remove(&key);
+                }
             }
-        });
+            .with_current_context(),
+        );
         first.await.map_err(|_| ProxyError::Upstream {
             upstream: label.to_string(),
             source: UpstreamError::Unreachable("the upstream call ended without an answer".into()),
