@@ -646,6 +646,63 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     report
 }
 
+/// `tools/call` (JSON, data-layer sessions) paced at `rate` against each of `targets`
+/// (label, address, the pid whose CPU counts), `options.rounds` rounds with the targets
+/// interleaved (each round starting with the next one), each checked first; the rounds
+/// merged per target. `what` names a target in the progress lines (`traces on`, `the
+/// redis store`).
+fn paced_rounds(
+    options: &Options,
+    targets: &[(&'static str, SocketAddr, u32)],
+    upstream_pid: u32,
+    what: impl Fn(&str) -> String,
+) -> Vec<(&'static str, Outcome)> {
+    let ticks = procs::clock_ticks();
+    let mut merged: Vec<(&'static str, Option<Outcome>)> =
+        targets.iter().map(|(label, _, _)| (*label, None)).collect();
+    for round in 0..options.rounds {
+        let mut order: Vec<usize> = (0..targets.len()).collect();
+        order.rotate_left(round % targets.len());
+        for i in order {
+            let (label, addr, pid) = targets[i];
+            let target = Target {
+                label,
+                addr,
+                protocol: Protocol::DataLayer,
+            };
+            if let Err(e) = load::smoke(&target) {
+                panic!(
+                    "the proxy with {} does not answer correctly: {e}",
+                    what(label)
+                );
+            }
+            progress(&format!(
+                "round {}/{}: paced {} req/s, JSON, {}",
+                round + 1,
+                options.rounds,
+                options.rate,
+                what(label)
+            ));
+            let probe = cpu_probe(vec![pid], upstream_pid, ticks);
+            let outcome = load::open_loop(
+                &target,
+                options.paced_connections,
+                options.rate,
+                Tool::Json,
+                options.warmup,
+                options.duration,
+                &probe,
+            );
+            progress_line(&outcome);
+            merge_into(&mut merged[i].1, outcome);
+        }
+    }
+    merged
+        .into_iter()
+        .filter_map(|(l, o)| o.map(|o| (l, o)))
+        .collect()
+}
+
 /// The traces rows: `tools/call` (JSON, data-layer sessions) paced at `rate` through the
 /// main table's proxy (traces off) and two more exporting every span to a collector
 /// stand-in on loopback (`otlp_sink`) — one sampling every request, one 1% of them —
@@ -686,51 +743,15 @@ fn traces(
         (TRACES_ON, on_addr, on.pid()),
         (TRACES_SAMPLED, sampled_addr, sampled.pid()),
     ];
-    let ticks = procs::clock_ticks();
-    let mut merged: Vec<(&'static str, Option<Outcome>)> =
-        targets.iter().map(|(label, _, _)| (*label, None)).collect();
-    for round in 0..options.rounds {
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        order.rotate_left(round % targets.len());
-        for i in order {
-            let (label, addr, pid) = targets[i];
-            let target = Target {
-                label,
-                addr,
-                protocol: Protocol::DataLayer,
-            };
-            if let Err(e) = load::smoke(&target) {
-                panic!("the proxy with traces {label} does not answer correctly: {e}");
-            }
-            progress(&format!(
-                "traces round {}/{}: paced {} req/s, JSON, traces {label}",
-                round + 1,
-                options.rounds,
-                options.rate
-            ));
-            let probe = cpu_probe(vec![pid], upstream_pid, ticks);
-            let outcome = load::open_loop(
-                &target,
-                options.paced_connections,
-                options.rate,
-                Tool::Json,
-                options.warmup,
-                options.duration,
-                &probe,
-            );
-            progress_line(&outcome);
-            merge_into(&mut merged[i].1, outcome);
-        }
-    }
+    let rows = paced_rounds(options, &targets, upstream_pid, |label| {
+        format!("traces {label}")
+    });
     // What is still batched goes out within the exporter's delay (5 s).
     std::thread::sleep(Duration::from_secs(6));
     drop(on);
     drop(sampled);
     Traces {
-        rows: merged
-            .into_iter()
-            .filter_map(|(l, o)| o.map(|o| (l, o)))
-            .collect(),
+        rows,
         exported: sink.spans(),
     }
 }
@@ -846,46 +867,9 @@ fn stores(
     if let Some((proxy, addr)) = &with_sentinel {
         targets.push(("redis-sentinel", *addr, proxy.pid()));
     }
-    let ticks = procs::clock_ticks();
-    let mut merged: Vec<(&'static str, Option<Outcome>)> =
-        targets.iter().map(|(label, _, _)| (*label, None)).collect();
-    for round in 0..options.rounds {
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        order.rotate_left(round % targets.len());
-        for i in order {
-            let (label, addr, pid) = targets[i];
-            let target = Target {
-                label,
-                addr,
-                protocol: Protocol::DataLayer,
-            };
-            if let Err(e) = load::smoke(&target) {
-                panic!("the proxy with the {label} store does not answer correctly: {e}");
-            }
-            progress(&format!(
-                "stores round {}/{}: paced {} req/s, JSON, {label} store",
-                round + 1,
-                options.rounds,
-                options.rate
-            ));
-            let probe = cpu_probe(vec![pid], upstream_pid, ticks);
-            let outcome = load::open_loop(
-                &target,
-                options.paced_connections,
-                options.rate,
-                Tool::Json,
-                options.warmup,
-                options.duration,
-                &probe,
-            );
-            progress_line(&outcome);
-            merge_into(&mut merged[i].1, outcome);
-        }
-    }
-    report.stores = merged
-        .into_iter()
-        .filter_map(|(l, o)| o.map(|o| (l, o)))
-        .collect();
+    report.stores = paced_rounds(options, &targets, upstream_pid, |label| {
+        format!("the {label} store")
+    });
     let mut rtts = procs::redis_round_trips(redis_addr, 2000, options.rate);
     rtts.sort();
     if !rtts.is_empty() {

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use common::binary::{ProxyProcess, WorkDir, command};
 use common::*;
-use mcp_session_proxy::demo::{DemoOptions, DemoServer};
 use serde_json::json;
 
 /// No test may take longer.
@@ -32,15 +31,6 @@ async fn bounded<F: Future>(body: F) -> F::Output {
     tokio::time::timeout(TEST_LIMIT, body)
         .await
         .unwrap_or_else(|_| panic!("the test took longer than {TEST_LIMIT:?}"))
-}
-
-async fn upstream() -> DemoServer {
-    DemoServer::start(DemoOptions {
-        record: true,
-        ..DemoOptions::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// The binary with `--listen listen`, two workers (a `SO_REUSEPORT` group of two
@@ -77,7 +67,7 @@ fn unpooled() -> reqwest::Client {
 #[tokio::test]
 async fn a_second_proxy_on_a_served_address_exits_and_the_first_keeps_every_connection() {
     bounded(async {
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
         let first = ProxyProcess::start(&format!(
             "workers = 2\n[upstream]\nurl = \"{}\"\n",
             upstream.url()
@@ -127,7 +117,7 @@ async fn an_address_another_program_shares_by_reuseport_is_refused_too() {
         foreign.bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let foreign = foreign.listen(16).unwrap();
         let addr = foreign.local_addr().unwrap();
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
 
         let proxy = run_on(addr, &upstream.url()).await;
         let stderr = String::from_utf8_lossy(&proxy.stderr);

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use common::binary::ProxyProcess;
 use common::*;
-use mcp_session_proxy::demo::{DemoOptions, DemoServer};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -35,15 +34,6 @@ async fn bounded<F: Future>(body: F) -> F::Output {
     tokio::time::timeout(TEST_LIMIT, body)
         .await
         .unwrap_or_else(|_| panic!("the test took longer than {TEST_LIMIT:?}"))
-}
-
-async fn upstream() -> DemoServer {
-    DemoServer::start(DemoOptions {
-        record: true,
-        ..DemoOptions::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// Two workers before `upstream`, connections never closed for idling during the test,
@@ -112,7 +102,7 @@ async fn short_of_descriptors_the_proxy_sheds_new_work_serves_open_sessions_and_
     bounded(async {
         const NOFILE: u64 = 160;
         // Shedding from 90 % of the limit (144 descriptors), recovery below 90 % of that.
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
         let proxy = ProxyProcess::launch()
             .toml(&proxy_toml(&upstream.url(), ""))
             .nofile(NOFILE)
@@ -221,7 +211,7 @@ async fn slow_body(to: SocketAddr, sent: usize) -> TcpStream {
 #[tokio::test]
 async fn short_of_memory_the_proxy_sheds_new_work_serves_open_sessions_and_recovers() {
     bounded(async {
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
         // The binary's resident memory once warm, to set the threshold above it.
         let warm = |proxy: ProxyProcess| async move {
             let mut client = SessionClient::new(proxy.url("/mcp"));

@@ -19,7 +19,7 @@ use std::time::Duration;
 use common::binary::ProxyProcess;
 use common::otlp::{CLIENT, OtlpReceiver, SERVER};
 use common::*;
-use mcp_session_proxy::demo::{DemoOptions, DemoServer};
+use mcp_session_proxy::demo::DemoServer;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::json;
 
@@ -29,15 +29,6 @@ const CLIENT_SPAN: &str = "b7ad6b7169203331";
 
 fn traceparent(trace: &str, span: &str) -> String {
     format!("00-{trace}-{span}-01")
-}
-
-async fn upstream() -> DemoServer {
-    DemoServer::start(DemoOptions {
-        record: true,
-        ..DemoOptions::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// The binary before `upstream`, its traces going to `endpoint`.
@@ -64,7 +55,7 @@ fn with_traceparent(value: &str) -> HeaderMap {
 #[tokio::test]
 async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
     let receiver = OtlpReceiver::start().await;
-    let demo = upstream().await;
+    let demo = recording_demo().await;
     let proxy = proxy(&demo, &receiver.endpoint()).await;
     let http = http_client();
     let url = proxy.url("/mcp");
@@ -165,7 +156,7 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
 #[tokio::test]
 async fn a_2026_call_is_parented_on_the_trace_in_its_meta() {
     let receiver = OtlpReceiver::start().await;
-    let demo = upstream().await;
+    let demo = recording_demo().await;
     let proxy = proxy(&demo, &receiver.endpoint()).await;
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent = "a3ce929d0e0e4736";
@@ -241,7 +232,7 @@ async fn with_no_receiver_listening_requests_are_unaffected() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let demo = upstream().await;
+    let demo = recording_demo().await;
     let proxy = proxy(&demo, &endpoint).await;
     let http = http_client();
     for id in 0..20 {

@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use common::binary::{ProxyProcess, WorkDir, command, scratch_dir};
 use common::fleet::{Redis, free_port};
 use common::*;
-use mcp_session_proxy::demo::{DemoOptions, DemoServer};
 use parking_lot::Mutex;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
@@ -46,15 +45,6 @@ async fn bounded<F: Future>(body: F) -> F::Output {
     tokio::time::timeout(TEST_LIMIT, body)
         .await
         .unwrap_or_else(|_| panic!("the test took longer than {TEST_LIMIT:?}"))
-}
-
-async fn upstream() -> DemoServer {
-    DemoServer::start(DemoOptions {
-        record: true,
-        ..DemoOptions::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// Where the proxies of one test find each other: a socket path in a directory of its
@@ -213,7 +203,7 @@ enum Sessions {
 /// Starts a proxy with `session`, puts it under load, upgrades it to a new process, and
 /// checks that nothing failed.
 async fn nothing_fails_across_an_upgrade(session: &str, sessions: Sessions) {
-    let upstream = upstream().await;
+    let upstream = recording_demo().await;
     let rendezvous = Rendezvous::new();
     let toml = proxy_toml(free_port(), &rendezvous.socket(), &upstream.url(), session);
     let mut old = ProxyProcess::start(&toml).await;
@@ -349,7 +339,7 @@ async fn nothing_fails_across_an_upgrade_with_sealed_sessions() {
 #[tokio::test]
 async fn a_new_process_that_cannot_take_over_leaves_the_running_one_serving() {
     bounded(async {
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
         let rendezvous = Rendezvous::new();
         let socket = rendezvous.socket();
         let port = free_port();
@@ -417,7 +407,7 @@ async fn a_new_process_that_cannot_take_over_leaves_the_running_one_serving() {
 #[tokio::test]
 async fn a_socket_file_left_by_a_proxy_that_died_is_replaced() {
     bounded(async {
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
         let rendezvous = Rendezvous::new();
         let toml = proxy_toml(
             0,
@@ -446,7 +436,7 @@ async fn a_socket_file_left_by_a_proxy_that_died_is_replaced() {
 #[tokio::test]
 async fn the_operations_listener_goes_over_too_whatever_the_workers() {
     bounded(async {
-        let upstream = upstream().await;
+        let upstream = recording_demo().await;
         let rendezvous = Rendezvous::new();
         let (port, admin) = (free_port(), free_port());
         // One worker: a single socket, without SO_REUSEPORT. The next process has three

@@ -327,6 +327,16 @@ pub fn session_header(session_id: &str) -> HeaderMap {
     headers
 }
 
+/// The strict demo (legacy) server on its own, recording what it receives.
+pub async fn recording_demo() -> DemoServer {
+    DemoServer::start(DemoOptions {
+        record: true,
+        ..DemoOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// `params` with the session `_meta` added (keeping any other `_meta`).
 pub fn in_session(mut params: Value, session_id: &str, state: Option<&str>) -> Value {
     let mut session = json!({ "sessionId": session_id });
