@@ -52,6 +52,21 @@ pub fn active() -> bool {
     TRACER.get().is_some()
 }
 
+/// The longest text a span takes from a client (bytes, cut at a character).
+const MAX_TEXT: usize = 256;
+
+/// `text` cut to [`MAX_TEXT`] bytes.
+pub(crate) fn bounded(text: &str) -> &str {
+    if text.len() <= MAX_TEXT {
+        return text;
+    }
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Where traces go and which are kept, resolved: `[telemetry]` first, then the
 /// OpenTelemetry SDKs' environment variables.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,22 +150,33 @@ impl Settings {
                 None => return Ok(None),
             },
         };
+        check_endpoint(&traces_url)?;
         let service_name = config
             .service_name
             .clone()
             .or_else(|| var("OTEL_SERVICE_NAME"))
             .unwrap_or_else(|| SCOPE.to_owned());
+        // The file's ratio applies whichever sampler; the variables' sampler, as in every
+        // SDK, falls back to the default with a warning when it is not one this knows.
+        let arg = match (config.sampler_arg, var("OTEL_TRACES_SAMPLER_ARG")) {
+            (Some(arg), _) => Some(arg),
+            (None, Some(arg)) => match arg.trim().parse::<f64>() {
+                Ok(arg) => Some(arg),
+                Err(_) => {
+                    tracing::warn!(value = %arg, "OTEL_TRACES_SAMPLER_ARG is not a number; ignored");
+                    None
+                }
+            },
+            (None, None) => None,
+        };
         let sampler = match &config.sampler {
-            Some(name) => SamplerChoice::parse(name, config.sampler_arg)?,
+            Some(name) => SamplerChoice::parse(name, arg)?,
             None => {
-                let arg = match var("OTEL_TRACES_SAMPLER_ARG") {
-                    Some(arg) => Some(arg.trim().parse::<f64>().map_err(|_| {
-                        format!("OTEL_TRACES_SAMPLER_ARG is not a number: {arg:?}")
-                    })?),
-                    None => None,
-                };
                 let name = var("OTEL_TRACES_SAMPLER").unwrap_or_default();
-                SamplerChoice::parse(name.trim(), arg)?
+                SamplerChoice::parse(name.trim(), arg).unwrap_or_else(|why| {
+                    tracing::warn!(%why, "OTEL_TRACES_SAMPLER: using parentbased_always_on");
+                    SamplerChoice::ParentBasedAlwaysOn
+                })
             }
         };
         Ok(Some(Settings {
@@ -158,6 +184,25 @@ impl Settings {
             service_name,
             sampler,
         }))
+    }
+}
+
+/// Whether `url` can take traces: an `http://` URL with a host. The exporter speaks no
+/// TLS: traces go to a collector (an agent beside the proxy) over plain HTTP, which
+/// sends them on.
+pub fn check_endpoint(url: &str) -> Result<(), String> {
+    let parsed = url
+        .parse::<http::Uri>()
+        .map_err(|_| format!("{url:?} is not a URL, e.g. \"http://127.0.0.1:4318\""))?;
+    match (parsed.scheme_str(), parsed.host()) {
+        (Some("http"), Some(host)) if !host.is_empty() => Ok(()),
+        (Some("https"), _) => Err(format!(
+            "{url:?}: traces are sent over plain HTTP only; point this at a collector \
+             beside the proxy (e.g. \"http://127.0.0.1:4318\"), which sends them on over TLS"
+        )),
+        _ => Err(format!(
+            "{url:?} is not an http:// URL with a host, e.g. \"http://127.0.0.1:4318\""
+        )),
     }
 }
 
@@ -278,6 +323,46 @@ mod tests {
         let whole = resolve(&TelemetryConfig::default(), &signal).unwrap();
         assert_eq!(whole.traces_url, "http://t:1/x");
         assert_eq!(whole.sampler, SamplerChoice::ParentBasedAlwaysOn);
+    }
+
+    #[test]
+    fn endpoints_are_plain_http_with_a_host_and_the_files_ratio_applies_to_any_sampler() {
+        assert!(check_endpoint("http://c:4318").is_ok());
+        for bad in ["https://c:4318", "http://", "c:4318", "not a url"] {
+            assert!(check_endpoint(bad).is_err(), "{bad}");
+        }
+        let config = TelemetryConfig {
+            sampler_arg: Some(0.5),
+            ..TelemetryConfig::default()
+        };
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.01"),
+        ];
+        assert_eq!(
+            resolve(&config, &env).unwrap().sampler,
+            SamplerChoice::TraceIdRatio(0.5)
+        );
+        // A sampler of the variables this does not know: the default, not a refusal.
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_TRACES_SAMPLER", "xray"),
+        ];
+        assert_eq!(
+            resolve(&TelemetryConfig::default(), &env).unwrap().sampler,
+            SamplerChoice::ParentBasedAlwaysOn
+        );
+        let https = [("OTEL_EXPORTER_OTLP_ENDPOINT", "https://saas.example")];
+        assert!(
+            Settings::resolve(&TelemetryConfig::default(), |n| {
+                https
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+            .is_err()
+        );
     }
 
     #[test]

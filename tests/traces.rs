@@ -14,12 +14,12 @@
 
 mod common;
 
-use std::time::Duration;
 
 use common::binary::ProxyProcess;
 use common::otlp::{CLIENT, OtlpReceiver, SERVER};
 use common::*;
 use mcp_session_proxy::demo::DemoServer;
+use mcp_session_proxy::session::log_tag;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::json;
 
@@ -106,13 +106,20 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
     assert_eq!(served.parent_span_id, call_span);
     assert_eq!(served.attribute("gen_ai.tool.name"), "echo");
     assert_eq!(served.attribute("gen_ai.operation.name"), "execute_tool");
-    assert_eq!(served.attribute("mcp.session.id"), session_id);
+    // The session as the logs name it: a hash, never the id (which is what lets anyone
+    // use the session) nor its state.
+    assert_eq!(served.attribute("mcp.session.id"), log_tag(&session_id));
+    let state = session["state"].as_str().unwrap();
     assert_eq!(served.attribute("http.response.status_code"), "200");
-    assert!(
-        !served.attributes.values().any(|v| v.contains("state")),
-        "never the session's state: {:?}",
-        served.attributes
-    );
+    for span in receiver.spans() {
+        assert!(
+            !span
+                .attributes
+                .values()
+                .any(|v| v.contains(&session_id) || v.contains(state)),
+            "the session's id or state in {span:?}"
+        );
+    }
     let sent = receiver.children(TRACE, &served.span_id);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(
@@ -181,8 +188,18 @@ async fn a_2026_call_is_parented_on_the_trace_in_its_meta() {
         .filter_map(|r| r.traceparent)
         .collect();
     assert!(
-        seen.iter().all(|t| t.contains(trace)),
+        !seen.is_empty() && seen.iter().all(|t| t.contains(trace)),
         "every upstream request of the call is in its trace: {seen:?}"
+    );
+    let called = demo
+        .journal()
+        .into_iter()
+        .find(|r| r.method() == Some("tools/call"))
+        .unwrap();
+    assert_eq!(
+        called.traceparent.as_deref(),
+        Some(traceparent(trace, &call.span_id).as_str()),
+        "the upstream's parent is the proxy's CLIENT span"
     );
     // A task runs in the trace of the request that made it: its cancellation, sent
     // upstream by the task's driver long after that request was answered, is a CLIENT
@@ -212,16 +229,12 @@ async fn a_2026_call_is_parented_on_the_trace_in_its_meta() {
     let reply = post_json(&client.http, &client.url, &bad, &headers).await;
     assert_eq!(reply.status, 400, "{}", reply.text);
     let code = reply.error_code().unwrap().to_string();
-    let refused = loop {
-        let found = receiver.spans().into_iter().find(|s| {
+    let refused = receiver
+        .find("for the refused request", |s| {
             s.trace_id == trace
                 && s.attributes.get("jsonrpc.request.id").map(String::as_str) == Some("3")
-        });
-        if let Some(span) = found {
-            break span;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        })
+        .await;
     assert_eq!(refused.attribute("error.type"), code);
     assert_eq!(refused.status_code, 2);
 }
@@ -234,6 +247,11 @@ async fn with_no_receiver_listening_requests_are_unaffected() {
     drop(closed);
     let demo = recording_demo().await;
     let proxy = proxy(&demo, &endpoint).await;
+    assert!(
+        proxy.log().contains("exporting traces over OTLP/HTTP"),
+        "traces are on: {}",
+        proxy.log()
+    );
     let http = http_client();
     for id in 0..20 {
         let reply = post_json(

@@ -366,24 +366,29 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
     })
 }
 
-/// `[telemetry]`: "" is unset; an endpoint must be an http(s) URL, a sampler one of
+/// `[telemetry]`: "" is unset; an endpoint must be an http:// URL with a host, a sampler one of
 /// `OTEL_TRACES_SAMPLER`'s names with its ratio within 0 and 1.
 fn telemetry(p: &mut Problems, t: &super::raw::RawTelemetry) -> TelemetryConfig {
     let set = |value: &str| Some(value.trim().to_owned()).filter(|v| !v.is_empty());
     let endpoint = set(&t.endpoint);
     if let Some(url) = &endpoint
-        && !(url.starts_with("http://") || url.starts_with("https://"))
+        && let Err(why) = crate::telemetry::check_endpoint(url)
     {
-        p.add(
-            "telemetry.endpoint",
-            format!("{url:?} is not an http:// or https:// URL, e.g. \"http://127.0.0.1:4318\""),
-        );
+        p.add("telemetry.endpoint", why);
     }
     let sampler = set(&t.sampler);
     if let Some(name) = &sampler
         && let Err(why) = crate::telemetry::SamplerChoice::parse(name, t.sampler_arg)
     {
         p.add("telemetry.sampler", why);
+    }
+    if let Some(arg) = t.sampler_arg
+        && !(0.0..=1.0).contains(&arg)
+    {
+        p.add(
+            "telemetry.sampler_arg",
+            format!("{arg} is not a ratio within 0 and 1, e.g. 0.01"),
+        );
     }
     TelemetryConfig {
         endpoint,

@@ -3,7 +3,6 @@
 //! the real server's address, and its context sent in the request's headers, so the
 //! server's own spans join the client's trace.
 
-use http::header::HeaderValue;
 use http::{Request, StatusCode};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
@@ -21,36 +20,29 @@ pub struct ClientSpan {
 }
 
 impl ClientSpan {
-    /// The span of `request` to the server at `host` (its `Host` header), child of the
-    /// span the current task serves; its context goes into the request's headers.
-    /// `None` when traces are off or nothing being served has a span.
-    pub fn start<B>(request: &mut Request<B>, host: &HeaderValue) -> Option<ClientSpan> {
+    /// The span of `request` to the server at `address`:`port` (the upstream URL's),
+    /// child of the span the current task serves; its context goes into the request's
+    /// headers. `None` when traces are off or nothing being served has a span.
+    pub fn start<B>(request: &mut Request<B>, (address, port): (&str, u16)) -> Option<ClientSpan> {
         let tracer = super::tracer()?;
         let parent = Context::current();
         if !parent.span().span_context().is_valid() {
             return None;
         }
-        let operation = request.extensions().get::<Operation>().map(|o| o.0.clone());
+        let operation = request
+            .extensions()
+            .get::<Operation>()
+            .map(|o| super::bounded(&o.0).to_owned());
         let mut attributes = vec![
             KeyValue::new("http.request.method", request.method().as_str().to_owned()),
             KeyValue::new("network.transport", "tcp"),
+            KeyValue::new("server.address", address.to_owned()),
+            KeyValue::new("server.port", i64::from(port)),
         ];
         if let Some(method) = &operation {
-            attributes.push(KeyValue::new("mcp.method.name", method.to_string()));
+            attributes.push(KeyValue::new("mcp.method.name", method.clone()));
         }
-        let host = host.to_str().unwrap_or_default();
-        let (address, port) = match host.rsplit_once(':') {
-            Some((address, port)) if !address.ends_with(':') => (address, port.parse::<i64>().ok()),
-            _ => (host, None),
-        };
-        attributes.push(KeyValue::new(
-            "server.address",
-            address.trim_matches(['[', ']']).to_owned(),
-        ));
-        if let Some(port) = port {
-            attributes.push(KeyValue::new("server.port", port));
-        }
-        let name = operation.map_or_else(|| request.method().as_str().to_owned(), String::from);
+        let name = operation.unwrap_or_else(|| request.method().as_str().to_owned());
         let span = tracer
             .span_builder(name)
             .with_kind(SpanKind::Client)

@@ -9,16 +9,18 @@ use http::StatusCode;
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 
-use super::context;
+use super::{bounded, context};
 use crate::jsonrpc::raw_str;
 use crate::mcp::headers::MCP_PROTOCOL_VERSION;
 use crate::mcp::{Method, meta};
 use crate::route::Message;
 
 /// One request's span, and the context its work runs in (whose spans are its children).
+/// Dropped unfinished (the client left), it ends as cancelled.
 #[derive(Debug)]
 pub struct ServerSpan {
     cx: Context,
+    finished: bool,
 }
 
 impl ServerSpan {
@@ -27,7 +29,9 @@ impl ServerSpan {
         let tracer = super::tracer()?;
         let params = message.params();
         let parent = context::from_client(message.headers, params);
-        let method = message.envelope.method();
+        // What the client wrote is cut to a bound: the spans wait in a bounded queue,
+        // but each span's size is the client's to choose otherwise.
+        let method = bounded(message.envelope.method());
         let method = if method.is_empty() {
             "response"
         } else {
@@ -37,7 +41,7 @@ impl ServerSpan {
             params
                 .and_then(|p| p.member(key))
                 .and_then(raw_str)
-                .map(|s| s.into_owned())
+                .map(|s| bounded(&s).to_owned())
         };
         let mut attributes = vec![
             KeyValue::new("mcp.method.name", method.to_owned()),
@@ -63,26 +67,28 @@ impl ServerSpan {
             _ => None,
         };
         if let Some(id) = message.request_id() {
-            let id = raw_str(id).map_or_else(|| id.get().to_owned(), |s| s.into_owned());
+            let id = raw_str(id)
+                .map_or_else(|| bounded(id.get()).to_owned(), |s| bounded(&s).to_owned());
             attributes.push(KeyValue::new("jsonrpc.request.id", id));
         }
-        // The data-layer session (its id only: never its state).
+        // The data-layer session, as the logs and the admin API name it: a hash of its
+        // id (the id is what lets anyone use the session; a sealed id is its route).
         if let Some(session) = params.and_then(|p| p.session().ok().flatten()) {
             attributes.push(KeyValue::new(
                 "mcp.session.id",
-                session.session_id.into_owned(),
+                crate::session::log_tag(&session.session_id),
             ));
         }
         let version = params
             .and_then(|p| p.meta(meta::PROTOCOL_VERSION))
             .and_then(raw_str)
-            .map(|s| s.into_owned())
+            .map(|s| bounded(&s).to_owned())
             .or_else(|| {
                 message
                     .headers
                     .get(&MCP_PROTOCOL_VERSION)
                     .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
+                    .map(|v| bounded(v).to_owned())
             });
         if let Some(version) = version {
             attributes.push(KeyValue::new("mcp.protocol.version", version));
@@ -102,6 +108,7 @@ impl ServerSpan {
             .start_with_context(tracer, &parent);
         Some(ServerSpan {
             cx: parent.with_span(span),
+            finished: false,
         })
     }
 
@@ -122,7 +129,8 @@ impl ServerSpan {
 
     /// Ends the span with the answer's HTTP status and, when the proxy answered with a
     /// JSON-RPC error of its own, that error's code.
-    pub fn finish(self, status: StatusCode, error: Option<i32>) {
+    pub fn finish(mut self, status: StatusCode, error: Option<i32>) {
+        self.finished = true;
         let span = self.cx.span();
         span.set_attribute(KeyValue::new(
             "http.response.status_code",
@@ -140,6 +148,18 @@ impl ServerSpan {
             }
             None => {}
         }
+        span.end();
+    }
+}
+
+impl Drop for ServerSpan {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("error.type", "cancelled"));
+        span.set_status(Status::error("the client left before its answer"));
         span.end();
     }
 }

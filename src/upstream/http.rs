@@ -61,6 +61,8 @@ pub struct HttpUpstream {
     /// The request target every request is sent to (origin form) and its `Host`.
     target: Uri,
     host: HeaderValue,
+    /// The server's host and port, as traces name it (never the URL's credentials).
+    server: (Arc<str>, u16),
     settings: Settings,
     label: Arc<str>,
     id: super::ReplicaId,
@@ -79,11 +81,13 @@ impl HttpUpstream {
         });
         // Idle connections are closed on a timer: after a burst (a reaper ending
         // thousands of sessions) the sockets do not stay open for good.
+        let server_host: Arc<str> = url
+            .host()
+            .unwrap_or("localhost")
+            .trim_matches(['[', ']'])
+            .into();
         let connections = Connections::new(
-            url.host()
-                .unwrap_or("localhost")
-                .trim_matches(['[', ']'])
-                .to_owned(),
+            server_host.to_string(),
             port,
             settings.connect_timeout,
             settings.idle_timeout,
@@ -102,6 +106,7 @@ impl HttpUpstream {
             connections: Arc::new(connections),
             target,
             host,
+            server: (server_host, port),
             settings,
             id: super::replica_id(&label),
             label,
@@ -325,7 +330,7 @@ impl HttpUpstream {
         mut request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let timeout = self.settings.timeout;
-        let span = ClientSpan::start(&mut request, &self.host);
+        let span = ClientSpan::start(&mut request, (&self.server.0, self.server.1));
         let sent = Instant::now();
         let sending = tokio::time::timeout(timeout, self.connections.send(request)).await;
         let response = match sending {

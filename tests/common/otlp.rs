@@ -123,6 +123,23 @@ impl OtlpReceiver {
         }
     }
 
+    /// Waits until a span for which `wanted` holds has come; it, or a panic saying
+    /// `what` did not come.
+    pub async fn find(&self, what: &str, wanted: impl Fn(&Span) -> bool) -> Span {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(span) = self.spans().into_iter().find(|s| wanted(s)) {
+                return span;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no span {what}; came: {:?}",
+                self.spans()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The spans of trace `trace_id` whose parent is `parent`.
     pub fn children(&self, trace_id: &str, parent: &str) -> Vec<Span> {
         self.spans()
