@@ -242,9 +242,12 @@ impl Endpoint<'_> {
             headers: &parts.headers,
             body: &body,
         });
-        let peer = match forwarded {
-            Ok(None) => parts.extensions.get::<ClientAddr>().map(|addr| addr.0),
-            Ok(Some(from)) => from.client,
+        let (peer, from_peer) = match forwarded {
+            Ok(None) => (
+                parts.extensions.get::<ClientAddr>().map(|addr| addr.0),
+                false,
+            ),
+            Ok(Some(from)) => (from.client, true),
             Err(e) => return (response::error(&e, None), "other"),
         };
         let envelope = match Envelope::parse(&body) {
@@ -275,7 +278,7 @@ impl Endpoint<'_> {
             accepts,
             peer,
         };
-        let traced = ServerSpan::start(&message, received);
+        let traced = ServerSpan::start(&message, received, from_peer);
         let answered = match &traced {
             Some(span) => {
                 let (trace_id, span_id) = span.ids();

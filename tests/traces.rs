@@ -2,8 +2,9 @@
 //! (`common::otlp`, decoding with the protocol's own definitions): a data-layer session's
 //! create and call and a 2026-07-28 call each make one trace, parented on the client's
 //! `traceparent` (its HTTP header, or its request's `_meta`), with a CLIENT span for what
-//! went upstream — and the upstream gets the same trace in its `traceparent`. With no
-//! receiver listening, requests are unaffected.
+//! went upstream — and the upstream gets the same trace in its `traceparent`; a retry
+//! forwarded between two replicas (on a real Redis) stays in its trace. With no receiver
+//! listening, requests are unaffected.
 
 #![allow(
     clippy::unwrap_used,
@@ -14,8 +15,8 @@
 
 mod common;
 
-
 use common::binary::ProxyProcess;
+use common::fleet::{Redis, Replicas};
 use common::otlp::{CLIENT, OtlpReceiver, SERVER};
 use common::*;
 use mcp_session_proxy::demo::DemoServer;
@@ -272,4 +273,79 @@ async fn with_no_receiver_listening_requests_are_unaffected() {
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
+}
+
+/// A retry landing at the replica that does not hold its call is forwarded to the one
+/// that does: one trace — the retry's span at B, B's hop as its CLIENT span, and A's span
+/// of the forwarded request under that hop.
+#[tokio::test]
+async fn a_retry_forwarded_to_the_replica_holding_its_call_is_one_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let redis = Redis::start().await;
+    let upstream = Replicas::start(1).await;
+    let toml = format!(
+        "listen = \"127.0.0.1:0\"\n[upstream]\nurls = [\"{}\"]\nhealth_interval = \"1h\"\n\
+         [session]\nstore = \"redis\"\nredis_url = \"{}\"\nstate_key = \"{}\"\n\
+         [telemetry]\nendpoint = \"{}\"\n",
+        upstream.url(0),
+        redis.url(),
+        "5ea1ed".repeat(10) + "5ea1",
+        receiver.endpoint()
+    );
+    let start = || {
+        ProxyProcess::launch()
+            .toml(&toml)
+            .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
+            .start()
+    };
+    let a = start().await;
+    let b = start().await;
+    let trace = "6bf92f3577b34da6a3ce929d0e0e4736";
+    let (first_span, retry_span) = ("1000000000000001", "2000000000000002");
+    let ask = async |url: String, params: serde_json::Value, span: &str| {
+        let client = StatelessClient::new(url).with_capabilities(json!({"sampling": {}}));
+        let params = client.params(params);
+        let mut headers = StatelessClient::headers("tools/call", &params);
+        headers.insert(
+            "traceparent",
+            HeaderValue::from_str(&traceparent(trace, span)).unwrap(),
+        );
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        post_json(&client.http, &client.url, &body, &headers).await
+    };
+    let sample = json!({"name": "sample", "arguments": {"prompt": "Say cheese"}});
+    let first = ask(a.url("/mcp"), sample.clone(), first_span).await;
+    let result = first.json()["result"].clone();
+    assert_eq!(result["resultType"], "input_required", "{}", first.text);
+    let mut retry = sample;
+    retry["inputResponses"] = json!({"sample-1": {"role": "assistant",
+        "content": {"type": "text", "text": "cheese"}, "model": "m"}});
+    retry["requestState"] = result["requestState"].clone();
+    let done = ask(b.url("/mcp"), retry, retry_span).await;
+    assert_eq!(done.status, 200, "{}", done.text);
+    assert_eq!(
+        done.json()["result"]["content"][0]["text"],
+        "the client said: cheese"
+    );
+
+    let at_b = receiver
+        .find("B's span of the retry", |s| {
+            s.trace_id == trace && s.kind == SERVER && s.parent_span_id == retry_span
+        })
+        .await;
+    let hop = receiver
+        .find("B's hop to A", |s| {
+            s.kind == CLIENT && s.parent_span_id == at_b.span_id
+        })
+        .await;
+    assert_eq!(hop.trace_id, trace);
+    assert_eq!(hop.attribute("server.port"), a.listen.port().to_string());
+    assert_eq!(hop.attribute("mcp.method.name"), "tools/call");
+    let at_a = receiver
+        .find("A's span of the forwarded retry", |s| {
+            s.kind == SERVER && s.parent_span_id == hop.span_id
+        })
+        .await;
+    assert_eq!(at_a.trace_id, trace);
+    assert_eq!(at_a.attribute("gen_ai.tool.name"), "sample");
 }

@@ -37,6 +37,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
 
+use crate::telemetry::client::ClientSpan;
+
 pub use peers::{CLUSTER_PATH, SETTLE};
 pub use signature::{FORWARDED, Forged, FromPeer, SKEW, Signed, Signer};
 
@@ -225,25 +227,44 @@ impl Cluster {
         let uri: Uri = format!("{base}{}", to.path)
             .parse()
             .map_err(|_| unreachable("its advertised address is not a URL".into()))?;
-        let mut headers = headers::to_upstream_passthrough(to.headers);
+        let body = to.body;
+        let mut request = Request::new(Full::new(body.clone()));
+        *request.method_mut() = to.method;
+        *request.headers_mut() = headers::to_upstream_passthrough(to.headers);
+        // With traces on, the hop is a span of the request being served, and its context
+        // goes to the owner in the headers (signed with them).
+        let span = crate::telemetry::active()
+            .then(|| {
+                let owner = (uri.host().unwrap_or_default(), uri.port_u16().unwrap_or(80));
+                if let Ok(envelope) = crate::jsonrpc::Envelope::parse(&body) {
+                    let method = crate::telemetry::client::Operation(envelope.method().into());
+                    request.extensions_mut().insert(method);
+                }
+                ClientSpan::start(&mut request, owner)
+            })
+            .flatten();
+        *request.uri_mut() = uri;
         let signature = self.signer.sign(
             &Signed {
-                method: &to.method,
+                method: request.method(),
                 path: to.path,
-                headers: &headers,
-                body: &to.body,
+                headers: request.headers(),
+                body: &body,
             },
             to.client,
             now_millis(),
         );
-        headers.insert(FORWARDED.clone(), signature);
-        let mut request = Request::new(Full::new(to.body));
-        *request.method_mut() = to.method;
-        *request.uri_mut() = uri;
-        *request.headers_mut() = headers;
+        request.headers_mut().insert(FORWARDED.clone(), signature);
         tracing::debug!(owner = %base, "forwarding to the replica that holds the session");
-        let response = match tokio::time::timeout(self.timeout, self.client.request(request)).await
-        {
+        let sent = tokio::time::timeout(self.timeout, self.client.request(request)).await;
+        if let Some(span) = span {
+            match &sent {
+                Ok(Ok(response)) => span.finish(Ok(response.status())),
+                Ok(Err(e)) => span.finish(Err(e)),
+                Err(_) => span.finish(Err(&"no answer in time")),
+            }
+        }
+        let response = match sent {
             Ok(Ok(response)) => response,
             // The connection refused: nothing listens at the owner's address any more
             // (a timeout or an unreachable network is no proof of that).

@@ -25,9 +25,16 @@ fn propagator() -> TextMapCompositePropagator {
 
 /// The client's context: from `_meta` when it carries a valid `traceparent` (the MCP
 /// request's own, SEP-414), else from the HTTP headers; an empty context when neither
-/// does.
-pub fn from_client(headers: &HeaderMap, params: Option<&Payload<'_>>) -> Context {
+/// does. A request another replica forwarded (`from_peer`) is parented on that replica's
+/// hop, in its headers.
+pub fn from_client(headers: &HeaderMap, params: Option<&Payload<'_>>, from_peer: bool) -> Context {
     let propagator = propagator();
+    if from_peer {
+        let cx = propagator.extract(&HeaderCarrier(headers));
+        if cx.span().span_context().is_valid() {
+            return cx;
+        }
+    }
     if let Some(params) = params {
         let meta = MetaCarrier(params);
         let cx = propagator.extract(&meta);
@@ -111,18 +118,18 @@ mod tests {
         let text = format!(r#"{{"_meta":{{"traceparent":"{}"}}}}"#, traceparent(PARENT));
         let raw: Box<RawValue> = serde_json::from_str(&text).unwrap();
         let params = Payload::open(&raw).unwrap().unwrap();
-        let cx = from_client(&headers, Some(&params));
+        let cx = from_client(&headers, Some(&params), false);
         let span = cx.span().span_context().clone();
         assert_eq!(span.trace_id().to_string(), TRACE);
         assert_eq!(span.span_id().to_string(), PARENT);
         assert!(span.is_remote());
-        let from_headers = from_client(&headers, None);
+        let from_headers = from_client(&headers, None, false);
         assert_eq!(
             from_headers.span().span_context().span_id().to_string(),
             "1111111111111111"
         );
         assert!(
-            !from_client(&HeaderMap::new(), None)
+            !from_client(&HeaderMap::new(), None, false)
                 .span()
                 .span_context()
                 .is_valid()
@@ -140,6 +147,7 @@ mod tests {
                 h
             },
             None,
+            false,
         );
         into_headers(&cx, &mut headers);
         assert_eq!(headers["traceparent"], traceparent(PARENT).as_str());

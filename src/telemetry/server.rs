@@ -24,11 +24,16 @@ pub struct ServerSpan {
 }
 
 impl ServerSpan {
-    /// The span of `message`, which arrived at `received`; `None` when traces are off.
-    pub fn start(message: &Message<'_, '_>, received: SystemTime) -> Option<ServerSpan> {
+    /// The span of `message`, which arrived at `received` (from another replica, which
+    /// forwarded it, when `from_peer`); `None` when traces are off.
+    pub fn start(
+        message: &Message<'_, '_>,
+        received: SystemTime,
+        from_peer: bool,
+    ) -> Option<ServerSpan> {
         let tracer = super::tracer()?;
         let params = message.params();
-        let parent = context::from_client(message.headers, params);
+        let parent = context::from_client(message.headers, params, from_peer);
         // What the client wrote is cut to a bound: the spans wait in a bounded queue,
         // but each span's size is the client's to choose otherwise.
         let method = bounded(message.envelope.method());
