@@ -349,3 +349,63 @@ async fn a_retry_forwarded_to_the_replica_holding_its_call_is_one_trace() {
     assert_eq!(at_a.trace_id, trace);
     assert_eq!(at_a.attribute("gen_ai.tool.name"), "sample");
 }
+
+/// In front of a stdio server — the official Python SDK's FastMCP, a child per session —
+/// the trace context has no headers to go in: it goes in the request's `_meta`, and the
+/// server sees the proxy's CLIENT span (`network.transport = "pipe"`) as its parent.
+#[tokio::test]
+async fn a_stdio_server_gets_the_trace_in_meta() {
+    common::interop::ensure_installed();
+    let receiver = OtlpReceiver::start().await;
+    let tools = common::interop::tools_dir();
+    let toml = format!(
+        "[upstream]\ncommand = {:?}\nargs = [{:?}, \"--stdio\"]\npool_size = 0\n\
+         [telemetry]\nendpoint = \"{}\"\n",
+        tools.join("venv/bin/python").display().to_string(),
+        common::interop::fastmcp_script().display().to_string(),
+        receiver.endpoint()
+    );
+    let proxy = ProxyProcess::launch()
+        .toml(&toml)
+        .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
+        .start()
+        .await;
+    let http = http_client();
+    let url = proxy.url("/mcp");
+    let created = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let session_id = created.json()["result"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let trace = "7bf92f3577b34da6a3ce929d0e0e4736";
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": in_session(json!({"name": "traceparent", "arguments": {}}), &session_id, None)});
+    let reply = post_json(
+        &http,
+        &url,
+        &call,
+        &with_traceparent(&traceparent(trace, CLIENT_SPAN)),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let seen: serde_json::Value =
+        serde_json::from_str(assert::text_of(&final_message(&reply))).unwrap();
+    let served = receiver.span("tools/call traceparent", trace).await;
+    assert_eq!(served.parent_span_id, CLIENT_SPAN);
+    let sent = receiver
+        .find("the request to the child", |s| {
+            s.kind == CLIENT && s.parent_span_id == served.span_id
+        })
+        .await;
+    assert_eq!(sent.attribute("network.transport"), "pipe");
+    assert_eq!(sent.name, "tools/call");
+    assert_eq!(seen["meta"], traceparent(trace, &sent.span_id).as_str());
+    assert_eq!(seen["header"], serde_json::Value::Null);
+}

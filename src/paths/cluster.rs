@@ -37,7 +37,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
 
-use crate::telemetry::client::ClientSpan;
+use crate::telemetry::client::{ClientSpan, Peer};
 
 pub use peers::{CLUSTER_PATH, SETTLE};
 pub use signature::{FORWARDED, Forged, FromPeer, SKEW, Signed, Signer};
@@ -235,7 +235,7 @@ impl Cluster {
         // goes to the owner in the headers (signed with them).
         let span = crate::telemetry::active()
             .then(|| {
-                let owner = (uri.host().unwrap_or_default(), uri.port_u16().unwrap_or(80));
+                let owner = Peer::Tcp(uri.host().unwrap_or_default(), uri.port_u16().unwrap_or(80));
                 if let Ok(envelope) = crate::jsonrpc::Envelope::parse(&body) {
                     let method = crate::telemetry::client::Operation(envelope.method().into());
                     request.extensions_mut().insert(method);

@@ -53,6 +53,22 @@ pub fn into_headers(cx: &Context, headers: &mut HeaderMap) {
     propagator().inject_context(cx, &mut HeaderWriter(headers));
 }
 
+/// `cx` as the (key, value) pairs it is carried in: `traceparent`, and `tracestate` and
+/// `baggage` when there are any.
+pub fn into_pairs(cx: &Context) -> Vec<(String, String)> {
+    let mut pairs = PairWriter(Vec::with_capacity(3));
+    propagator().inject_context(cx, &mut pairs);
+    pairs.0
+}
+
+struct PairWriter(Vec<(String, String)>);
+
+impl Injector for PairWriter {
+    fn set(&mut self, key: &str, value: String) {
+        self.0.push((key.to_owned(), value));
+    }
+}
+
 struct HeaderCarrier<'a>(&'a HeaderMap);
 
 impl Extractor for HeaderCarrier<'_> {

@@ -22,7 +22,7 @@ use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::headers::{self, ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::version;
-use crate::telemetry::client::{ClientSpan, Operation};
+use crate::telemetry::client::{ClientSpan, Operation, Peer};
 
 /// How to reach the upstream.
 #[derive(Debug, Clone)]
@@ -162,8 +162,14 @@ impl HttpUpstream {
             .and_then(|_| Envelope::parse(&body).ok())
             .filter(|envelope| envelope.kind == Kind::Request)
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
-        // What the request carries names its span, when it gets one.
-        let operation = crate::telemetry::active()
+        // A 2026-07-28 server reads the trace context in `_meta` too (SEP-414): the span
+        // starts with the body; for any other, what the request carries names its span.
+        let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
+        let (span, body) = match modern {
+            true => ClientSpan::start_message(body, Peer::Tcp(&self.server.0, self.server.1)),
+            false => (None, body),
+        };
+        let operation = (crate::telemetry::active() && span.is_none())
             .then(|| Envelope::parse(&body).ok())
             .flatten()
             .filter(|envelope| envelope.kind != Kind::Response)
@@ -178,7 +184,7 @@ impl HttpUpstream {
         for (name, value) in mirrored.into_iter().flatten() {
             headers.insert(name.clone(), value);
         }
-        let response = self.send(request).await?;
+        let response = self.send_spanned(request, span).await?;
         let in_session = binding.is_some_and(|b| b.session_id.is_some());
         if in_session && session_lost(response.status(), None) {
             return Err(UpstreamError::SessionGone);
@@ -327,10 +333,26 @@ impl HttpUpstream {
     /// being served has one.
     pub(super) async fn send(
         &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.send_spanned(request, None).await
+    }
+
+    /// [`Self::send`], in the span `preset` when the caller started it already (its
+    /// context also went into the body).
+    async fn send_spanned(
+        &self,
         mut request: Request<Full<Bytes>>,
+        preset: Option<ClientSpan>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let timeout = self.settings.timeout;
-        let span = ClientSpan::start(&mut request, (&self.server.0, self.server.1));
+        let span = match preset {
+            Some(span) => {
+                span.into_headers(request.headers_mut());
+                Some(span)
+            }
+            None => ClientSpan::start(&mut request, Peer::Tcp(&self.server.0, self.server.1)),
+        };
         let sent = Instant::now();
         let sending = tokio::time::timeout(timeout, self.connections.send(request)).await;
         let response = match sending {

@@ -35,6 +35,7 @@ use super::handshake::read_result;
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::discover;
 use crate::mcp::initialize::{self, Negotiated};
+use crate::telemetry::client::{ClientSpan, Peer};
 
 /// How to start the server (the Agent Client Protocol's `command`, `args`, `env`, plus
 /// `cwd`).
@@ -273,7 +274,17 @@ impl StdioUpstream {
         let child = self.child(key)?;
         let is_request = Envelope::parse(&message).is_ok_and(|e| e.kind == Kind::Request);
         if is_request {
-            Ok(Answer::channel(child.request(&message).await?))
+            // A child has no headers: the trace context goes in the message's `_meta`.
+            let (span, message) = ClientSpan::start_message(message, Peer::Pipe);
+            let sent = child.request(&message).await;
+            if let Some(span) = span {
+                span.sent(
+                    sent.as_ref()
+                        .map(|_| ())
+                        .map_err(|e| e as &dyn std::fmt::Display),
+                );
+            }
+            Ok(Answer::channel(sent?))
         } else {
             child.send(message).await?;
             Ok(Answer::accepted())

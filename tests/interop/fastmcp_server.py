@@ -21,6 +21,8 @@ Tools:
   counter()                  -> "1", "2", ... counted per MCP session
   slow(steps=3, delay_ms=200)-> "done", after reporting progress i/steps
   whoami()                   -> the Mcp-Session-Id the server sees
+  traceparent()              -> {"meta": _meta.traceparent, "header": the traceparent
+                                header (HTTP only)} of the request, as JSON
   ask(question="Your name?") -> an elicitation/create request (form {answer: string}) on the
                                 call's stream; "accept:<answer>" | "decline" | "cancel"
 Resource: fixture://hello (text/plain "hello from fastmcp fixture")
@@ -30,6 +32,7 @@ Prompt:   greet(name)
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import sys
 
@@ -94,6 +97,16 @@ def build(port: int, **settings: object) -> FastMCP:
     def whoami(ctx: Context) -> str:
         """Return the Mcp-Session-Id header value the server sees for this request."""
         return _session_id(ctx) or ""
+
+    @mcp.tool()
+    def traceparent(ctx: Context) -> str:
+        """The W3C traceparent of this request: in _meta (SEP-414) and, over HTTP, its header."""
+        meta = ctx.request_context.meta
+        in_meta = getattr(meta, "traceparent", None) if meta is not None else None
+        request = ctx.request_context.request
+        headers = getattr(request, "headers", None) if request is not None else None
+        header = headers.get("traceparent") if headers is not None else None
+        return json.dumps({"meta": in_meta, "header": header})
 
     @mcp.tool()
     async def ask(ctx: Context, question: str = "Your name?") -> str:
