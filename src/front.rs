@@ -384,21 +384,54 @@ impl Endpoint<'_> {
             Some(from) => from.client,
         };
         let who = (caller, peer);
-        let served = self.served;
         let bare = if request.method() == Method::GET {
             Bare::Get
         } else {
             Bare::Delete
         };
+        let traced = ServerSpan::start_bare(request.method(), headers, peer, forwarded.is_some());
+        let answered = match &traced {
+            Some(span) => {
+                self.bare_answer(bare, headers, who)
+                    .with_context(span.context().clone())
+                    .await
+            }
+            None => self.bare_answer(bare, headers, who).await,
+        };
+        if let Some(span) = traced {
+            let (status, code) = match &answered {
+                Ok(response) => (response.status(), None),
+                Err(e) => {
+                    let (status, object, _) = e.answer();
+                    (status, Some(object.code))
+                }
+            };
+            span.finish(status, code);
+        }
+        answered
+    }
+
+    /// A `GET` or `DELETE`, classified, then served by its path.
+    async fn bare_answer(
+        self,
+        bare: Bare,
+        headers: &http::HeaderMap,
+        who: (crate::mcp::caller::Caller, Option<std::net::IpAddr>),
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        let served = self.served;
         match route::classify_bare(bare, headers, served.rules().await?)? {
             BareRoute::Listen { session } => served.session.listen(headers, who, &session).await,
             BareRoute::EndByHeader { session } => {
                 served.session.end_by_header(headers, who, &session).await
             }
             BareRoute::PassThrough => {
+                let method = match bare {
+                    Bare::Get => Method::GET,
+                    Bare::Delete => Method::DELETE,
+                };
                 served
                     .passthrough
-                    .forward(request.method().clone(), headers, Bytes::new())
+                    .forward(method, headers, Bytes::new())
                     .await
             }
         }

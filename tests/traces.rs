@@ -154,6 +154,32 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
         "{metrics}"
     );
 
+    // Ending the session with DELETE is a span too, parented on its headers.
+    let end_span = "00f067aa0ba90333";
+    let ended = http
+        .delete(&url)
+        .header("mcp-session-id", &session_id)
+        .header("traceparent", traceparent(TRACE, end_span))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), 204);
+    let delete = receiver
+        .find("the DELETE's span", |s| {
+            s.kind == SERVER && s.name == "DELETE" && s.parent_span_id == end_span
+        })
+        .await;
+    assert_eq!(delete.trace_id, TRACE);
+    assert_eq!(delete.attribute("mcp.session.id"), log_tag(&session_id));
+    assert_eq!(delete.attribute("http.response.status_code"), "204");
+    // …and the upstream session's end, sent while it was served, its child.
+    let upstream_delete = receiver
+        .find("the upstream DELETE", |s| {
+            s.kind == CLIENT && s.parent_span_id == delete.span_id
+        })
+        .await;
+    assert_eq!(upstream_delete.name, "DELETE");
+
     // The request's log lines carry the trace and its span.
     let logged = proxy.logged("INFO", "session created");
     assert_eq!(logged.len(), 1, "{}", proxy.log());
@@ -348,6 +374,28 @@ async fn a_retry_forwarded_to_the_replica_holding_its_call_is_one_trace() {
         .await;
     assert_eq!(at_a.trace_id, trace);
     assert_eq!(at_a.attribute("gen_ai.tool.name"), "sample");
+
+    // The session store's round trips are spans of the request that made them.
+    let created = post_json(
+        &http_client(),
+        &a.url("/mcp"),
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "sessions/create"}),
+        &with_traceparent(&traceparent(trace, "3000000000000003")),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let create = receiver
+        .find("A's span of sessions/create", |s| {
+            s.name == "sessions/create" && s.parent_span_id == "3000000000000003"
+        })
+        .await;
+    let stored = receiver
+        .find("a Redis round trip of the create", |s| {
+            s.parent_span_id == create.span_id
+                && s.attributes.get("db.system.name").map(String::as_str) == Some("redis")
+        })
+        .await;
+    assert_eq!(stored.kind, CLIENT);
 }
 
 /// In front of a stdio server — the official Python SDK's FastMCP, a child per session —

@@ -100,6 +100,27 @@ impl ClientSpan {
         })
     }
 
+    /// The span of one round trip to the session store (Redis), `operation` naming what
+    /// it sends; `None` when traces are off or nothing being served has a span.
+    pub fn store(operation: &'static str) -> Option<ClientSpan> {
+        let tracer = super::tracer()?;
+        let parent = Context::current();
+        if !parent.span().span_context().is_valid() {
+            return None;
+        }
+        let span = tracer
+            .span_builder(format!("redis {operation}"))
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("db.system.name", "redis"),
+                KeyValue::new("db.operation.name", operation),
+            ])
+            .start_with_context(tracer, &parent);
+        Some(ClientSpan {
+            cx: parent.with_span(span),
+        })
+    }
+
     /// Writes the span's context into `headers` (replacing the client's).
     pub fn into_headers(&self, headers: &mut HeaderMap) {
         context::into_headers(&self.cx, headers);

@@ -117,6 +117,45 @@ impl ServerSpan {
         })
     }
 
+    /// The span of a `GET` (a session's stream) or `DELETE` (a session's end) of the
+    /// endpoint, named by its HTTP method, parented on the headers' context, with the
+    /// session its `Mcp-Session-Id` names (hashed); `None` when traces are off.
+    pub fn start_bare(
+        method: &http::Method,
+        headers: &http::HeaderMap,
+        peer: Option<IpAddr>,
+        from_peer: bool,
+    ) -> Option<ServerSpan> {
+        let tracer = super::tracer()?;
+        let parent = context::from_client(headers, None, from_peer);
+        let mut attributes = vec![
+            KeyValue::new("http.request.method", method.as_str().to_owned()),
+            KeyValue::new("network.transport", "tcp"),
+            KeyValue::new("network.protocol.name", "http"),
+        ];
+        if let Some(session) = headers
+            .get(&crate::mcp::headers::MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        {
+            attributes.push(KeyValue::new(
+                "mcp.session.id",
+                crate::session::log_tag(session),
+            ));
+        }
+        if let Some(peer) = peer {
+            attributes.push(KeyValue::new("client.address", address(peer)));
+        }
+        let span = tracer
+            .span_builder(method.as_str().to_owned())
+            .with_kind(SpanKind::Server)
+            .with_attributes(attributes)
+            .start_with_context(tracer, &parent);
+        Some(ServerSpan {
+            cx: parent.with_span(span),
+            finished: false,
+        })
+    }
+
     /// The context the request's work runs in.
     pub fn context(&self) -> &Context {
         &self.cx

@@ -46,6 +46,7 @@ use tokio::time::Instant;
 
 use crate::config::{RedisConfig, RedisServers};
 use crate::session::store::StoreError;
+use crate::telemetry::client::ClientSpan;
 
 /// How long one look-up of the primary may take (the sentinels asked, the primary's
 /// `ROLE` checked, a connection opened). Requests do not wait for it: it runs in the
@@ -70,6 +71,18 @@ pub enum Op<'a> {
     /// As `Script`, and the writes reach `session.redis_wait_replicas` replicas (or the
     /// wait times out) before the answer: the `EVALSHA` and a `WAIT` in one pipeline.
     Replicated(&'a Script, &'a Cmd),
+}
+
+impl Op<'_> {
+    /// What it sends, as a trace names it.
+    fn name(&self) -> &'static str {
+        match self {
+            Op::Cmd(_) => "command",
+            Op::Pipeline(_) => "pipeline",
+            Op::Script(..) => "EVALSHA",
+            Op::Replicated(..) => "EVALSHA WAIT",
+        }
+    }
 }
 
 /// The way to the server that takes the store's writes.
@@ -166,7 +179,16 @@ impl Link {
 
     /// Sends `op` and reads its answer as a `T`.
     pub async fn run<T: FromRedisValue>(&self, op: Op<'_>) -> Result<T, StoreError> {
-        let value = self.send(op).await?;
+        let span = ClientSpan::store(op.name());
+        let sent = self.send(op).await;
+        if let Some(span) = span {
+            span.sent(
+                sent.as_ref()
+                    .map(|_| ())
+                    .map_err(|e| e as &dyn std::fmt::Display),
+            );
+        }
+        let value = sent?;
         T::from_redis_value(value).map_err(|e| {
             StoreError::Unavailable(format!("Redis answered what the proxy cannot read: {e}"))
         })
