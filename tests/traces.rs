@@ -40,8 +40,13 @@ async fn proxy(upstream: &DemoServer, endpoint: &str) -> ProxyProcess {
          [telemetry]\nendpoint = \"{endpoint}\"\nservice_name = \"proxy-under-test\"\n",
         upstream.url()
     );
+    traced(&toml).await
+}
+
+/// The binary with `toml`, exporting each batch of spans within 100 ms.
+async fn traced(toml: &str) -> ProxyProcess {
     ProxyProcess::launch()
-        .toml(&toml)
+        .toml(toml)
         .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
         .start()
         .await
@@ -318,14 +323,8 @@ async fn a_retry_forwarded_to_the_replica_holding_its_call_is_one_trace() {
         "5ea1ed".repeat(10) + "5ea1",
         receiver.endpoint()
     );
-    let start = || {
-        ProxyProcess::launch()
-            .toml(&toml)
-            .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
-            .start()
-    };
-    let a = start().await;
-    let b = start().await;
+    let a = traced(&toml).await;
+    let b = traced(&toml).await;
     let trace = "6bf92f3577b34da6a3ce929d0e0e4736";
     let (first_span, retry_span) = ("1000000000000001", "2000000000000002");
     let ask = async |url: String, params: serde_json::Value, span: &str| {
@@ -413,11 +412,7 @@ async fn a_stdio_server_gets_the_trace_in_meta() {
         common::interop::fastmcp_script().display().to_string(),
         receiver.endpoint()
     );
-    let proxy = ProxyProcess::launch()
-        .toml(&toml)
-        .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
-        .start()
-        .await;
+    let proxy = traced(&toml).await;
     let http = http_client();
     let url = proxy.url("/mcp");
     let created = post_json(

@@ -206,6 +206,22 @@ impl<'a> Payload<'a> {
     }
 }
 
+/// `message` (a JSON object: a request without `params`) with `params` made of `_meta`
+/// alone, holding `add`; `None` when `message` is not an object.
+pub fn with_params_of_meta(message: &[u8], add: &[(&str, &[u8])]) -> Option<Vec<u8>> {
+    let mut meta = Vec::with_capacity(128);
+    RawObject::default().write(&mut meta, add);
+    let mut params = Vec::with_capacity(meta.len() + 12);
+    params.extend_from_slice(br#"{"_meta":"#);
+    params.extend_from_slice(&meta);
+    params.push(b'}');
+    let top = serde_json::from_slice::<&RawValue>(message).ok()?;
+    let object = RawObject::parse(top)?;
+    let mut out = Vec::with_capacity(message.len() + params.len() + 12);
+    object.write(&mut out, &[("params", &params)]);
+    Some(out)
+}
+
 /// The session metadata a response carries back to the client:
 /// `{"sessionId":…,"state":…,"expiresAt":…}`.
 pub fn session_stamp(session_id: &str, state: &str, expires_at: &str) -> Vec<u8> {

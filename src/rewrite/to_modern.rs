@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{Envelope, Kind, RawObject, splice, write_json_str};
+use crate::jsonrpc::{Envelope, Kind, splice, write_json_str};
 use crate::mcp::logging::LogLevel;
 use crate::mcp::meta::{self, Payload};
 use crate::mcp::version;
@@ -74,25 +74,11 @@ pub fn framed(message: Bytes, frame: Frame<'_>) -> Bytes {
         }
         None => {
             // No params at all: `{"_meta": …}` becomes them.
-            let mut meta_object = Vec::with_capacity(128);
             let add: Vec<(&str, &[u8])> = wanted
                 .iter()
                 .filter_map(|(key, value)| Some((*key, (*value)?)))
                 .collect();
-            RawObject::default().write(&mut meta_object, &add);
-            let mut params = Vec::with_capacity(meta_object.len() + 12);
-            params.extend_from_slice(br#"{"_meta":"#);
-            params.extend_from_slice(&meta_object);
-            params.push(b'}');
-            let Ok(top) = serde_json::from_slice::<&RawValue>(&message) else {
-                return message;
-            };
-            let Some(object) = RawObject::parse(top) else {
-                return message;
-            };
-            let mut out = Vec::with_capacity(message.len() + params.len() + 12);
-            object.write(&mut out, &[("params", &params)]);
-            Bytes::from(out)
+            meta::with_params_of_meta(&message, &add).map_or(message, Bytes::from)
         }
     }
 }

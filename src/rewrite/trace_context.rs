@@ -4,10 +4,9 @@
 //! context given descends from them.
 
 use bytes::Bytes;
-use serde_json::value::RawValue;
 
-use crate::jsonrpc::{Envelope, Kind, RawObject, splice, write_json_str};
-use crate::mcp::meta::Payload;
+use crate::jsonrpc::{Envelope, Kind, splice, write_json_str};
+use crate::mcp::meta::{self, Payload};
 
 /// `message` with `pairs` (key, value) in its `_meta`; a request only (anything else, or
 /// a request whose `params` is not an object, is returned as it came).
@@ -38,23 +37,7 @@ pub fn into_meta(message: Bytes, pairs: &[(String, String)]) -> Bytes {
             let params = params.edited(&[], &[], &[], &add);
             splice(&message, raw, &params).map_or(message, Bytes::from)
         }
-        None => {
-            let mut meta = Vec::with_capacity(128);
-            RawObject::default().write(&mut meta, &add);
-            let mut params = Vec::with_capacity(meta.len() + 12);
-            params.extend_from_slice(br#"{"_meta":"#);
-            params.extend_from_slice(&meta);
-            params.push(b'}');
-            let Ok(top) = serde_json::from_slice::<&RawValue>(&message) else {
-                return message;
-            };
-            let Some(object) = RawObject::parse(top) else {
-                return message;
-            };
-            let mut out = Vec::with_capacity(message.len() + params.len() + 12);
-            object.write(&mut out, &[("params", &params)]);
-            Bytes::from(out)
-        }
+        None => meta::with_params_of_meta(&message, &add).map_or(message, Bytes::from),
     }
 }
 
