@@ -291,15 +291,14 @@ impl Endpoint<'_> {
             }
             None => self.answer(&message, metrics).await,
         };
+        let (mut response, code) = match answered {
+            Ok(response) => (response, None),
+            Err(e) => (response::error(&e, answer_id), Some(e.answer().1.code)),
+        };
         if let Some(span) = traced {
-            let code = answered.as_ref().err().map(|e| e.answer().1.code);
-            let status = match &answered {
-                Ok(response) => response.status(),
-                Err(e) => e.answer().0,
-            };
-            span.finish(status, code);
+            let answered = span.finish(response.status(), code);
+            response.extensions_mut().insert(answered);
         }
-        let response = answered.unwrap_or_else(|e| response::error(&e, answer_id));
         (response, label)
     }
 
@@ -398,17 +397,21 @@ impl Endpoint<'_> {
             }
             None => self.bare_answer(bare, headers, who).await,
         };
-        if let Some(span) = traced {
-            let (status, code) = match &answered {
-                Ok(response) => (response.status(), None),
-                Err(e) => {
-                    let (status, object, _) = e.answer();
-                    (status, Some(object.code))
-                }
-            };
-            span.finish(status, code);
+        let Some(span) = traced else {
+            return answered;
+        };
+        match answered {
+            Ok(mut response) => {
+                let answered = span.finish(response.status(), None);
+                response.extensions_mut().insert(answered);
+                Ok(response)
+            }
+            Err(e) => {
+                let (status, object, _) = e.answer();
+                drop(span.finish(status, Some(object.code)));
+                Err(e)
+            }
         }
-        answered
     }
 
     /// A `GET` or `DELETE`, classified, then served by its path.

@@ -159,6 +159,38 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
         "{metrics}"
     );
 
+    // A streamed answer's span lasts as long as its stream: `slow` reports progress for
+    // 3 × 200 ms before it answers.
+    let slow_span = "00f067aa0ba90444";
+    let slow = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": in_session(json!({"name": "slow", "arguments": {"steps": 3, "interval_ms": 200}}),
+            &session_id, None)});
+    let reply = post_json(
+        &http,
+        &url,
+        &slow,
+        &with_traceparent(&traceparent(TRACE, slow_span)),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(
+        reply
+            .header("content-type")
+            .unwrap_or("")
+            .starts_with("text/event-stream"),
+        "a stream"
+    );
+    let streamed = receiver
+        .find("the streamed call's span", |s| {
+            s.kind == SERVER && s.parent_span_id == slow_span
+        })
+        .await;
+    assert!(
+        streamed.duration >= std::time::Duration::from_millis(600),
+        "the span ended before its stream: {:?}",
+        streamed.duration
+    );
+
     // Ending the session with DELETE is a span too, parented on its headers.
     let end_span = "00f067aa0ba90333";
     let ended = http

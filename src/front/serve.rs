@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use super::admission::{Admission, Admitted};
 use super::watchdog::{Activity, Tracked, Watched};
 use super::{Front, handle};
+use crate::telemetry::server::Answered;
 use crate::throttle::Throttle;
 
 /// What a listener serves.
@@ -289,7 +290,9 @@ impl Connections {
                             .headers_mut()
                             .insert(CONNECTION, HeaderValue::from_static("close"));
                     }
-                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                    // A traced request's span ends with its body.
+                    let span = response.extensions_mut().remove::<Answered>();
+                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight, span)))
                 }
             }
         });

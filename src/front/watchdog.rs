@@ -30,6 +30,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::Closed;
+use crate::telemetry::server::Answered;
 
 /// "Not since the connection went idle".
 const NEVER: u64 = u64::MAX;
@@ -219,17 +220,23 @@ impl<T: AsyncWrite> AsyncWrite for Watched<T> {
 }
 
 pin_project! {
-    /// A response body that keeps its request in flight until it has been sent.
+    /// A response body that keeps its request in flight (and its span open, when it is
+    /// traced) until it has been sent.
     pub struct Tracked<B> {
         #[pin]
         body: B,
         in_flight: InFlight,
+        span: Option<Answered>,
     }
 }
 
 impl<B> Tracked<B> {
-    pub fn new(body: B, in_flight: InFlight) -> Self {
-        Tracked { body, in_flight }
+    pub fn new(body: B, in_flight: InFlight, span: Option<Answered>) -> Self {
+        Tracked {
+            body,
+            in_flight,
+            span,
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! arrived and ended when its answer starts.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::StatusCode;
@@ -171,9 +172,10 @@ impl ServerSpan {
         )
     }
 
-    /// Ends the span with the answer's HTTP status and, when the proxy answered with a
-    /// JSON-RPC error of its own, that error's code.
-    pub fn finish(mut self, status: StatusCode, error: Option<i32>) {
+    /// Records the answer's HTTP status and, when the proxy answered with a JSON-RPC
+    /// error of its own, that error's code; the span ends with its body
+    /// ([`Answered`]: when the last byte went out, or the client left).
+    pub fn finish(mut self, status: StatusCode, error: Option<i32>) -> Answered {
         self.finished = true;
         let span = self.cx.span();
         span.set_attribute(KeyValue::new(
@@ -192,21 +194,32 @@ impl ServerSpan {
             }
             None => {}
         }
-        span.end();
+        Answered(Arc::new(self))
     }
 }
 
 impl Drop for ServerSpan {
     fn drop(&mut self) {
-        if self.finished {
-            return;
-        }
         let span = self.cx.span();
-        span.set_attribute(KeyValue::new("error.type", "cancelled"));
-        span.set_status(Status::error("the client left before its answer"));
+        if !self.finished {
+            span.set_attribute(KeyValue::new("error.type", "cancelled"));
+            span.set_status(Status::error("the client left before its answer"));
+        }
         span.end();
     }
 }
+
+/// A request's span once answered: it ends when the last of it is dropped — kept in the
+/// response (an extension, which the front moves into the body), so that a streamed
+/// answer's span lasts as long as its stream.
+#[derive(Debug, Clone)]
+pub struct Answered(
+    #[expect(
+        dead_code,
+        reason = "held for its drop: the span ends with the last copy"
+    )]
+    Arc<ServerSpan>,
+);
 
 /// A client address as the conventions write it (an IPv4-mapped IPv6 one as IPv4).
 fn address(peer: IpAddr) -> String {

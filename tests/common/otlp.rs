@@ -37,6 +37,8 @@ pub struct Span {
     pub attributes: HashMap<String, String>,
     /// `STATUS_CODE_ERROR` = 2.
     pub status_code: i32,
+    /// How long it lasted.
+    pub duration: Duration,
 }
 
 pub const SERVER: i32 = 2;
@@ -185,6 +187,10 @@ async fn receive(
                     parent_span_id: hex(&span.parent_span_id),
                     attributes: attributes(&span.attributes),
                     status_code: span.status.map_or(0, |s| s.code),
+                    duration: Duration::from_nanos(
+                        span.end_time_unix_nano
+                            .saturating_sub(span.start_time_unix_nano),
+                    ),
                 });
             }
         }
