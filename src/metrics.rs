@@ -429,6 +429,23 @@ impl Metrics {
             "Deleted sealed sessions forgotten before their end to stay within session.max_tombstones",
             m.sealed_tombstones_dropped.clone(),
         );
+        // Traces (`telemetry::counted`): what became of the spans; what ended and was
+        // neither exported nor refused was dropped or is still queued.
+        registry.register(
+            "spans_ended",
+            "Spans recorded and ended (traces on)",
+            crate::telemetry::counted::ENDED.clone(),
+        );
+        registry.register(
+            "spans_exported",
+            "Spans the collector took",
+            crate::telemetry::counted::EXPORTED.clone(),
+        );
+        registry.register(
+            "spans_export_failed",
+            "Spans whose export failed (the collector refused them or was not reached)",
+            crate::telemetry::counted::FAILED.clone(),
+        );
         root.register_with_unit(
             "mcp_server_operation_duration",
             "MCP requests served, by method and outcome, from arrival to the start of the answer (the OpenTelemetry MCP conventions' mcp.server.operation.duration)",

@@ -20,6 +20,7 @@
 
 pub mod client;
 mod context;
+pub mod counted;
 pub mod server;
 
 use std::sync::OnceLock;
@@ -28,7 +29,7 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
 
 use crate::config::TelemetryConfig;
 
@@ -232,8 +233,9 @@ impl Telemetry {
             .with_timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(|e| format!("the OTLP exporter for {}: {e}", settings.traces_url))?;
+        let batch = BatchSpanProcessor::builder(counted::CountingExporter(exporter)).build();
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(counted::Counting(batch))
             .with_sampler(settings.sampler.sampler())
             .with_resource(
                 Resource::builder()

@@ -15,6 +15,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::binary::ProxyProcess;
 use common::fleet::{Redis, Replicas};
 use common::otlp::{CLIENT, OtlpReceiver, SERVER};
@@ -50,6 +52,21 @@ async fn traced(toml: &str) -> ProxyProcess {
         .env(&[("OTEL_BSP_SCHEDULE_DELAY", "100")])
         .start()
         .await
+}
+
+/// The value of the proxy's metric `name` (a line without labels).
+async fn metric(proxy: &ProxyProcess, name: &str) -> f64 {
+    let text = http_client()
+        .get(proxy.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
 fn with_traceparent(value: &str) -> HeaderMap {
@@ -217,6 +234,20 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
         .await;
     assert_eq!(upstream_delete.name, "DELETE");
 
+    // What became of the spans: counted.
+    assert!(metric(&proxy, "mcp_proxy_spans_ended_total").await > 0.0);
+    assert!(
+        eventually_async(Duration::from_secs(10), || {
+            let proxy = &proxy;
+            async move { metric(proxy, "mcp_proxy_spans_exported_total").await > 0.0 }
+        })
+        .await
+    );
+    assert_eq!(
+        metric(&proxy, "mcp_proxy_spans_export_failed_total").await,
+        0.0
+    );
+
     // The request's log lines carry the trace and its span.
     let logged = proxy.logged("INFO", "session created");
     assert_eq!(logged.len(), 1, "{}", proxy.log());
@@ -327,6 +358,16 @@ async fn with_no_receiver_listening_requests_are_unaffected() {
         .await;
         assert_eq!(reply.status, 200, "{}", reply.text);
     }
+    // The spans that could not go anywhere are counted, none as exported.
+    assert!(
+        eventually_async(Duration::from_secs(10), || {
+            let proxy = &proxy;
+            async move { metric(proxy, "mcp_proxy_spans_export_failed_total").await > 0.0 }
+        })
+        .await,
+        "no failed export counted"
+    );
+    assert_eq!(metric(&proxy, "mcp_proxy_spans_exported_total").await, 0.0);
     // And it still serves once the exporter has failed a few times.
     let reply = post_json(
         &http,

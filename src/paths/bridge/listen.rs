@@ -5,6 +5,7 @@
 //! client without their subscription tag; when the client subscribes or unsubscribes,
 //! the upstream listen is opened again with the new set, on the same client stream.
 
+use opentelemetry::context::FutureExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ pub async fn listen(
         forwarded,
     };
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(listener.run(tx));
+    tokio::spawn(listener.run(tx).with_current_context());
     let relay = super::super::relay::Relay {
         upstream: &bridge.upstream,
         metrics: &bridge.metrics,

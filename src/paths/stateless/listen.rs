@@ -12,6 +12,7 @@
 //! stream opens; changes in between coalesce) until it ends. A stream asking for tasks
 //! only opens no upstream session, and ends once its last task has ended.
 
+use opentelemetry::context::FutureExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -213,10 +214,13 @@ pub async fn open(
         };
         let ack = acknowledgement(&honoured, &id);
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
-            let _permit = permit;
-            relay(None, tx, honoured, id, watched).await;
-        });
+        tokio::spawn(
+            async move {
+                let _permit = permit;
+                relay(None, tx, honoured, id, watched).await;
+            }
+            .with_current_context(),
+        );
         return Ok(stream_of(path, ack, rx));
     }
     // The subscription's own upstream session: ended when it drops (the client closed
@@ -270,13 +274,17 @@ pub async fn open(
     let ack = acknowledgement(&honoured, &id);
 
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let _permit = permit;
-        // The client closing the stream (or the upstream ending it) unsubscribes: the
-        // upstream session ends when `session` drops.
-        let _session = session;
-        relay(stream, tx, honoured, id, watched).await;
-    });
+    // The relay is the listen request's trace (what it sends upstream, its end).
+    tokio::spawn(
+        async move {
+            let _permit = permit;
+            // The client closing the stream (or the upstream ending it) unsubscribes:
+            // the upstream session ends when `session` drops.
+            let _session = session;
+            relay(stream, tx, honoured, id, watched).await;
+        }
+        .with_current_context(),
+    );
     Ok(stream_of(path, ack, rx))
 }
 
