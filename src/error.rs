@@ -64,7 +64,7 @@ fn bounded(message: String) -> String {
 }
 
 /// The longest start of `text` of at most `max` bytes ending at a character boundary.
-fn head(text: &str, max: usize) -> &str {
+pub(crate) fn head(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;

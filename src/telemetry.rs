@@ -58,14 +58,7 @@ const MAX_TEXT: usize = 256;
 
 /// `text` cut to [`MAX_TEXT`] bytes.
 pub(crate) fn bounded(text: &str) -> &str {
-    if text.len() <= MAX_TEXT {
-        return text;
-    }
-    let mut end = MAX_TEXT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
+    crate::error::head(text, MAX_TEXT)
 }
 
 /// Where traces go and which are kept, resolved: `[telemetry]` first, then the

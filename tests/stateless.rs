@@ -634,22 +634,22 @@ async fn a_client_in_a_data_layer_session_gets_tasks_in_it() {
     let (_, message) = ask(&mut c, "tools/call", json!({"name": "counter"})).await;
     assert_eq!(message["result"]["content"][0]["text"], "2");
 
-    // The session is checked before the task is touched: a state not issued for it is
-    // refused, and the task goes on.
-    let forged = c
-        .request(
-            "tasks/cancel",
-            in_session(get.clone(), &session_id, Some("forged")),
-        )
-        .await;
-    assert_eq!(forged.status, 400, "{}", forged.text);
-    let (_, message) = ask(&mut c, "tasks/get", get.clone()).await;
-    assert_eq!(message["result"]["status"], "completed");
-    // A running task is cancelled in the session.
+    // A running task: the session is checked before the task is touched — a cancel with
+    // a state not issued for it is refused, and the task goes on — then it is cancelled
+    // in the session.
     let long = json!({"name": "slow", "arguments": {"steps": 50, "interval_ms": 200}});
     let (_, message) = ask(&mut c, "tools/call", long).await;
     let running = json!({"taskId": message["result"]["taskId"]});
     assert_eq!(message["result"]["resultType"], "task", "{message}");
+    let forged = c
+        .request(
+            "tasks/cancel",
+            in_session(running.clone(), &session_id, Some("forged")),
+        )
+        .await;
+    assert_eq!(forged.status, 400, "{}", forged.text);
+    let (_, message) = ask(&mut c, "tasks/get", running.clone()).await;
+    assert_eq!(message["result"]["status"], "working", "{message}");
     let (status, message) = ask(&mut c, "tasks/cancel", running.clone()).await;
     assert_eq!(status, 200, "{message}");
     let (_, message) = ask(&mut c, "tasks/get", running).await;

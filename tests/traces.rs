@@ -69,6 +69,17 @@ async fn metric(proxy: &ProxyProcess, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
 
+/// POSTs `body` to `url` as a client in trace `trace` whose span `span` made it.
+async fn post_traced(url: &str, body: &serde_json::Value, (trace, span): (&str, &str)) -> Reply {
+    post_json(
+        &http_client(),
+        url,
+        body,
+        &with_traceparent(&traceparent(trace, span)),
+    )
+    .await
+}
+
 fn with_traceparent(value: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert("traceparent", HeaderValue::from_str(value).unwrap());
@@ -84,11 +95,10 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
     let url = proxy.url("/mcp");
 
     // sessions/create: its span, and the handshake it sent upstream as its children.
-    let created = post_json(
-        &http,
+    let created = post_traced(
         &url,
         &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
-        &with_traceparent(&traceparent(TRACE, CLIENT_SPAN)),
+        (TRACE, CLIENT_SPAN),
     )
     .await;
     assert_eq!(created.status, 200, "{}", created.text);
@@ -116,13 +126,7 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": in_session(json!({"name": "echo", "arguments": {"msg": "hi"}}),
             &session_id, session["state"].as_str())});
-    let reply = post_json(
-        &http,
-        &url,
-        &call,
-        &with_traceparent(&traceparent(TRACE, call_span)),
-    )
-    .await;
+    let reply = post_traced(&url, &call, (TRACE, call_span)).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let served = receiver.span("tools/call echo", TRACE).await;
     assert_eq!(served.kind, SERVER);
@@ -182,13 +186,7 @@ async fn a_sessions_requests_join_the_clients_trace_down_to_the_upstream() {
     let slow = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
         "params": in_session(json!({"name": "slow", "arguments": {"steps": 3, "interval_ms": 200}}),
             &session_id, None)});
-    let reply = post_json(
-        &http,
-        &url,
-        &slow,
-        &with_traceparent(&traceparent(TRACE, slow_span)),
-    )
-    .await;
+    let reply = post_traced(&url, &slow, (TRACE, slow_span)).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert!(
         reply
@@ -349,11 +347,10 @@ async fn with_no_receiver_listening_requests_are_unaffected() {
     );
     let http = http_client();
     for id in 0..20 {
-        let reply = post_json(
-            &http,
+        let reply = post_traced(
             &proxy.url("/mcp"),
             &json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create"}),
-            &with_traceparent(&traceparent(TRACE, CLIENT_SPAN)),
+            (TRACE, CLIENT_SPAN),
         )
         .await;
         assert_eq!(reply.status, 200, "{}", reply.text);
@@ -448,11 +445,10 @@ async fn a_retry_forwarded_to_the_replica_holding_its_call_is_one_trace() {
     assert_eq!(at_a.attribute("gen_ai.tool.name"), "sample");
 
     // The session store's round trips are spans of the request that made them.
-    let created = post_json(
-        &http_client(),
+    let created = post_traced(
         &a.url("/mcp"),
         &json!({"jsonrpc": "2.0", "id": 9, "method": "sessions/create"}),
-        &with_traceparent(&traceparent(trace, "3000000000000003")),
+        (trace, "3000000000000003"),
     )
     .await;
     assert_eq!(created.status, 200, "{}", created.text);
@@ -503,13 +499,7 @@ async fn a_stdio_server_gets_the_trace_in_meta() {
     let trace = "7bf92f3577b34da6a3ce929d0e0e4736";
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": in_session(json!({"name": "traceparent", "arguments": {}}), &session_id, None)});
-    let reply = post_json(
-        &http,
-        &url,
-        &call,
-        &with_traceparent(&traceparent(trace, CLIENT_SPAN)),
-    )
-    .await;
+    let reply = post_traced(&url, &call, (trace, CLIENT_SPAN)).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let seen: serde_json::Value =
         serde_json::from_str(assert::text_of(&final_message(&reply))).unwrap();

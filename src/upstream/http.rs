@@ -355,29 +355,20 @@ impl HttpUpstream {
         };
         let sent = Instant::now();
         let sending = tokio::time::timeout(timeout, self.connections.send(request)).await;
-        let response = match sending {
-            Ok(Ok(response)) => response,
-            Ok(Err(e)) => {
-                let e = UpstreamError::Unreachable(e.to_string());
-                if let Some(span) = span {
-                    span.finish(Err(&e));
-                }
-                return Err(e);
-            }
-            Err(_) => {
-                let e = UpstreamError::Timeout(timeout);
-                if let Some(span) = span {
-                    span.finish(Err(&e));
-                }
-                return Err(e);
-            }
+        let answered = match sending {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(UpstreamError::Unreachable(e.to_string())),
+            Err(_) => Err(UpstreamError::Timeout(timeout)),
         };
         if let Some(span) = span {
-            span.finish(Ok(response.status()));
+            match &answered {
+                Ok(response) => span.finish(Ok(response.status())),
+                Err(e) => span.finish(Err(e)),
+            }
         }
-        let answered = Instant::now();
+        let response = answered?;
         if let Some(latency) = &self.latency {
-            latency.observe(answered.duration_since(sent).as_secs_f64());
+            latency.observe(sent.elapsed().as_secs_f64());
         }
         Ok(response)
     }
