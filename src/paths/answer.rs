@@ -112,6 +112,15 @@ impl Answer {
         }
     }
 
+    /// Whether the client has stopped listening already (it disconnected).
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Answer::Head(first) => first.is_closed(),
+            Answer::Stream(tx) => tx.is_closed(),
+            Answer::Gone => false,
+        }
+    }
+
     /// Resolves once the client has stopped listening (it disconnected): nothing is
     /// waiting for this answer any more. Never, when nothing was waiting.
     pub async fn gone(&mut self) {

@@ -298,7 +298,7 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
     call.session.release().await;
     // A task that ended is written where every replica finds it (with a shared store).
     if let Some(running) = task {
-        drop(running._place);
+        drop(running.place);
         call.path.keep_ended(&running.task).await;
     }
 }
@@ -308,7 +308,7 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
 struct Running {
     task: Arc<Task>,
     heard: tokio::sync::mpsc::UnboundedReceiver<Control>,
-    _place: WaitingPlace,
+    place: WaitingPlace,
 }
 
 impl Running {
@@ -334,6 +334,11 @@ async fn heard(task: &mut Option<Running>) -> Option<Control> {
 /// `CreateTaskResult`. `None` (the call goes on as it is) beyond the bounds on tasks and
 /// on calls holding an upstream session while their client is away.
 async fn become_task(call: &StatelessCall, out: &mut Answer) -> Option<Running> {
+    // A client that left as the window closed would never hear of the task: the call
+    // stays plain, and the loop cancels it upstream.
+    if out.is_closed() {
+        return None;
+    }
     let path = &call.path;
     let pooled = matches!(call.session, CallSession::Pooled(_));
     let place = match path.waiting.take(call.caller_key, pooled) {
@@ -353,11 +358,7 @@ async fn become_task(call: &StatelessCall, out: &mut Answer) -> Option<Running> 
         write::result(&call.client_id, &task.created()),
     )
     .await;
-    Some(Running {
-        task,
-        heard,
-        _place: place,
-    })
+    Some(Running { task, heard, place })
 }
 
 /// The task's call answered: `completed` with its result (a tool error too), or `failed`
