@@ -83,15 +83,33 @@ pub struct UpgradeConfig {
 /// `[auth]`: verified bearer JWTs.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
-    /// The keys that verify tokens: the HS256 secret, or the JWKS file's signing keys.
-    pub keys: Vec<crate::auth::Key>,
-    /// Keys of the JWKS file left out, and why (logged at start-up).
-    pub skipped: Vec<String>,
+    /// Where the keys that verify tokens come from.
+    pub keys: AuthKeys,
     pub rules: crate::auth::Rules,
     /// The client's `Authorization` goes on to the upstream.
     pub forward_token: bool,
-    /// Named in every challenge (RFC 9728's `resource_metadata`).
-    pub resource_metadata: Option<String>,
+    /// This server as a protected resource (RFC 9728).
+    pub resource: crate::auth::Resource,
+    /// `[[auth.rules]]`.
+    pub policy: crate::auth::Policy,
+    /// `[[auth.limits]]`.
+    pub limits: Vec<crate::auth::rates::Limit>,
+}
+
+/// Where `[auth]`'s keys come from.
+#[derive(Debug, Clone)]
+pub enum AuthKeys {
+    /// The HS256 secret, or the JWKS file's signing keys (and the keys of the file left
+    /// out, and why: logged at start-up).
+    Fixed {
+        keys: Vec<crate::auth::Key>,
+        skipped: Vec<String>,
+    },
+    /// Fetched from the authorization server, and fetched again after `max_age`.
+    Fetched {
+        source: crate::auth::keys::Source,
+        max_age: Duration,
+    },
 }
 
 /// What bounds the proxy's resources against many, slow or idle clients and a busy
@@ -151,6 +169,8 @@ pub struct UpstreamDef {
     /// Also served at the bare endpoint path.
     pub default: bool,
     pub target: Target,
+    /// Its own credentials toward the upstream.
+    pub credentials: Vec<Credential>,
     pub overrides: UpstreamOverrides,
     /// Its `[upstreams.NAME.stateless]` table merged over `[stateless]`; `None`: it has
     /// none (the `[stateless]` settings apply).
@@ -427,6 +447,27 @@ pub struct UpstreamConfig {
     pub era: Option<Era>,
     /// What old clients (`initialize`) get in front of a modern upstream.
     pub old_clients: OldClients,
+    /// Headers the proxy adds to every request to this (HTTP) upstream: its own
+    /// credentials, never another upstream's.
+    pub credentials: Vec<Credential>,
+}
+
+/// One header of the proxy's credentials toward an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub header: http::HeaderName,
+    /// Put before the value read (`"Bearer "`).
+    pub prefix: String,
+    pub source: CredentialSource,
+}
+
+/// Where a credential's value is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// A file, read again whenever it changes (a rotated token).
+    File(PathBuf),
+    /// An environment variable of the proxy.
+    Env(String),
 }
 
 /// What old clients (2025-11-25 `initialize`) get in front of an upstream that speaks the
@@ -444,10 +485,17 @@ pub enum OldClients {
 }
 
 impl UpstreamConfig {
-    /// These settings with `overrides` applied, for `target`.
-    pub fn with(&self, target: Target, o: &UpstreamOverrides) -> UpstreamConfig {
+    /// These settings with `overrides` applied, for `target` reached with `credentials`
+    /// (its own: an upstream never inherits another's).
+    pub fn with(
+        &self,
+        target: Target,
+        credentials: &[Credential],
+        o: &UpstreamOverrides,
+    ) -> UpstreamConfig {
         UpstreamConfig {
             target,
+            credentials: credentials.to_vec(),
             pool_size: o.pool_size.unwrap_or(self.pool_size),
             max_children: o.max_children.unwrap_or(self.max_children),
             stop_grace: o.stop_grace.unwrap_or(self.stop_grace),
@@ -491,7 +539,9 @@ impl Config {
             .map(|def| NamedUpstream {
                 name: def.name.clone(),
                 default: def.default || self.upstreams.len() == 1,
-                config: self.upstream.with(def.target.clone(), &def.overrides),
+                config: self
+                    .upstream
+                    .with(def.target.clone(), &def.credentials, &def.overrides),
                 stateless: def
                     .stateless
                     .clone()

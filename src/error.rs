@@ -152,6 +152,20 @@ pub enum ProxyError {
     NotAcceptable,
     #[error("Request body too large: the limit is {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("Forbidden: this caller may not use {}", what.describe())]
+    NotAllowed { what: NotAllowed },
+    #[error(
+        "Too Many Requests: this caller may call the tool {:?} {rate} times per {}; retry after {}s",
+        echo(tool),
+        humantime::format_duration(*per),
+        retry_after.as_secs()
+    )]
+    ToolRate {
+        tool: String,
+        rate: u32,
+        per: Duration,
+        retry_after: Duration,
+    },
     #[error("Forbidden: origin {:?} is not allowed", echo(.origin))]
     OriginForbidden { origin: String },
     /// `[auth]` refused the request; `challenge` is its `WWW-Authenticate`.
@@ -383,6 +397,23 @@ impl ProxyError {
                 Some(json!({ "timeoutMs": after.as_millis() as u64 })),
                 Fault::Client,
             ),
+            E::ToolRate {
+                tool, rate, per, ..
+            } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::INVALID_REQUEST,
+                Some(
+                    json!({ "reason": "tool_rate", "tool": echo(tool), "rate": rate,
+                    "perSeconds": per.as_secs() }),
+                ),
+                Fault::Client,
+            ),
+            E::NotAllowed { what } => (
+                StatusCode::FORBIDDEN,
+                code::INVALID_REQUEST,
+                Some(what.data()),
+                Fault::Client,
+            ),
             E::OriginForbidden { origin } => (
                 StatusCode::FORBIDDEN,
                 code::INVALID_REQUEST,
@@ -390,7 +421,7 @@ impl ProxyError {
                 Fault::Client,
             ),
             E::Unauthorized { reason, .. } => (
-                StatusCode::UNAUTHORIZED,
+                reason.status(),
                 code::INVALID_REQUEST,
                 Some(json!({ "reason": reason.label() })),
                 Fault::Client,
@@ -732,8 +763,46 @@ impl ProxyError {
             | ProxyError::OwnerUnreachable { .. }
             | ProxyError::ForwardLimit { .. } => Some(Duration::from_secs(1)),
             ProxyError::CallerLimit(refused) => Some(refused.retry_after()),
+            ProxyError::ToolRate { retry_after, .. } => Some(*retry_after),
+            ProxyError::Unauthorized {
+                reason: crate::auth::AuthError::KeysUnavailable,
+                ..
+            } => Some(Duration::from_secs(5)),
             _ => None,
         }
+    }
+}
+
+/// What `[[auth.rules]]` refused a caller (the upstream, and the tool, prompt or
+/// resource), for its 403.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAllowed {
+    pub upstream: String,
+    /// `upstream`, `tool`, `prompt` or `resource`.
+    pub kind: &'static str,
+    /// Its name or URI, as the client wrote it (echoed within bounds).
+    pub name: Option<String>,
+}
+
+impl NotAllowed {
+    fn describe(&self) -> String {
+        match &self.name {
+            Some(name) => format!(
+                "the {} {:?} of upstream {:?}",
+                self.kind,
+                echo(name),
+                self.upstream
+            ),
+            None => format!("upstream {:?}", self.upstream),
+        }
+    }
+
+    fn data(&self) -> serde_json::Value {
+        let mut data = json!({ "reason": "not_allowed", "upstream": self.upstream });
+        if let Some(name) = &self.name {
+            data[self.kind] = json!(echo(name));
+        }
+        data
     }
 }
 

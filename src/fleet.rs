@@ -176,6 +176,12 @@ pub enum ReloadRefused {
     NoDemo,
     #[error("upstream {0:?} has no replica to send requests to")]
     NoReplica(String),
+    #[error(
+        "[auth] would be turned on or off, or auth.forward_token changed: whether clients' tokens reach the upstreams is settled at start-up; restart to change it"
+    )]
+    AuthSwitch,
+    #[error("{0}")]
+    Auth(String),
 }
 
 /// What a reload did.
@@ -545,6 +551,8 @@ fn http(
     urls: &[Uri],
     deaths: tokio::sync::mpsc::UnboundedSender<String>,
 ) -> Upstream {
+    // One set for every replica: the same credentials, read (and watched) once.
+    let credentials = upstream::credentials::Credentials::start(&u.credentials);
     let replicas = urls
         .iter()
         .map(|url| {
@@ -558,6 +566,7 @@ fn http(
                     idle_timeout: shared.upstream_idle_timeout,
                     max_idle: shared.upstream_idle_connections,
                     withhold_authorization: shared.withhold_authorization,
+                    credentials: credentials.clone(),
                 },
                 Some(latency),
             )

@@ -22,6 +22,7 @@
 
 mod admission;
 pub(crate) mod checks;
+mod identity;
 mod ops;
 mod serve;
 mod shed;
@@ -38,6 +39,7 @@ use opentelemetry::context::FutureExt as _;
 use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
+use identity::Identity;
 pub use ops::Ops;
 pub use serve::{ClientAddr, ConnectionLimits, DRAIN_IDLE, Phase, Role, Serving, serve};
 
@@ -65,8 +67,9 @@ pub struct Limits {
     pub body_timeout: std::time::Duration,
     /// Browser origins allowed besides loopback ones.
     pub allowed_origins: Vec<String>,
-    /// Who a request is from (and, with `[auth]`, whether it may come in at all).
-    pub auth: Auth,
+    /// Who a request is from (and, with `[auth]`, whether it may come in at all);
+    /// replaced whole by a reload.
+    pub auth: arc_swap::ArcSwap<Auth>,
 }
 
 /// One MCP endpoint: an upstream's paths, and the checks in front of them.
@@ -115,6 +118,11 @@ pub async fn handle(
         if path == CLUSTER_PATH {
             return from_peer(&front, request).await;
         }
+        if let Some(endpoint) = path.strip_prefix(crate::auth::resource::WELL_KNOWN)
+            && let Some(response) = resource_metadata(&front, &request, endpoint)
+        {
+            return response;
+        }
     }
     if (path == HEALTH_PATH || role.serves_operations())
         && let Some(response) = front.ops.route(&request, role).await
@@ -127,6 +135,54 @@ pub async fn handle(
         },
         None,
     )
+}
+
+/// The protected resource metadata (RFC 9728) of the MCP endpoint at `endpoint` (the
+/// default one when empty), with `[auth]` and its public URL; `None`: not served here.
+/// Public, and read by browser clients too.
+fn resource_metadata(
+    front: &Front,
+    request: &Request<Incoming>,
+    endpoint: &str,
+) -> Option<Response<ProxyBody>> {
+    let endpoint = match endpoint {
+        "" | "/" => front.limits.path.as_str(),
+        path => path,
+    };
+    front.fleet.upstreams().at(endpoint)?;
+    let document = front.limits.auth.load().metadata(endpoint)?;
+    let mut response = match *request.method() {
+        Method::GET | Method::HEAD => {
+            response::json(StatusCode::OK, Bytes::from(document.to_string()))
+        }
+        Method::OPTIONS => response::status(StatusCode::NO_CONTENT),
+        _ => {
+            let mut refused = response::status(StatusCode::METHOD_NOT_ALLOWED);
+            refused
+                .headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD, OPTIONS"));
+            return Some(refused);
+        }
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    // A browser client's preflight: the SDKs send their protocol version along.
+    headers.insert(
+        http::header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, HEAD, OPTIONS"),
+    );
+    headers.insert(
+        http::header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("mcp-protocol-version"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
+    Some(response)
 }
 
 /// The MCP endpoint, observed: one span per request and the request counter.
@@ -214,13 +270,17 @@ impl Endpoint<'_> {
         // When the request arrived: its span starts then, once its message is known.
         let received = std::time::SystemTime::now();
         let (parts, body) = request.into_parts();
-        let checked = checks::origin(&parts.headers, &self.limits.allowed_origins)
-            .and_then(|()| self.caller(&parts.headers, metrics))
-            .and_then(|caller| {
-                checks::content_type(&parts.headers)?;
-                Ok((caller, checks::accept(&parts.headers)?))
-            });
-        let (caller, accepts) = match checked {
+        let checked = match checks::origin(&parts.headers, &self.limits.allowed_origins) {
+            Ok(()) => self
+                .caller(&parts.headers, parts.uri.path(), metrics)
+                .await
+                .and_then(|caller| {
+                    checks::content_type(&parts.headers)?;
+                    Ok((caller, checks::accept(&parts.headers)?))
+                }),
+            Err(e) => Err(e),
+        };
+        let (identity, accepts) = match checked {
             Ok(checked) => checked,
             Err(e) => return (response::error(&e, None), "other"),
         };
@@ -271,7 +331,7 @@ impl Endpoint<'_> {
         };
         let message = Message {
             headers: &parts.headers,
-            caller,
+            caller: identity.caller,
             body: &body,
             envelope: &envelope,
             payload: raw.zip(payload.as_ref()),
@@ -279,7 +339,9 @@ impl Endpoint<'_> {
             peer,
         };
         let traced = ServerSpan::start(&message, received, from_peer);
+        let permitted = identity.permits(&self.served.name, &message, metrics);
         let answered = match &traced {
+            _ if let Err(refused) = permitted => Err(refused),
             Some(span) => {
                 let (trace_id, span_id) = span.ids();
                 let current = tracing::Span::current();
@@ -290,6 +352,14 @@ impl Endpoint<'_> {
                     .await
             }
             None => self.answer(&message, metrics).await,
+        };
+        let answered = match answered {
+            Ok(response) => {
+                identity
+                    .visible(&self.served.name, &message, response)
+                    .await
+            }
+            refused => refused,
         };
         let (mut response, code) = match answered {
             Ok(response) => (response, None),
@@ -371,7 +441,13 @@ impl Endpoint<'_> {
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let headers = request.headers();
         checks::origin(headers, &self.limits.allowed_origins)?;
-        let caller = self.caller(headers, metrics)?;
+        let identity = self.caller(headers, request.uri().path(), metrics).await?;
+        identity.judge(
+            &self.served.name,
+            crate::auth::policy::Item::Upstream,
+            metrics,
+        )?;
+        let caller = identity.caller;
         let forwarded = self.cluster.verify(&Signed {
             method: request.method(),
             path: request.uri().path(),
@@ -396,6 +472,14 @@ impl Endpoint<'_> {
                     .await
             }
             None => self.bare_answer(bare, headers, who).await,
+        };
+        // A session's stream may carry list answers too (replayed with `Last-Event-ID`):
+        // shown as this caller may see them.
+        let answered = match answered {
+            Ok(response) if bare == Bare::Get && identity.auth.has_policy() => {
+                identity.filtered(&self.served.name, response, "null").await
+            }
+            answered => answered,
         };
         let Some(span) = traced else {
             return answered;
@@ -442,26 +526,36 @@ impl Endpoint<'_> {
 }
 
 impl Endpoint<'_> {
-    /// Who the request is from; with `[auth]`, a request without a valid token goes no
-    /// further (401, counted by reason).
-    fn caller(
+    /// Who the request to the endpoint at `path` is from; with `[auth]`, a request
+    /// without a valid token for it goes no further (401, or 403 for a missing scope;
+    /// counted by reason).
+    async fn caller(
         self,
         headers: &http::HeaderMap,
+        path: &str,
         metrics: &Metrics,
-    ) -> Result<crate::mcp::caller::Caller, ProxyError> {
-        let auth = &self.limits.auth;
-        auth.caller(headers).map_err(|reason| {
-            metrics
-                .auth_refused
-                .get_or_create(&AuthLabels {
-                    reason: reason.label(),
-                })
-                .inc();
-            ProxyError::Unauthorized {
-                challenge: auth.challenge(&reason),
-                reason,
-            }
-        })
+    ) -> Result<Identity, ProxyError> {
+        // This request's view: a reload meanwhile does not change it half-way.
+        let auth = self.limits.auth.load_full();
+        let identified = auth.identify(headers, path).await;
+        identified
+            .map(|(caller, verified)| Identity {
+                caller,
+                verified,
+                auth: auth.clone(),
+            })
+            .map_err(|reason| {
+                metrics
+                    .auth_refused
+                    .get_or_create(&AuthLabels {
+                        reason: reason.label(),
+                    })
+                    .inc();
+                ProxyError::Unauthorized {
+                    challenge: auth.challenge(&reason, path),
+                    reason,
+                }
+            })
     }
 }
 

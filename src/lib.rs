@@ -76,6 +76,8 @@ pub enum StartError {
     Store(session::StoreError),
     #[error("cannot start the worker threads: {0}")]
     Workers(std::io::Error),
+    #[error("[auth]: {0}")]
+    Auth(String),
     /// `upgrade.socket`: the running proxy's listeners could not be taken over (it keeps
     /// serving), or the socket could not be created.
     #[error("{detail}")]
@@ -267,7 +269,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             max_body_bytes: config.max_body_bytes,
             body_timeout: config.limits.request_body_timeout,
             allowed_origins: config.allowed_origins.clone(),
-            auth: auth(&config),
+            auth: arc_swap::ArcSwap::from_pointee(auth(&config, None)?),
         },
         fleet: fleet.clone(),
         ops: Ops {
@@ -534,10 +536,30 @@ impl Running {
         self.front.fleet.sessions().fairness().callers()
     }
 
-    /// Serves the upstream list of `config` from now on (the rest of `config` is not
-    /// applied: it needs a restart), unless it would serve nothing.
+    /// Serves the upstream list and `[auth]` of `config` from now on (the rest of
+    /// `config` is not applied: it needs a restart), unless it would serve nothing or
+    /// turn `[auth]` on or off (or change whether the client's token goes upstream):
+    /// then nothing is applied.
     pub async fn reload(&self, config: &Config) -> Result<Reloaded, ReloadRefused> {
-        self.front.fleet.reload(&config.upstream_set()).await
+        let withhold = config.auth.as_ref().is_some_and(|a| !a.forward_token);
+        let running = self.front.limits.auth.load_full();
+        if config.auth.is_some() != matches!(*running, crate::auth::Auth::Jwt(_))
+            || withhold != self.front.fleet.shared().withhold_authorization
+        {
+            return Err(ReloadRefused::AuthSwitch);
+        }
+        let auth = auth(config, Some(&running)).map_err(|e| ReloadRefused::Auth(e.to_string()))?;
+        // New keys from an authorization server apply once they are had: a reload
+        // naming one that cannot be reached is refused, the running keys kept.
+        if let Some(fresh) = auth.fresh_keys(&running) {
+            fresh
+                .first_fetch(RELOAD_KEYS_WITHIN)
+                .await
+                .map_err(ReloadRefused::Auth)?;
+        }
+        let reloaded = self.front.fleet.reload(&config.upstream_set()).await?;
+        self.front.limits.auth.store(Arc::new(auth));
+        Ok(reloaded)
     }
 
     /// Starts accepting on listeners taken over.
@@ -672,7 +694,7 @@ where
                         changed = ?report.changed,
                         removed = ?report.removed,
                         sessions_ended = report.sessions_ended,
-                        "configuration reloaded: upstreams applied (other settings need a restart)"
+                        "configuration reloaded: upstreams and [auth] applied (other settings need a restart)"
                     );
                 }
                 Err(e) => tracing::error!(error = %e, "configuration reload refused; the running configuration is kept"),
@@ -758,17 +780,46 @@ async fn next_hangup(_: &mut Hangups) -> Option<()> {
     std::future::pending().await
 }
 
-/// Who requests are from: `[auth]`'s verifier, or the credential headers' hash.
-fn auth(config: &Config) -> crate::auth::Auth {
-    use crate::auth::{Auth, Jwt, Verifier};
+/// How long a reload waits for the keys of a new authorization server.
+const RELOAD_KEYS_WITHIN: Duration = Duration::from_secs(10);
+
+/// Who requests are from: `[auth]`'s verifier, or the credential headers' hash. Keys
+/// fetched from the authorization server start being fetched now — unless `running`
+/// (what a reload replaces) fetches the same ones already: they are kept.
+fn auth(
+    config: &Config,
+    running: Option<&crate::auth::Auth>,
+) -> Result<crate::auth::Auth, StartError> {
+    use crate::auth::keys::IssuerKeys;
+    use crate::auth::{Auth, Jwt, Keys, Verifier};
+    use crate::config::AuthKeys;
     let Some(auth) = &config.auth else {
-        return Auth::Credentials;
+        return Ok(Auth::Credentials);
     };
-    for skipped in &auth.skipped {
-        tracing::warn!("auth.jwks_file: key {skipped} is not used");
-    }
-    Auth::Jwt(Box::new(Jwt {
-        verifier: Verifier::new(auth.keys.clone(), &auth.rules),
-        resource_metadata: auth.resource_metadata.clone(),
-    }))
+    let keys = match &auth.keys {
+        AuthKeys::Fixed { keys, skipped } => {
+            for skipped in skipped {
+                tracing::warn!("auth.jwks_file: key {skipped} is not used");
+            }
+            Keys::Fixed(Arc::new(keys.clone()))
+        }
+        AuthKeys::Fetched { source, max_age } => match running {
+            Some(Auth::Jwt(jwt)) if jwt.keys.fetches(source, *max_age) => jwt.keys.clone(),
+            _ => {
+                Keys::Issuer(IssuerKeys::start(source.clone(), *max_age).map_err(StartError::Auth)?)
+            }
+        },
+    };
+    Ok(Auth::Jwt(Box::new(Jwt {
+        verifier: Verifier::new(&auth.rules).keeping(auth.policy.claim_names()),
+        policy: auth.policy.clone(),
+        rates: match running {
+            Some(Auth::Jwt(jwt)) if jwt.rates.limits() == auth.limits.as_slice() => {
+                jwt.rates.clone()
+            }
+            _ => Arc::new(crate::auth::rates::Rates::new(auth.limits.clone())),
+        },
+        keys,
+        resource: auth.resource.clone(),
+    })))
 }

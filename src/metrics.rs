@@ -179,6 +179,15 @@ pub struct AuthLabels {
     pub reason: &'static str,
 }
 
+/// A `[[auth.rules]]` decision: the upstream (a configured name), what was used
+/// (`upstream`, `tool`, `prompt`, `resource`) and `allowed` or `denied`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub upstream: String,
+    pub kind: &'static str,
+    pub decision: &'static str,
+}
+
 /// What was shed for which resource (`overload`): both fixed sets.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShedLabels {
@@ -210,6 +219,7 @@ pub struct Metrics {
     pub sessions_reinitialized: Counter,
     pub sessions_other_caller: Counter,
     pub auth_refused: Family<AuthLabels, Counter>,
+    pub policy_decisions: Family<PolicyLabels, Counter>,
     pub replica_healthy: Family<ReplicaLabels, Gauge>,
     pub replica_sessions: Family<ReplicaLabels, Gauge>,
     pub replica_era: Family<ReplicaEraLabels, Gauge>,
@@ -256,6 +266,7 @@ impl Metrics {
             sessions_reinitialized: Counter::default(),
             sessions_other_caller: Counter::default(),
             auth_refused: Family::default(),
+            policy_decisions: Family::default(),
             replica_healthy: Family::default(),
             replica_era: Family::default(),
             replica_sessions: Family::default(),
@@ -326,8 +337,13 @@ impl Metrics {
         );
         registry.register(
             "auth_refused",
-            "Requests refused by [auth] (HTTP 401), by reason",
+            "Requests refused by [auth] (HTTP 401, 403 insufficient_scope, 503 no keys), by reason",
             m.auth_refused.clone(),
+        );
+        registry.register(
+            "policy_decisions",
+            "Requests judged by [[auth.rules]], by upstream, what they use, and decision",
+            m.policy_decisions.clone(),
         );
         registry.register(
             "upstream_replica_healthy",
@@ -429,8 +445,8 @@ impl Metrics {
             "Deleted sealed sessions forgotten before their end to stay within session.max_tombstones",
             m.sealed_tombstones_dropped.clone(),
         );
-        // Traces (`telemetry::counted`): what became of the spans; what ended and was
-        // neither exported nor refused was dropped or is still queued.
+        // Traces (`telemetry::counted`): what became of the spans;
+        // ended = exported + export_failed + dropped + queued.
         registry.register(
             "spans_ended",
             "Spans recorded and ended (traces on)",
@@ -445,6 +461,16 @@ impl Metrics {
             "spans_export_failed",
             "Spans whose export failed (the collector refused them or was not reached)",
             crate::telemetry::counted::FAILED.clone(),
+        );
+        registry.register(
+            "spans_dropped",
+            "Spans dropped because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)",
+            crate::telemetry::counted::DROPPED.clone(),
+        );
+        registry.register(
+            "spans_queued",
+            "Spans ended and not yet through the exporter",
+            crate::telemetry::counted::QUEUED.clone(),
         );
         root.register_with_unit(
             "mcp_server_operation_duration",

@@ -15,3 +15,4 @@ pub mod to_legacy;
 pub mod to_modern;
 pub mod to_upstream;
 pub mod trace_context;
+pub mod visible;

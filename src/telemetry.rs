@@ -14,10 +14,12 @@
 //!   `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`).
 //! - [`server`]: the request's span, its parent the client's context.
 //! - [`client`]: the upstream request's span, its context sent in the request's headers.
+//! - [`background`]: the context an upstream session's ending runs in.
 //!
 //! Names and attributes follow the OpenTelemetry semantic conventions for MCP (in the
 //! GenAI conventions).
 
+pub mod background;
 pub mod client;
 mod context;
 pub mod counted;
@@ -29,7 +31,9 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider,
+};
 
 use crate::config::TelemetryConfig;
 
@@ -69,7 +73,13 @@ pub struct Settings {
     pub traces_url: String,
     pub service_name: String,
     pub sampler: SamplerChoice,
+    /// Spans waiting to be exported at most (`OTEL_BSP_MAX_QUEUE_SIZE`); beyond it they
+    /// are dropped, and counted.
+    pub queue: usize,
 }
+
+/// The batch queue's size when `OTEL_BSP_MAX_QUEUE_SIZE` does not say (the SDKs' default).
+const DEFAULT_QUEUE: usize = 2_048;
 
 /// The sampler, by the names `OTEL_TRACES_SAMPLER` uses.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -173,10 +183,21 @@ impl Settings {
                 })
             }
         };
+        let queue = match var("OTEL_BSP_MAX_QUEUE_SIZE").map(|v| v.trim().parse::<usize>()) {
+            None => DEFAULT_QUEUE,
+            Some(Ok(queue)) if queue > 0 => queue,
+            Some(_) => {
+                tracing::warn!(
+                    "OTEL_BSP_MAX_QUEUE_SIZE is not a positive number; using {DEFAULT_QUEUE}"
+                );
+                DEFAULT_QUEUE
+            }
+        };
         Ok(Some(Settings {
             traces_url,
             service_name,
             sampler,
+            queue,
         }))
     }
 }
@@ -226,9 +247,21 @@ impl Telemetry {
             .with_timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(|e| format!("the OTLP exporter for {}: {e}", settings.traces_url))?;
-        let batch = BatchSpanProcessor::builder(counted::CountingExporter(exporter)).build();
+        // The queue's size is set here, not left to the SDK, so that the tally that
+        // keeps it from overflowing (and counts what it drops) has the same bound.
+        let in_flight = counted::InFlight::new(settings.queue);
+        let batch = BatchSpanProcessor::builder(counted::CountingExporter::new(
+            exporter,
+            in_flight.clone(),
+        ))
+        .with_batch_config(
+            BatchConfigBuilder::default()
+                .with_max_queue_size(settings.queue)
+                .build(),
+        )
+        .build();
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(counted::Counting(batch))
+            .with_span_processor(counted::Counting::new(batch, in_flight))
             .with_sampler(settings.sampler.sampler())
             .with_resource(
                 Resource::builder()

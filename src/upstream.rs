@@ -26,6 +26,7 @@
 
 pub(crate) mod answer;
 mod connections;
+pub mod credentials;
 mod demux;
 mod discover;
 mod endings;

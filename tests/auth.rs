@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Harness, SessionClient, StatelessClient, assert, listener_url, post_json};
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
-use mcp_session_proxy::auth::{Key, Rules};
-use mcp_session_proxy::config::{Affinity, AuthConfig, Config, Secret};
+use mcp_session_proxy::auth::{Key, Resource, Rules};
+use mcp_session_proxy::config::{Affinity, AuthConfig, AuthKeys, Config, Secret};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
@@ -29,15 +29,22 @@ const METADATA: &str = "https://mcp.example.com/.well-known/oauth-protected-reso
 fn auth_on(forward_token: bool) -> impl FnOnce(&mut Config) {
     move |c: &mut Config| {
         c.auth = Some(AuthConfig {
-            keys: vec![Key::hs256(SECRET)],
-            skipped: Vec::new(),
+            keys: AuthKeys::Fixed {
+                keys: vec![Key::hs256(SECRET)],
+                skipped: Vec::new(),
+            },
             rules: Rules {
                 issuer: ISSUER.into(),
                 audience: vec![AUDIENCE.into()],
                 leeway: Duration::from_secs(5),
             },
             forward_token,
-            resource_metadata: Some(METADATA.into()),
+            resource: Resource {
+                metadata_url: Some(METADATA.into()),
+                ..Resource::default()
+            },
+            policy: Default::default(),
+            limits: Vec::new(),
         });
         c.stateless.affinity = Affinity::Shared;
         c.admin.token = Some(Secret(ADMIN.as_bytes().to_vec()));
@@ -124,10 +131,11 @@ async fn every_request_needs_a_valid_token_and_a_refusal_says_why() {
     );
     let cases: [(Option<String>, &str, &str); 6] = [
         (None, "missing", "no bearer token"),
+        // Credentials of another scheme are no bearer token at all (no error code).
         (
             Some("Basic YWxpY2U6cHc=".into()),
-            "malformed",
-            "not one bearer token",
+            "missing",
+            "no bearer token",
         ),
         (Some(bearer(&expired)), "expired", "the token has expired"),
         (

@@ -44,15 +44,6 @@ fn made_up_key() -> HeaderMap {
     headers
 }
 
-fn bearer(token: &str) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        "authorization",
-        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-    );
-    headers
-}
-
 /// `sessions/create` as `who`, with JSON-RPC id `id`.
 async fn create(h: &Harness, who: &HeaderMap, id: u64) -> Reply {
     create_with(&h.http, h, who, id).await
@@ -458,15 +449,19 @@ async fn verified_callers_keep_budgets_of_their_own_on_one_address() {
         c.session.max_sessions_per_caller = 3;
         c.session.creations_per_caller_per_minute = 0;
         c.auth = Some(AuthConfig {
-            keys: vec![Key::hs256(SECRET)],
-            skipped: Vec::new(),
+            keys: mcp_session_proxy::config::AuthKeys::Fixed {
+                keys: vec![Key::hs256(SECRET)],
+                skipped: Vec::new(),
+            },
             rules: Rules {
                 issuer: "https://idp.test/".into(),
                 audience: vec!["https://proxy.test/mcp".into()],
                 leeway: Duration::from_secs(5),
             },
             forward_token: false,
-            resource_metadata: None,
+            resource: mcp_session_proxy::auth::Resource::default(),
+            policy: Default::default(),
+            limits: Vec::new(),
         });
     })
     .await;

@@ -78,7 +78,7 @@ async fn healthz_on(stream: &mut TcpStream) -> String {
 /// Whether `GET /healthz` answers 200 within `within`, each try given up after `each`.
 async fn healthz_within(proxy: &ProxyProcess, within: Duration, each: Duration) -> bool {
     eventually_async(within, || async {
-        let http = reqwest::Client::builder().timeout(each).build().unwrap();
+        let http = common::http_builder().timeout(each).build().unwrap();
         http.get(proxy.url("/healthz"))
             .send()
             .await

@@ -57,7 +57,7 @@ async fn run_on(listen: SocketAddr, upstream: &str) -> Output {
 /// A client whose every request opens a connection of its own (nothing pooled), so
 /// that the kernel chooses a listener for each.
 fn unpooled() -> reqwest::Client {
-    reqwest::Client::builder()
+    common::http_builder()
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(5))
         .build()

@@ -171,7 +171,7 @@ async fn short_of_descriptors_the_proxy_sheds_new_work_serves_open_sessions_and_
             metric(&kept, &proxy, "mcp_proxy_overload_active{resource=\"open_files\"}").await,
             Some(0.0)
         );
-        let fresh = reqwest::Client::new();
+        let fresh = common::http_builder().build().unwrap();
         assert_eq!(create(&fresh, &proxy).await.status, 200, "a new connection");
         let settled = eventually(Duration::from_secs(5), || proxy.open_fds() <= baseline + 4).await;
         assert!(
@@ -267,7 +267,7 @@ async fn short_of_memory_the_proxy_sheds_new_work_serves_open_sessions_and_recov
         );
         // Memory pressure refuses no connection: a new one is served (healthz, a call in
         // the open session).
-        let fresh = reqwest::Client::new();
+        let fresh = common::http_builder().build().unwrap();
         let healthz = fresh.get(proxy.url("/healthz")).send().await.unwrap();
         assert_eq!(healthz.status(), 200);
         let shed = metric(
@@ -296,7 +296,7 @@ async fn short_of_memory_the_proxy_sheds_new_work_serves_open_sessions_and_recov
             "{recovered_at} bytes resident once recovered, threshold {threshold}"
         );
         // Connections of their own, so that every worker sees some.
-        let traffic = reqwest::Client::builder()
+        let traffic = common::http_builder()
             .pool_max_idle_per_host(0)
             .build()
             .unwrap();

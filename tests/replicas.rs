@@ -1132,7 +1132,7 @@ async fn nginx_round_robin_in_front_of_two_replicas_sharing_redis() {
 
 /// A client whose connections come from `ip` (every 127.0.0.0/8 address is this host's).
 fn from(ip: [u8; 4]) -> reqwest::Client {
-    reqwest::Client::builder()
+    common::http_builder()
         .local_address(std::net::IpAddr::from(ip))
         .timeout(Duration::from_secs(30))
         .build()

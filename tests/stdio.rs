@@ -716,7 +716,7 @@ async fn a_client_giving_up_on_create_leaves_no_child_behind() {
     let mut config = stdio_config(misbehaving(&marker, &["--slow-start=1500"]));
     config.upstream.max_children = 1;
     let proxy = StdioProxy::start(config, &marker).await;
-    let impatient = reqwest::Client::builder()
+    let impatient = common::http_builder()
         .timeout(Duration::from_millis(300))
         .build()
         .unwrap();

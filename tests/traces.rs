@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::binary::ProxyProcess;
 use common::fleet::{Redis, Replicas};
-use common::otlp::{CLIENT, OtlpReceiver, SERVER};
+use common::otlp::{CLIENT, INTERNAL, OtlpReceiver, SERVER};
 use common::*;
 use mcp_session_proxy::demo::DemoServer;
 use mcp_session_proxy::session::log_tag;
@@ -376,6 +376,143 @@ async fn with_no_receiver_listening_requests_are_unaffected() {
     assert_eq!(reply.status, 200, "{}", reply.text);
 }
 
+/// A session the reaper ends (idle too long) was started by no request still served:
+/// its upstream session's ending is a trace of its own — a root span, with the DELETE
+/// it sent upstream its CLIENT child, and that span the upstream's parent.
+#[tokio::test]
+async fn a_session_the_reaper_ends_is_a_trace_of_its_own() {
+    let receiver = OtlpReceiver::start().await;
+    let demo = recording_demo().await;
+    let proxy = traced(&format!(
+        "[upstream]\nurl = \"{}\"\nhealth_interval = \"1h\"\n\
+         [session]\nidle_ttl = \"1s\"\nreap_interval = \"200ms\"\n\
+         [telemetry]\nendpoint = \"{}\"\n",
+        demo.url(),
+        receiver.endpoint()
+    ))
+    .await;
+    let created = post_traced(
+        &proxy.url("/mcp"),
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}),
+        (TRACE, CLIENT_SPAN),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let ending = receiver
+        .find("the ending's own span", |s| {
+            s.name == "end upstream session"
+        })
+        .await;
+    assert_eq!(ending.kind, INTERNAL);
+    assert_eq!(ending.parent_span_id, "", "a root span");
+    assert_ne!(ending.trace_id, TRACE, "not the creating client's trace");
+    let delete = receiver
+        .find("the upstream DELETE", |s| {
+            s.kind == CLIENT && s.parent_span_id == ending.span_id
+        })
+        .await;
+    assert_eq!(delete.name, "DELETE");
+    assert_eq!(delete.trace_id, ending.trace_id);
+    let seen = demo
+        .journal()
+        .into_iter()
+        .find(|r| r.http_method == "DELETE")
+        .expect("the upstream session was ended");
+    assert_eq!(
+        seen.traceparent.as_deref(),
+        Some(traceparent(&delete.trace_id, &delete.span_id).as_str())
+    );
+}
+
+/// A collector that takes the connection and never answers: the first batch waits on
+/// it (up to the exporter's timeout), the queue (4 here) fills, and every span beyond it
+/// is dropped and counted — exactly: each span that ended is exported, failed, dropped
+/// or still queued. Requests do not wait for any of it.
+#[tokio::test]
+async fn spans_beyond_a_full_queue_are_dropped_and_counted_exactly() {
+    let hanging = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", hanging.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut connections = Vec::new();
+        while let Ok((socket, _)) = hanging.accept().await {
+            connections.push(socket);
+        }
+    });
+    let demo = recording_demo().await;
+    let proxy = ProxyProcess::launch()
+        .toml(&format!(
+            "[upstream]\nurl = \"{}\"\nhealth_interval = \"1h\"\n\
+             [telemetry]\nendpoint = \"{endpoint}\"\n",
+            demo.url()
+        ))
+        .env(&[
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "4"),
+        ])
+        .start()
+        .await;
+    let started = std::time::Instant::now();
+    for id in 0..30 {
+        let reply = post_traced(
+            &proxy.url("/mcp"),
+            &json!({"jsonrpc": "2.0", "id": id, "method": "sessions/create"}),
+            (TRACE, CLIENT_SPAN),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.text);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "requests waited for the collector: {:?}",
+        started.elapsed()
+    );
+    let tally = |text: &str| {
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| {
+                    line.strip_prefix(name)?
+                        .strip_prefix(' ')?
+                        .parse::<f64>()
+                        .ok()
+                })
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+        };
+        (
+            value("mcp_proxy_spans_ended_total"),
+            value("mcp_proxy_spans_exported_total")
+                + value("mcp_proxy_spans_export_failed_total")
+                + value("mcp_proxy_spans_dropped_total")
+                + value("mcp_proxy_spans_queued"),
+            value("mcp_proxy_spans_dropped_total"),
+        )
+    };
+    let scrape = || async {
+        http_client()
+            .get(proxy.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    // The last answers' spans end as their bodies do: wait until the books balance.
+    assert!(
+        eventually_async(Duration::from_secs(5), || async {
+            let (ended, accounted, _) = tally(&scrape().await);
+            ended == accounted
+        })
+        .await,
+        "the spans do not add up: {}",
+        scrape().await
+    );
+    let (ended, _, dropped) = tally(&scrape().await);
+    assert!(ended >= 30.0, "{ended} spans ended");
+    // At most the queue's 4 wait on the collector; the rest were dropped.
+    assert!(dropped >= ended - 4.0, "{dropped} of {ended} dropped");
+    held.abort();
+}
+
 /// A retry landing at the replica that does not hold its call is forwarded to the one
 /// that does: one trace — the retry's span at B, B's hop as its CLIENT span, and A's span
 /// of the forwarded request under that hop.
@@ -514,4 +651,40 @@ async fn a_stdio_server_gets_the_trace_in_meta() {
     assert_eq!(sent.name, "tools/call");
     assert_eq!(seen["meta"], traceparent(trace, &sent.span_id).as_str());
     assert_eq!(seen["header"], serde_json::Value::Null);
+}
+
+/// A 2026-07-28 server on the official TypeScript SDK 2.x (modern-only) reads the trace
+/// context in the request's `_meta` (SEP-414): through the proxy, that is the proxy's
+/// CLIENT span in the client's trace, not the client's own span.
+#[tokio::test]
+async fn a_modern_sdk_server_gets_the_proxys_span_in_meta() {
+    let receiver = OtlpReceiver::start().await;
+    let server = common::peers::ts2_http(common::peers::Ts2Mode::Reject).await;
+    let proxy = traced(&format!(
+        "[upstream]\nurl = \"{}\"\nhealth_interval = \"1h\"\n\
+         [telemetry]\nendpoint = \"{}\"\n",
+        server.url(),
+        receiver.endpoint()
+    ))
+    .await;
+    let trace = "8bf92f3577b34da6a3ce929d0e0e4736";
+    let client = StatelessClient::new(proxy.url("/mcp"));
+    let params = client.params(json!({"name": "traceparent", "arguments": {},
+        "_meta": {"traceparent": traceparent(trace, CLIENT_SPAN)}}));
+    let headers = StatelessClient::headers("tools/call", &params);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+    let reply = post_json(&client.http, &client.url, &body, &headers).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let served = receiver.span("tools/call traceparent", trace).await;
+    assert_eq!(served.parent_span_id, CLIENT_SPAN);
+    let sent = receiver
+        .find("the request to the server", |s| {
+            s.kind == CLIENT && s.parent_span_id == served.span_id
+        })
+        .await;
+    assert_eq!(sent.name, "tools/call");
+    assert_eq!(
+        assert::text_of(&final_message(&reply)),
+        traceparent(trace, &sent.span_id)
+    );
 }

@@ -455,12 +455,14 @@ async fn the_operations_listener_goes_over_too_whatever_the_workers() {
         let new = ProxyProcess::start(&toml(3)).await;
         assert!(old.exits_within(Duration::from_secs(20)).await.success());
 
-        let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        let metrics = common::http_client()
+            .get(format!("http://127.0.0.1:{admin}/metrics"))
+            .send()
             .await
             .unwrap();
         assert_eq!(metrics.status(), 200);
         let mut client = SessionClient::new(new.url("/mcp"));
-        client.http = reqwest::Client::builder()
+        client.http = common::http_builder()
             .pool_max_idle_per_host(0)
             .build()
             .unwrap();

@@ -5,7 +5,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
 
-use super::jwt::{Key, Rules, Verifier, read_jwks};
+use super::jwt::{self, Key, Rules, Verifier, read_jwks};
 use super::*;
 
 const RSA_PEM: &str = include_str!("../../tests/fixtures/jwt/rsa.pem");
@@ -67,12 +67,55 @@ fn es256(claims: &Value, kid: Option<&str>) -> String {
     encode(&header, claims, &key).unwrap()
 }
 
-fn shared_secret() -> Verifier {
-    Verifier::new(vec![Key::hs256(SECRET)], &rules())
+/// A verifier and the keys it verifies with.
+struct Check {
+    verifier: Verifier,
+    keys: Vec<Key>,
 }
 
-fn jwks() -> Verifier {
-    Verifier::new(read_jwks(JWKS).unwrap().keys, &rules())
+impl Check {
+    /// The caller `token` names, at an endpoint with no resource identifier (the
+    /// configured audience applies).
+    fn verify(&self, token: &str) -> Result<Caller, AuthError> {
+        let head = jwt::head(token)?;
+        self.verifier
+            .verify(token, &head, &self.keys, None)
+            .map(|verified| verified.caller)
+    }
+}
+
+fn shared_secret() -> Check {
+    Check {
+        verifier: Verifier::new(&rules()),
+        keys: vec![Key::hs256(SECRET)],
+    }
+}
+
+fn jwks() -> Check {
+    Check {
+        verifier: Verifier::new(&rules()),
+        keys: read_jwks(JWKS).unwrap().keys,
+    }
+}
+
+/// `future`'s output (nothing in these awaits anything).
+fn ready<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// `[auth]` with the shared secret and `resource`.
+fn with_secret(resource: Resource) -> Auth {
+    let check = shared_secret();
+    Auth::Jwt(Box::new(Jwt {
+        verifier: check.verifier,
+        keys: Keys::Fixed(std::sync::Arc::new(check.keys)),
+        resource,
+        policy: Policy::default(),
+        rates: Default::default(),
+    }))
 }
 
 /// A token with any header and claims, and a signature of `signature`.
@@ -280,12 +323,10 @@ fn garbage_is_malformed_and_never_panics() {
 
 #[test]
 fn the_bearer_token_comes_from_one_authorization_header() {
-    let auth = Auth::Jwt(Box::new(Jwt {
-        verifier: shared_secret(),
-        resource_metadata: Some(
-            "https://mcp.example.com/.well-known/oauth-protected-resource".into(),
-        ),
-    }));
+    let auth = with_secret(Resource {
+        metadata_url: Some("https://mcp.example.com/.well-known/oauth-protected-resource".into()),
+        ..Resource::default()
+    });
     let token = hs256(&claims("alice", json!({})));
     let with = |values: &[&str]| {
         let mut headers = HeaderMap::new();
@@ -295,44 +336,57 @@ fn the_bearer_token_comes_from_one_authorization_header() {
         headers
     };
     let alice = Caller::subject(ISSUER, "alice");
-    assert_eq!(auth.caller(&with(&[&format!("Bearer {token}")])), Ok(alice));
     assert_eq!(
-        auth.caller(&with(&[&format!("bearer  {token} ")])),
+        ready(auth.caller(&with(&[&format!("Bearer {token}")]), "/mcp")),
         Ok(alice)
     );
-    assert_eq!(auth.caller(&with(&[])), Err(AuthError::Missing));
+    assert_eq!(
+        ready(auth.caller(&with(&[&format!("bearer  {token} ")]), "/mcp")),
+        Ok(alice)
+    );
+    assert_eq!(
+        ready(auth.caller(&with(&[]), "/mcp")),
+        Err(AuthError::Missing)
+    );
+    // Credentials of another scheme are no bearer token at all.
+    assert_eq!(
+        ready(auth.caller(&with(&[&format!("Basic {token}")]), "/mcp")),
+        Err(AuthError::Missing)
+    );
     for refused in [
-        vec![format!("Basic {token}")],
         vec!["Bearer".to_owned()],
         vec![format!("Bearer {token}"), format!("Bearer {token}")],
     ] {
         let refs: Vec<&str> = refused.iter().map(String::as_str).collect();
-        assert_eq!(auth.caller(&with(&refs)), Err(AuthError::NotBearer));
+        assert_eq!(
+            ready(auth.caller(&with(&refs), "/mcp")),
+            Err(AuthError::NotBearer)
+        );
     }
     // Credential headers besides the token do not change who it is.
     let mut extra = with(&[&format!("Bearer {token}")]);
     extra.insert("cookie", HeaderValue::from_static("sid=1"));
-    assert_eq!(auth.caller(&extra), Ok(alice));
+    assert_eq!(ready(auth.caller(&extra, "/mcp")), Ok(alice));
 
     // The challenges: none for a missing token, invalid_token with a description otherwise.
     assert_eq!(
-        auth.challenge(&AuthError::Missing),
+        auth.challenge(&AuthError::Missing, "/mcp"),
         "Bearer resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource\""
     );
-    let expired = auth.challenge(&AuthError::Expired);
+    let expired = auth.challenge(&AuthError::Expired, "/mcp");
     assert_eq!(
         expired,
         "Bearer resource_metadata=\"https://mcp.example.com/.well-known/oauth-protected-resource\", error=\"invalid_token\", error_description=\"the token has expired\""
     );
     // What a token said cannot break out of the quoted string.
-    let hostile = auth.challenge(&AuthError::UnknownKey("a\"b\\c\u{e9}".into()));
+    let hostile = auth.challenge(&AuthError::UnknownKey("a\"b\\c\u{e9}".into()), "/mcp");
     let text = hostile.to_str().unwrap();
     assert!(
         text.ends_with("(kid a'b'c?) this server does not have\""),
         "{text}"
     );
     assert_eq!(
-        Auth::Credentials.challenge(&AuthError::Signature),
+        Auth::Credentials.challenge(&AuthError::Signature, "/mcp"),
         "Bearer error=\"invalid_token\", error_description=\"the token signature does not verify\""
     );
 }
@@ -341,9 +395,69 @@ fn the_bearer_token_comes_from_one_authorization_header() {
 fn without_auth_the_caller_is_the_credential_headers() {
     let mut headers = HeaderMap::new();
     headers.insert(AUTHORIZATION, HeaderValue::from_static("Bearer anything"));
-    assert_eq!(Auth::Credentials.caller(&headers), Ok(Caller::of(&headers)));
     assert_eq!(
-        Auth::Credentials.caller(&HeaderMap::new()),
+        ready(Auth::Credentials.caller(&headers, "/mcp")),
+        Ok(Caller::of(&headers))
+    );
+    assert_eq!(
+        ready(Auth::Credentials.caller(&HeaderMap::new(), "/mcp")),
         Ok(Caller::ANONYMOUS)
+    );
+}
+
+#[test]
+fn at_an_endpoint_the_token_must_be_for_exactly_its_resource() {
+    let check = shared_secret();
+    let resource = "https://mcp.example.com/mcp/github";
+    let verify = |aud: Value| {
+        let token = hs256(&claims("alice", json!({ "aud": aud })));
+        let head = jwt::head(&token).unwrap();
+        check
+            .verifier
+            .verify(&token, &head, &check.keys, Some(resource))
+            .map(|verified| verified.caller)
+    };
+    let alice = Caller::subject(ISSUER, "alice");
+    assert_eq!(verify(json!(resource)), Ok(alice));
+    assert_eq!(
+        verify(json!(["https://other.example/mcp", resource])),
+        Ok(alice)
+    );
+    // The configured audience is accepted at every endpoint too.
+    assert_eq!(verify(json!(AUDIENCE)), Ok(alice));
+    // (AUDIENCE, https://mcp.example.com/mcp, is accepted everywhere: above.)
+    for near in [
+        "https://mcp.example.com/mcp/github/",
+        "https://mcp.example.com/mcp/githubx",
+        "https://mcp.example.com",
+        "https://MCP.example.com/mcp/github",
+    ] {
+        assert!(
+            matches!(verify(json!(near)), Err(AuthError::Audience(_))),
+            "{near}"
+        );
+    }
+}
+
+#[test]
+fn scopes_come_from_scope_or_scp_and_are_bounded() {
+    let check = shared_secret();
+    let scopes = |extra: Value| {
+        let token = hs256(&claims("alice", extra));
+        let head = jwt::head(&token).unwrap();
+        check
+            .verifier
+            .verify(&token, &head, &check.keys, None)
+            .unwrap()
+            .scopes
+    };
+    assert_eq!(scopes(json!({"scope": "a  b"})), ["a", "b"]);
+    assert_eq!(scopes(json!({"scp": ["x", "y"]})), ["x", "y"]);
+    assert_eq!(scopes(json!({"scp": "z"})), ["z"]);
+    assert!(scopes(json!({})).is_empty());
+    let many: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+    assert_eq!(
+        scopes(json!({"scope": many.join(" ")})).len(),
+        jwt::MAX_SCOPES
     );
 }

@@ -51,7 +51,7 @@ pub struct RawUpgrade {
     pub socket: String,
 }
 
-/// `[auth]`: off unless `hs256_secret` or `jwks_file` is set.
+/// `[auth]`: off unless `issuer`, `hs256_secret`, `jwks_file` or `jwks_uri` is set.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawAuth {
@@ -61,6 +61,20 @@ pub struct RawAuth {
     /// A local JWKS file with RS256 / ES256 public keys.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jwks_file: Option<String>,
+    /// The authorization server's JWKS URL; "" (with no key above): the one its
+    /// metadata names.
+    pub jwks_uri: String,
+    /// How long fetched keys are used before they are fetched again.
+    pub jwks_max_age: String,
+    /// Where clients reach this proxy (scheme, host, port): each endpoint's resource
+    /// identifier and metadata URL start with it.
+    pub public_url: String,
+    /// Authorization servers named in the resource metadata; empty: the issuer.
+    pub authorization_servers: Vec<String>,
+    /// Scopes named in the resource metadata.
+    pub scopes_supported: Vec<String>,
+    /// Scopes every token must carry.
+    pub required_scopes: Vec<String>,
     /// The `iss` tokens must carry.
     pub issuer: String,
     /// The `aud` tokens must name.
@@ -71,6 +85,56 @@ pub struct RawAuth {
     pub forward_token: bool,
     /// RFC 9728 protected resource metadata URL, named in `WWW-Authenticate`.
     pub resource_metadata: String,
+    /// `[[auth.rules]]`: who may use which upstream, tool, prompt, resource.
+    pub rules: Vec<RawRule>,
+    /// `[[auth.limits]]`: how often each caller may call a tool.
+    pub limits: Vec<RawToolLimit>,
+}
+
+/// One `[[auth.limits]]` table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawToolLimit {
+    pub upstream: String,
+    pub tools: Vec<String>,
+    pub rate: u64,
+    pub per: String,
+}
+
+impl Default for RawToolLimit {
+    fn default() -> Self {
+        RawToolLimit {
+            upstream: "*".into(),
+            tools: Vec::new(),
+            rate: 0,
+            per: "1m".into(),
+        }
+    }
+}
+
+/// One `[[auth.rules]]` table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRule {
+    pub upstream: String,
+    pub tools: Vec<String>,
+    pub prompts: Vec<String>,
+    pub resources: Vec<String>,
+    pub scopes: Vec<String>,
+    pub claims: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for RawRule {
+    fn default() -> Self {
+        RawRule {
+            upstream: "*".into(),
+            tools: Vec::new(),
+            prompts: Vec::new(),
+            resources: Vec::new(),
+            scopes: Vec::new(),
+            claims: std::collections::BTreeMap::new(),
+        }
+    }
 }
 
 impl Default for RawAuth {
@@ -78,11 +142,19 @@ impl Default for RawAuth {
         RawAuth {
             hs256_secret: None,
             jwks_file: None,
+            jwks_uri: String::new(),
+            jwks_max_age: "15m".into(),
+            public_url: String::new(),
+            authorization_servers: Vec::new(),
+            scopes_supported: Vec::new(),
+            required_scopes: Vec::new(),
             issuer: String::new(),
             audience: String::new(),
             leeway: "30s".into(),
             forward_token: false,
             resource_metadata: String::new(),
+            rules: Vec::new(),
+            limits: Vec::new(),
         }
     }
 }
@@ -163,6 +235,9 @@ pub struct RawNamedUpstream {
     pub inherit_env: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
+    /// Its own credentials (never those of `[upstream]`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<RawCredential>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -394,6 +469,22 @@ pub struct RawUpstream {
     /// Old clients in front of a modern upstream: `bridge` (the proxy terminates their
     /// `initialize` sessions) or `pass_through`.
     pub old_clients: String,
+    /// Headers the proxy adds to every request to this upstream (its own credentials).
+    pub credentials: Vec<RawCredential>,
+}
+
+/// One header of the proxy's own credentials toward an upstream, its value read from a
+/// file (again when it changes) or an environment variable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCredential {
+    pub header: String,
+    /// Put before the value read, e.g. `"Bearer "`.
+    pub prefix: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -483,6 +574,7 @@ impl Default for RawUpstream {
             health_interval: "10s".into(),
             era: "auto".into(),
             old_clients: "bridge".into(),
+            credentials: Vec::new(),
         }
     }
 }

@@ -1064,8 +1064,11 @@ fn auth_is_off_by_default_and_on_with_a_key() {
     )
     .unwrap();
     let auth = config.auth.unwrap();
-    assert_eq!(auth.keys.len(), 2);
-    assert_eq!(auth.skipped.len(), 2);
+    let crate::config::AuthKeys::Fixed { keys, skipped } = &auth.keys else {
+        panic!("the file's keys: {:?}", auth.keys);
+    };
+    assert_eq!(keys.len(), 2);
+    assert_eq!(skipped.len(), 2);
     assert_eq!(auth.rules.leeway, Duration::from_secs(10));
     assert_eq!(auth.rules.audience, ["https://mcp.example.com/mcp"]);
     assert!(
@@ -1084,6 +1087,129 @@ fn auth_is_off_by_default_and_on_with_a_key() {
         !format!("{secret:?}").contains("0123456789abcdef"),
         "the secret is not shown"
     );
+}
+
+#[test]
+fn with_only_an_issuer_and_a_public_url_the_keys_are_the_issuers() {
+    let config = load_file(
+        "[auth]\nissuer = \"https://auth.example.com/\"\npublic_url = \"https://mcp.example.com/\"\n\
+         required_scopes = [\"mcp\"]\nscopes_supported = [\"tools:admin\"]\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let auth = config.auth.unwrap();
+    let crate::config::AuthKeys::Fetched { source, max_age } = &auth.keys else {
+        panic!("fetched keys: {:?}", auth.keys);
+    };
+    assert!(
+        matches!(source, crate::auth::keys::Source::Discover { issuer } if issuer == "https://auth.example.com/")
+    );
+    assert_eq!(*max_age, Duration::from_secs(900));
+    assert!(
+        auth.rules.audience.is_empty(),
+        "each endpoint is its own audience"
+    );
+    assert_eq!(
+        auth.resource.public_url.as_deref(),
+        Some("https://mcp.example.com")
+    );
+    assert_eq!(
+        auth.resource.authorization_servers,
+        ["https://auth.example.com/"]
+    );
+    assert_eq!(auth.resource.scopes_supported, ["tools:admin", "mcp"]);
+    let explicit = load_file(
+        "[auth]\nissuer = \"https://auth.example.com/\"\naudience = \"a\"\njwks_uri = \"https://auth.example.com/keys\"\njwks_max_age = \"1h\"\n",
+        Overrides::default(),
+    )
+    .unwrap()
+    .auth
+    .unwrap();
+    assert!(matches!(
+        &explicit.keys,
+        crate::config::AuthKeys::Fetched { source: crate::auth::keys::Source::Jwks(url), max_age }
+            if url == "https://auth.example.com/keys" && *max_age == Duration::from_secs(3600)
+    ));
+}
+
+#[test]
+fn upstream_credentials_are_an_http_upstreams_own_and_each_problem_is_named() {
+    let dir = std::env::temp_dir().join(format!("mcp-cred-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = dir.join("token");
+    std::fs::write(&token, "t").unwrap();
+    let config = load_file(
+        &format!(
+            "[upstreams.a]\ndefault = true\nurl = \"http://127.0.0.1:9/mcp\"\n\
+             credentials = [{{ header = \"Authorization\", prefix = \"Bearer \", file = {token:?} }}]\n\
+             [upstreams.b]\nurl = \"http://127.0.0.1:10/mcp\"\n"
+        ),
+        Overrides::default(),
+    )
+    .unwrap();
+    let set = config.upstream_set();
+    let a = set.iter().find(|u| u.name == "a").unwrap();
+    let b = set.iter().find(|u| u.name == "b").unwrap();
+    assert_eq!(a.config.credentials.len(), 1);
+    assert_eq!(a.config.credentials[0].header, http::header::AUTHORIZATION);
+    assert!(b.config.credentials.is_empty(), "never another upstream's");
+    let problems = problems_of(
+        "[upstream]\ncommand = \"server\"\ncredentials = [{ header = \"X-Api-Key\", env = \"HOME\" }]\n\
+         [upstreams.x]\nurl = \"http://127.0.0.1:9/mcp\"\ncredentials = [\
+         { header = \"Host\", env = \"HOME\" }, { header = \"X-Key\" }, \
+         { header = \"X-Other\", env = \"MCP_PROXY_TEST_SURELY_UNSET\" }]\n",
+    );
+    for (key, says) in [
+        (
+            "upstream.credentials",
+            "give a stdio child its secrets in env",
+        ),
+        (
+            "upstreams.x.credentials[0].header",
+            "set by the proxy itself",
+        ),
+        ("upstreams.x.credentials[1]", "set file"),
+        ("upstreams.x.credentials[2].env", "is not set"),
+    ] {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(key) && p.contains(says)),
+            "{key}: {problems:?}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn rules_name_upstreams_served_and_patterns_that_can_match() {
+    let config = load_file(
+        "[upstreams.github]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+         [auth]\nissuer = \"https://auth.example.com/\"\naudience = \"a\"\n\
+         [[auth.rules]]\nupstream = \"github\"\ntools = [\"get_*\"]\nscopes = [\"read\"]\n\
+         [[auth.rules]]\nclaims = { groups = \"ops\" }\n",
+        Overrides::default(),
+    )
+    .unwrap();
+    let policy = &config.auth.unwrap().policy;
+    assert!(policy.is_active());
+    assert_eq!(policy.claim_names(), ["groups"]);
+    let problems = problems_of(
+        "[upstreams.github]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+         [auth]\nissuer = \"https://auth.example.com/\"\naudience = \"a\"\n\
+         [[auth.rules]]\nupstream = \"gihtub\"\ntools = [\"a*b\"]\n",
+    );
+    for (key, says) in [
+        ("auth.rules[0].upstream", "no upstream served here"),
+        ("auth.rules[0].tools", "prefix ending in *"),
+    ] {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(key) && p.contains(says)),
+            "{key}: {problems:?}"
+        );
+    }
 }
 
 #[test]
@@ -1106,7 +1232,7 @@ fn auth_problems_are_each_named_by_key() {
     let both = problems_of(
         "[auth]\nhs256_secret = \"0123456789abcdef0123456789abcdef\"\njwks_file = \"x\"\nissuer = \"i\"\naudience = \"a\"\n",
     );
-    assert!(both.iter().any(|p| p.contains("not both")), "{both:?}");
+    assert!(both.iter().any(|p| p.contains("set one of")), "{both:?}");
     let missing = problems_of(
         "[auth]\njwks_file = \"/nonexistent/jwks.json\"\nissuer = \"i\"\naudience = \"a\"\n",
     );
@@ -1116,15 +1242,24 @@ fn auth_problems_are_each_named_by_key() {
             .any(|p| p.starts_with("auth.jwks_file") && p.contains("cannot be read")),
         "{missing:?}"
     );
-    let off = problems_of("[auth]\nissuer = \"i\"\nforward_token = true\n");
+    let off = problems_of("[auth]\naudience = \"a\"\nforward_token = true\n");
     assert!(
         off.iter()
-            .any(|p| p.starts_with("auth.issuer") && p.contains("no effect")),
+            .any(|p| p.starts_with("auth.audience") && p.contains("no effect")),
         "{off:?}"
     );
     assert!(
         off.iter().any(|p| p.starts_with("auth.forward_token")),
         "{off:?}"
+    );
+    let public_url = problems_of(
+        "[auth]\nissuer = \"https://auth.example.com\"\npublic_url = \"https://mcp.example.com/mcp\"\n",
+    );
+    assert!(
+        public_url
+            .iter()
+            .any(|p| p.starts_with("auth.public_url") && p.contains("scheme, host and port only")),
+        "{public_url:?}"
     );
     let typo = problems_of("[auth]\naudiance = \"a\"\n");
     assert!(

@@ -12,10 +12,10 @@ use http::header::HeaderName;
 use super::HEALTH_PATH;
 use super::raw::{RawConfig, RawNamedUpstream, RawStateless};
 use super::{
-    AdminConfig, Affinity, AuthConfig, ClusterConfig, CommandSpec, Config, DEFAULT_UPSTREAM, Era,
-    Fallback, LimitsConfig, LogConfig, LogFormat, OldClients, OnSessionLost, Problem, Secret,
-    SessionConfig, StatelessConfig, StoreConfig, Target, TelemetryConfig, UpgradeConfig,
-    UpstreamConfig, UpstreamDef, UpstreamOverrides,
+    AdminConfig, Affinity, AuthConfig, AuthKeys, ClusterConfig, CommandSpec, Config,
+    DEFAULT_UPSTREAM, Era, Fallback, LimitsConfig, LogConfig, LogFormat, OldClients, OnSessionLost,
+    Problem, Secret, SessionConfig, StatelessConfig, StoreConfig, Target, TelemetryConfig,
+    UpgradeConfig, UpstreamConfig, UpstreamDef, UpstreamOverrides,
 };
 use crate::rewrite::handles::HandleTools;
 use crate::upstream::PinSettings;
@@ -176,6 +176,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             cwd: u.cwd.as_deref(),
         },
     );
+    let upstream_credentials = credentials(&mut p, "upstream", &u.credentials, &target);
     let pool_size = p.size("upstream.pool_size", u.pool_size, 0);
     let max_children = p.size("upstream.max_children", u.max_children, 1);
     let stop_grace = p.duration(
@@ -307,7 +308,15 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         },
     };
 
-    let auth = auth(&mut p, &raw.auth);
+    let names: Vec<&str> = upstreams
+        .iter()
+        .map(|u| u.name.as_str())
+        .chain(
+            (!matches!(target, Target::Embedded) || upstreams.is_empty())
+                .then_some(super::DEFAULT_UPSTREAM),
+        )
+        .collect();
+    let auth = auth(&mut p, &raw.auth, &names);
     let upgrade = UpgradeConfig {
         socket: upgrade_socket(&mut p, &raw.upgrade.socket),
     };
@@ -346,6 +355,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             health_interval,
             era,
             old_clients,
+            credentials: upstream_credentials,
         },
         log: LogConfig {
             level: raw.log.level,
@@ -432,16 +442,20 @@ const MIN_MAX_OPEN_FILES: u64 = 64;
 /// The most clock skew `auth.leeway` allows: more would keep expired tokens alive.
 const MAX_LEEWAY: Duration = Duration::from_secs(300);
 
-/// `[auth]`: on when a key is given (`hs256_secret` or `jwks_file`, not both); then
-/// `issuer` and `audience` are required, and the JWKS file is read now, so that `check`
-/// and start-up report what is wrong with it.
-fn auth(p: &mut Problems, a: &super::RawAuth) -> Option<AuthConfig> {
+/// `[auth]`: on when an issuer or a key is given; then `issuer` is required, and
+/// `audience` unless `public_url` names each endpoint's own. The keys are the HS256
+/// secret, the JWKS file (read now, so that `check` and start-up report what is wrong
+/// with it), or the authorization server's (from `jwks_uri`, else found through the
+/// issuer's metadata) — one of them.
+fn auth(p: &mut Problems, a: &super::RawAuth, upstreams: &[&str]) -> Option<AuthConfig> {
     let secret = a.hs256_secret.as_deref().filter(|s| !s.is_empty());
     let file = a
         .jwks_file
         .as_deref()
         .map(str::trim)
         .filter(|f| !f.is_empty());
+    let jwks_uri = Some(a.jwks_uri.trim()).filter(|u| !u.is_empty());
+    let issuer = a.issuer.trim();
     let leeway = p.duration("auth.leeway", &a.leeway, Duration::ZERO);
     if leeway > MAX_LEEWAY {
         p.add(
@@ -454,76 +468,298 @@ fn auth(p: &mut Problems, a: &super::RawAuth) -> Option<AuthConfig> {
     }
     let resource_metadata = match a.resource_metadata.trim() {
         "" => None,
-        url if (url.starts_with("https://") || url.starts_with("http://"))
-            && url.parse::<Uri>().is_ok()
-            && !url.contains(['"', '\\', ' ']) =>
-        {
-            Some(url.to_owned())
-        }
+        url if web_url(url) => Some(url.to_owned()),
         url => {
             p.add("auth.resource_metadata", format!("{url:?} must be the URL of this server's protected resource metadata, e.g. \"https://mcp.example.com/.well-known/oauth-protected-resource\""));
             None
         }
     };
-    let keys = match (secret, file) {
-        (None, None) => {
-            let set: [(&str, bool); 4] = [
-                ("auth.issuer", !a.issuer.trim().is_empty()),
-                ("auth.audience", !a.audience.trim().is_empty()),
-                ("auth.forward_token", a.forward_token),
-                ("auth.resource_metadata", resource_metadata.is_some()),
-            ];
-            for (key, _) in set.iter().filter(|(_, set)| *set) {
-                p.add(key, "has no effect while [auth] is off; set auth.jwks_file (or auth.hs256_secret) to verify bearer tokens");
-            }
-            return None;
+    // Stored as its origin, normalized as clients write a resource (`new URL().href`:
+    // lower-case host, no default port), so the audience compares equal.
+    let public_url = match a.public_url.trim().trim_end_matches('/') {
+        "" => None,
+        url if let Ok(parsed) = url::Url::parse(url)
+            && web_url(url)
+            && parsed.path() == "/"
+            && parsed.query().is_none()
+            && parsed.fragment().is_none()
+            && parsed.username().is_empty()
+            && parsed.password().is_none() =>
+        {
+            Some(parsed.origin().ascii_serialization())
         }
-        (Some(_), Some(_)) => {
+        url => {
+            p.add("auth.public_url", format!("{url:?} must be where clients reach this proxy, scheme, host and port only, e.g. \"https://mcp.example.com\""));
+            None
+        }
+    };
+    if secret.is_none() && file.is_none() && jwks_uri.is_none() && issuer.is_empty() {
+        let set: [(&str, bool); 9] = [
+            ("auth.rules", !a.rules.is_empty()),
+            ("auth.limits", !a.limits.is_empty()),
+            ("auth.audience", !a.audience.trim().is_empty()),
+            ("auth.forward_token", a.forward_token),
+            ("auth.resource_metadata", resource_metadata.is_some()),
+            ("auth.public_url", public_url.is_some()),
+            (
+                "auth.authorization_servers",
+                !a.authorization_servers.is_empty(),
+            ),
+            ("auth.scopes_supported", !a.scopes_supported.is_empty()),
+            ("auth.required_scopes", !a.required_scopes.is_empty()),
+        ];
+        for (key, _) in set.iter().filter(|(_, set)| *set) {
+            p.add(key, "has no effect while [auth] is off; set auth.issuer (its keys are fetched from it) to verify bearer tokens");
+        }
+        return None;
+    }
+    let keys = match (secret, file, jwks_uri) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             p.add(
-                "auth.jwks_file",
-                "set auth.jwks_file or auth.hs256_secret, not both",
+                "auth.jwks_uri",
+                "set one of auth.jwks_uri, auth.jwks_file and auth.hs256_secret (or none: the keys the issuer's metadata names)",
             );
             return None;
         }
-        (Some(secret), None) => {
+        (Some(secret), None, None) => {
             if secret.len() < 32 {
                 p.add("auth.hs256_secret", "must be at least 32 bytes (256 bits, RFC 7518 §3.2), e.g. the output of `openssl rand -hex 32`");
             }
-            (vec![crate::auth::Key::hs256(secret.as_bytes())], Vec::new())
+            AuthKeys::Fixed {
+                keys: vec![crate::auth::Key::hs256(secret.as_bytes())],
+                skipped: Vec::new(),
+            }
         }
-        (None, Some(path)) => match std::fs::read_to_string(path) {
+        (None, Some(path), None) => match std::fs::read_to_string(path) {
             Err(e) => {
                 p.add("auth.jwks_file", format!("{path:?} cannot be read: {e}"));
-                (Vec::new(), Vec::new())
+                AuthKeys::Fixed {
+                    keys: Vec::new(),
+                    skipped: Vec::new(),
+                }
             }
             Ok(text) => match crate::auth::jwt::read_jwks(&text) {
-                Ok(read) => (read.keys, read.skipped),
+                Ok(read) => AuthKeys::Fixed {
+                    keys: read.keys,
+                    skipped: read.skipped,
+                },
                 Err(why) => {
                     p.add("auth.jwks_file", format!("{path:?} {why}"));
-                    (Vec::new(), Vec::new())
+                    AuthKeys::Fixed {
+                        keys: Vec::new(),
+                        skipped: Vec::new(),
+                    }
                 }
             },
         },
+        (None, None, fetched) => {
+            let max_age = p.duration(
+                "auth.jwks_max_age",
+                &a.jwks_max_age,
+                Duration::from_secs(900),
+            );
+            if max_age < Duration::from_secs(10) {
+                p.add(
+                    "auth.jwks_max_age",
+                    "must be at least 10s (an unknown key is fetched at once anyway)",
+                );
+            }
+            let source = match fetched {
+                // Keys as securely as the issuer: https unless the issuer is plain http
+                // (a loopback or in-cluster server).
+                Some(url)
+                    if web_url(url)
+                        && (url.starts_with("https://") || !issuer.starts_with("https://")) =>
+                {
+                    crate::auth::keys::Source::Jwks(url.to_owned())
+                }
+                Some(url) => {
+                    p.add(
+                        "auth.jwks_uri",
+                        format!("{url:?} must be the https URL of the authorization server's JWKS (plain http only for an http issuer)"),
+                    );
+                    crate::auth::keys::Source::Jwks(String::new())
+                }
+                None => {
+                    if !issuer.is_empty() && !web_url(issuer) {
+                        p.add("auth.issuer", format!("{issuer:?} must be the issuer's URL to find its keys (its metadata names them); or set auth.jwks_uri, auth.jwks_file or auth.hs256_secret"));
+                    }
+                    crate::auth::keys::Source::Discover {
+                        issuer: issuer.to_owned(),
+                    }
+                }
+            };
+            AuthKeys::Fetched { source, max_age }
+        }
     };
-    let issuer = a.issuer.trim();
     if issuer.is_empty() {
         p.add("auth.issuer", "is required with [auth]: the iss every token must carry, e.g. \"https://auth.example.com/\"");
     }
     let audience = a.audience.trim();
-    if audience.is_empty() {
-        p.add("auth.audience", "is required with [auth]: the aud a token for this server names, e.g. \"https://mcp.example.com/mcp\"");
+    if audience.is_empty() && public_url.is_none() {
+        p.add("auth.audience", "is required with [auth] unless auth.public_url is set (then a token's aud must name the endpoint it is used at): the aud a token for this server names, e.g. \"https://mcp.example.com/mcp\"");
     }
+    let authorization_servers = match a.authorization_servers.as_slice() {
+        [] => vec![issuer.to_owned()],
+        servers => listed(p, "auth.authorization_servers", servers),
+    };
+    let required_scopes = listed(p, "auth.required_scopes", &a.required_scopes);
+    let mut scopes_supported = listed(p, "auth.scopes_supported", &a.scopes_supported);
+    for scope in &required_scopes {
+        if !scopes_supported.contains(scope) {
+            scopes_supported.push(scope.clone());
+        }
+    }
+    let policy = policy(p, &a.rules, upstreams);
+    let limits = tool_limits(p, &a.limits, upstreams);
     Some(AuthConfig {
-        keys: keys.0,
-        skipped: keys.1,
+        policy,
+        limits,
+        keys,
         rules: crate::auth::Rules {
             issuer: issuer.to_owned(),
-            audience: vec![audience.to_owned()],
+            audience: Some(audience)
+                .filter(|a| !a.is_empty())
+                .map(str::to_owned)
+                .into_iter()
+                .collect(),
             leeway: leeway.min(MAX_LEEWAY),
         },
         forward_token: a.forward_token,
-        resource_metadata,
+        resource: crate::auth::Resource {
+            public_url,
+            metadata_url: resource_metadata,
+            authorization_servers,
+            scopes_supported,
+            required_scopes,
+        },
     })
+}
+
+/// The most rules `[[auth.rules]]` takes.
+const MAX_RULES: usize = 1024;
+
+/// `[[auth.rules]]`: each names an upstream served (or `*`); names and patterns are
+/// checked for what cannot match anything.
+fn policy(
+    p: &mut Problems,
+    raw: &[super::raw::RawRule],
+    upstreams: &[&str],
+) -> crate::auth::Policy {
+    if raw.len() > MAX_RULES {
+        p.add("auth.rules", format!("at most {MAX_RULES} rules"));
+        return crate::auth::Policy::default();
+    }
+    let rules = raw
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = format!("auth.rules[{i}]");
+            let upstream = r.upstream.trim();
+            if upstream != "*" && !upstreams.contains(&upstream) {
+                p.add(
+                    &format!("{at}.upstream"),
+                    format!(
+                        "{upstream:?} is no upstream served here (they are {}; or \"*\")",
+                        upstreams.join(", ")
+                    ),
+                );
+            }
+            let names = |p: &mut Problems, key: &str, names: &[String]| -> Vec<String> {
+                let names: Vec<String> = names.iter().map(|n| n.trim().to_owned()).collect();
+                if names
+                    .iter()
+                    .any(|n| n.is_empty() || n.strip_suffix('*').unwrap_or(n).contains('*'))
+                {
+                    p.add(
+                        &format!("{at}.{key}"),
+                        "names, or a prefix ending in *, e.g. \"get_*\"",
+                    );
+                }
+                names
+            };
+            crate::auth::policy::Rule {
+                upstream: upstream.to_owned(),
+                tools: names(p, "tools", &r.tools),
+                prompts: names(p, "prompts", &r.prompts),
+                resources: names(p, "resources", &r.resources),
+                scopes: listed(p, &format!("{at}.scopes"), &r.scopes),
+                claims: r
+                    .claims
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect(),
+            }
+        })
+        .collect();
+    crate::auth::Policy::new(rules)
+}
+
+/// `[[auth.limits]]`: each names an upstream served (or `*`), the tools it counts, and
+/// a rate of at least one call per interval of at least a second.
+fn tool_limits(
+    p: &mut Problems,
+    raw: &[super::raw::RawToolLimit],
+    upstreams: &[&str],
+) -> Vec<crate::auth::rates::Limit> {
+    if raw.len() > MAX_RULES {
+        p.add("auth.limits", format!("at most {MAX_RULES} limits"));
+        return Vec::new();
+    }
+    raw.iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let at = format!("auth.limits[{i}]");
+            let upstream = l.upstream.trim();
+            if upstream != "*" && !upstreams.contains(&upstream) {
+                p.add(
+                    &format!("{at}.upstream"),
+                    format!("{upstream:?} is no upstream served here (they are {}; or \"*\")", upstreams.join(", ")),
+                );
+            }
+            let tools: Vec<String> = l.tools.iter().map(|t| t.trim().to_owned()).collect();
+            if tools.is_empty()
+                || tools
+                    .iter()
+                    .any(|n| n.is_empty() || n.strip_suffix('*').unwrap_or(n).contains('*'))
+            {
+                p.add(&format!("{at}.tools"), "the tools it counts: names, or a prefix ending in *, e.g. [\"search\", \"get_*\"]");
+            }
+            let rate = match u32::try_from(l.rate) {
+                Ok(rate) if rate > 0 => rate,
+                _ => {
+                    p.add(&format!("{at}.rate"), "calls allowed per interval: a whole number of 1 or more");
+                    1
+                }
+            };
+            let per = p.duration(&format!("{at}.per"), &l.per, Duration::from_secs(1));
+            crate::auth::rates::Limit {
+                upstream: upstream.to_owned(),
+                tools,
+                rate,
+                per,
+            }
+        })
+        .collect()
+}
+
+/// `values` trimmed; each must be a name without spaces or quotes (a scope, a URL).
+fn listed(p: &mut Problems, key: &str, values: &[String]) -> Vec<String> {
+    let values: Vec<String> = values.iter().map(|v| v.trim().to_owned()).collect();
+    if values
+        .iter()
+        .any(|v| v.is_empty() || v.contains(['"', '\\', ' ']))
+    {
+        p.add(key, "must be a list of names without spaces or quotes");
+    }
+    values
+}
+
+/// Whether `url` is an `http(s)://` URL that fits in a challenge's quoted string.
+fn web_url(url: &str) -> bool {
+    (url.starts_with("https://") || url.starts_with("http://"))
+        && url.parse::<Uri>().is_ok()
+        && !url.contains(['"', '\\', ' '])
 }
 
 /// Why a stdio child may not inherit the proxy's variable `name`, if it may not.
@@ -720,6 +956,7 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
         if matches!(target, Target::Embedded) {
             p.add(&table, "needs url, urls or command");
         }
+        let credentials = credentials(p, &table, &def.credentials, &target);
         let overrides = overrides(p, &table, def);
         let stateless = (!def.stateless.is_empty()).then(|| {
             let (merged, set) = def.stateless.over(&raw.stateless);
@@ -733,6 +970,7 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
             name: name.clone(),
             default: def.default,
             target,
+            credentials,
             overrides,
             stateless,
         });
@@ -759,6 +997,105 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
         ),
     }
     defs
+}
+
+/// The most credential headers one upstream takes.
+const MAX_CREDENTIALS: usize = 16;
+
+/// Headers the proxy itself sets on every upstream request: never a credential's.
+const PROXY_HEADERS: [&str; 9] = [
+    "host",
+    "content-type",
+    "content-length",
+    "accept",
+    "connection",
+    "transfer-encoding",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "traceparent",
+];
+
+/// `{table}.credentials`: headers the proxy adds to every request to an HTTP upstream,
+/// each read from a file or a variable (checked now, so `check` reports what is wrong).
+fn credentials(
+    p: &mut Problems,
+    table: &str,
+    raw: &[super::raw::RawCredential],
+    target: &Target,
+) -> Vec<super::Credential> {
+    let key = format!("{table}.credentials");
+    if raw.is_empty() {
+        return Vec::new();
+    }
+    if !matches!(target, Target::Http(_)) {
+        p.add(&key, "credentials are headers of requests to an HTTP upstream; give a stdio child its secrets in env");
+        return Vec::new();
+    }
+    if raw.len() > MAX_CREDENTIALS {
+        p.add(&key, format!("at most {MAX_CREDENTIALS} headers"));
+        return Vec::new();
+    }
+    let mut credentials: Vec<super::Credential> = Vec::new();
+    for (i, c) in raw.iter().enumerate() {
+        let at = format!("{key}[{i}]");
+        let Ok(header) = http::HeaderName::from_bytes(c.header.trim().as_bytes()) else {
+            p.add(
+                &format!("{at}.header"),
+                format!("{:?} is not a header name", c.header),
+            );
+            continue;
+        };
+        if PROXY_HEADERS.contains(&header.as_str()) {
+            p.add(
+                &format!("{at}.header"),
+                format!("{header} is set by the proxy itself"),
+            );
+            continue;
+        }
+        if credentials.iter().any(|c| c.header == header) {
+            p.add(&format!("{at}.header"), format!("{header} is named twice"));
+            continue;
+        }
+        if http::HeaderValue::from_str(&c.prefix).is_err() {
+            p.add(&format!("{at}.prefix"), "must be visible ASCII");
+            continue;
+        }
+        let file = c.file.as_deref().map(str::trim).filter(|f| !f.is_empty());
+        let env = c.env.as_deref().map(str::trim).filter(|e| !e.is_empty());
+        let source = match (file, env) {
+            (Some(file), None) => {
+                if let Err(e) = std::fs::metadata(file) {
+                    p.add(
+                        &format!("{at}.file"),
+                        format!("{file:?} cannot be read: {e}"),
+                    );
+                }
+                super::CredentialSource::File(file.into())
+            }
+            (None, Some(env)) => {
+                if std::env::var_os(env).is_none() {
+                    p.add(
+                        &format!("{at}.env"),
+                        format!("the variable {env} is not set"),
+                    );
+                }
+                super::CredentialSource::Env(env.to_owned())
+            }
+            _ => {
+                p.add(
+                    &at,
+                    "set file (read again when it changes) or env, one of them",
+                );
+                continue;
+            }
+        };
+        credentials.push(super::Credential {
+            header,
+            prefix: c.prefix.clone(),
+            source,
+        });
+    }
+    credentials
 }
 
 fn overrides(p: &mut Problems, table: &str, def: &RawNamedUpstream) -> UpstreamOverrides {

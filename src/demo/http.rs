@@ -264,6 +264,7 @@ async fn handle(state: Arc<State>, request: Request<Incoming>) -> Response<DemoB
         host: header(&HOST),
         authorization: header(&http::header::AUTHORIZATION),
         traceparent: header(&http::header::HeaderName::from_static("traceparent")),
+        api_key: header(&http::header::HeaderName::from_static("x-api-key")),
         body: None,
         status: 0,
     };

@@ -15,6 +15,8 @@ pub struct Received {
     pub authorization: Option<String>,
     /// The W3C `traceparent` header it came with, if any.
     pub traceparent: Option<String>,
+    /// The `X-Api-Key` header it came with, if any.
+    pub api_key: Option<String>,
     /// The JSON body of a POST (when it was JSON).
     pub body: Option<Value>,
     /// The HTTP status the demo server answered.

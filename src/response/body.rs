@@ -15,7 +15,8 @@ use crate::jsonrpc::write;
 use crate::mcp::tools::ToolHints;
 use crate::metrics::StreamGuard;
 use crate::rewrite::to_client::StampEvents;
-use crate::sse::{End, Event, EventBody, Rewrite, Unchanged};
+use crate::rewrite::visible::Visible;
+use crate::sse::{Decoded, End, Event, EventBody, Rewrite, Unchanged};
 use crate::upstream::{Messages, UpstreamBody, UpstreamError};
 
 /// An event stream of upstream messages, as the proxy writes it.
@@ -89,8 +90,14 @@ pin_project! {
         /// Another proxy replica's answer to a request forwarded there, passed on as it
         /// comes; its caller's place among the requests in flight is held until it ends.
         Forwarded { #[pin] body: UpstreamBody, held: Held },
+        /// Another body's event stream, its list response shown as one caller may see
+        /// it (`rewrite::visible`), event by event.
+        Visible { body: Pin<Box<VisibleEvents>> },
     }
 }
+
+/// An event stream whose list response is filtered for its caller.
+pub type VisibleEvents = EventBody<Decoded<Pin<Box<ProxyBody>>>, Visible>;
 
 impl Default for ProxyBody {
     fn default() -> Self {
@@ -125,6 +132,9 @@ impl Body for ProxyBody {
             Projection::Untouched { body, .. } => body.poll_frame(cx),
             Projection::Events { body, .. } => body.poll_frame(cx).map_err(|never| match never {}),
             Projection::Forwarded { body, .. } => body.poll_frame(cx),
+            Projection::Visible { body } => {
+                body.as_mut().poll_frame(cx).map_err(|never| match never {})
+            }
         }
     }
 
@@ -134,6 +144,7 @@ impl Body for ProxyBody {
             ProxyBody::Untouched { body, .. } => body.is_end_stream(),
             ProxyBody::Events { body, .. } => body.is_end_stream(),
             ProxyBody::Forwarded { body, .. } => body.is_end_stream(),
+            ProxyBody::Visible { body } => body.is_end_stream(),
         }
     }
 
@@ -141,7 +152,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full { body } => body.size_hint(),
             ProxyBody::Untouched { body, .. } => body.size_hint(),
-            ProxyBody::Events { .. } => SizeHint::default(),
+            ProxyBody::Events { .. } | ProxyBody::Visible { .. } => SizeHint::default(),
             ProxyBody::Forwarded { body, .. } => body.size_hint(),
         }
     }

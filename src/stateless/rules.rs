@@ -178,23 +178,50 @@ fn check_method_headers(
     let Some(member) = crate::mcp::headers::name_member(method) else {
         return Ok(());
     };
+    if params
+        .and_then(|p| p.member(member))
+        .and_then(raw_str)
+        .is_none()
+    {
+        return Err(Reject::InvalidParams(format!(
+            "{method} needs a string params.{member}"
+        )));
+    }
+    if headers.get(&MCP_NAME).is_none() {
+        return Err(Reject::HeaderMismatch(
+            "the Mcp-Name header is missing".into(),
+        ));
+    }
+    name_header_agrees(headers, method, params)
+}
+
+/// When a request carries `Mcp-Name` (SEP-2243), it names what the body does (the
+/// tool, prompt or resource of `tools/call`, `prompts/get`, `resources/read`): for the
+/// proxy's own judgement of a request it passes on (`[[auth.rules]]`), so that a router
+/// or server reading the header can never be told of another than the one judged.
+pub fn name_header_agrees(
+    headers: &HeaderMap,
+    method: &str,
+    params: Option<&Payload<'_>>,
+) -> Result<(), Reject> {
+    let Some(member) = crate::mcp::headers::name_member(method) else {
+        return Ok(());
+    };
+    let Some(header) = headers.get(&MCP_NAME) else {
+        return Ok(());
+    };
     let Some(name) = params.and_then(|p| p.member(member)).and_then(raw_str) else {
         return Err(Reject::InvalidParams(format!(
             "{method} needs a string params.{member}"
         )));
     };
-    match headers
-        .get(&MCP_NAME)
-        .map(|v| decode_header_value(v.as_bytes()))
-    {
-        None => Err(Reject::HeaderMismatch(
-            "the Mcp-Name header is missing".into(),
-        )),
-        Some(value) if value != name => Err(Reject::HeaderMismatch(format!(
+    let value = decode_header_value(header.as_bytes());
+    if value != name {
+        return Err(Reject::HeaderMismatch(format!(
             "the Mcp-Name header ({value:?}) differs from params.{member} ({name:?})"
-        ))),
-        Some(_) => Ok(()),
+        )));
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //!
 //! Each [`Ending`] carries what it needs to reach its upstream session: the upstream
 //! (every replica of it), the replica holding the session, its id and the version it
-//! negotiated. An upstream session without an id (an HTTP upstream that issued none)
+//! negotiated — and the trace it belongs to (the request being served when it was
+//! queued; else its own). An upstream session without an id (an HTTP upstream that issued none)
 //! has nothing to end upstream, and an HTTP+SSE session is ended by closing a stream this
 //! process holds: both are let go of at once, without the queue.
 //!
@@ -34,6 +35,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::http::SessionAddr;
 use super::{ReplicaId, Upstream};
+use crate::telemetry::background::Origin;
 use crate::throttle::Throttle;
 
 /// Endings running at once.
@@ -49,6 +51,8 @@ pub struct Ending {
     session_id: Option<Arc<str>>,
     /// The version negotiated at `initialize` (sent as `MCP-Protocol-Version`).
     protocol_version: &'static str,
+    /// Where it was queued: the request being served then, if any (its trace).
+    origin: Origin,
 }
 
 impl Ending {
@@ -65,6 +69,7 @@ impl Ending {
             replica,
             session_id: session_id.map(Arc::from),
             protocol_version,
+            origin: Origin::here(),
         }
     }
 
@@ -287,7 +292,8 @@ async fn dispatch(
         drop(room);
         let pending = pending.clone();
         let failures = failures.clone();
-        running.spawn(async move {
+        let origin = ending.origin.clone();
+        running.spawn(origin.run("end upstream session", async move {
             if let Err(e) = ending.upstream.terminate(ending.addr()).await
                 && let Some(more) = failures.lock().admit()
             {
@@ -302,7 +308,7 @@ async fn dispatch(
             if let Some(done) = done {
                 let _ = done.send(());
             }
-        });
+        }));
     }
     while running.join_next().await.is_some() {}
 }

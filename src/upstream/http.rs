@@ -41,6 +41,9 @@ pub struct Settings {
     /// The client's `Authorization` never goes upstream (`[auth]` verified it, and
     /// `auth.forward_token` is off): the token was for the proxy.
     pub withhold_authorization: bool,
+    /// The proxy's own headers for this upstream (every replica shares them); the
+    /// client's of the same names never pass.
+    pub credentials: Arc<super::credentials::Credentials>,
 }
 
 /// The address of the upstream session a request is sent in.
@@ -162,18 +165,8 @@ impl HttpUpstream {
             .and_then(|_| Envelope::parse(&body).ok())
             .filter(|envelope| envelope.kind == Kind::Request)
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
-        // A 2026-07-28 server reads the trace context in `_meta` too (SEP-414): the span
-        // starts with the body; for any other, what the request carries names its span.
         let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
-        let (span, body) = match modern {
-            true => ClientSpan::start_message(body, Peer::Tcp(&self.server.0, self.server.1)),
-            false => (None, body),
-        };
-        let operation = (crate::telemetry::active() && span.is_none())
-            .then(|| Envelope::parse(&body).ok())
-            .flatten()
-            .filter(|envelope| envelope.kind != Kind::Response)
-            .map(|envelope| Operation(envelope.method().into()));
+        let (span, body, operation) = self.span_for(body, modern);
         let mut request = self.request(Method::POST, binding, forwarded, Full::new(body))?;
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
@@ -254,8 +247,23 @@ impl HttpUpstream {
         forwarded: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let request = self.request(method, None, forwarded, Full::new(body))?;
-        self.send(request).await
+        // A POST's span is named for what it carries; a 2026-07-28 request's context
+        // goes in its `_meta` as well.
+        let (span, body, operation) = match method == Method::POST && crate::telemetry::active() {
+            true => {
+                let modern = forwarded
+                    .get(&MCP_PROTOCOL_VERSION)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(version::is_modern);
+                self.span_for(body, modern)
+            }
+            false => (None, body, None),
+        };
+        let mut request = self.request(method, None, forwarded, Full::new(body))?;
+        if let Some(operation) = operation {
+            request.extensions_mut().insert(operation);
+        }
+        self.send_spanned(request, span).await
     }
 
     /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
@@ -318,14 +326,46 @@ impl HttpUpstream {
         *request.uri_mut() = target;
         let headers = request.headers_mut();
         headers.reserve(forwarded.len() + 5);
+        let credentials = &self.settings.credentials;
         for (name, value) in forwarded {
-            if self.settings.withhold_authorization && name == AUTHORIZATION {
+            if (self.settings.withhold_authorization && name == AUTHORIZATION)
+                || credentials.covers(name)
+            {
                 continue;
             }
             headers.append(name.clone(), value.clone());
         }
+        credentials.apply(headers);
         headers.insert(HOST, self.host.clone());
         request
+    }
+
+    /// With traces on, what a POST of `body` is traced as. A 2026-07-28 server
+    /// (`modern`) reads the trace context in `_meta` too (SEP-414): its span starts here
+    /// and the span's context replaces the client's in the body. For anything else, the
+    /// JSON-RPC method the body carries names the span [`Self::send_spanned`] starts.
+    fn span_for(
+        &self,
+        body: Bytes,
+        modern: bool,
+    ) -> (Option<ClientSpan>, Bytes, Option<Operation>) {
+        if !crate::telemetry::active() {
+            return (None, body, None);
+        }
+        let body = match modern {
+            true => match ClientSpan::start_message(body, Peer::Tcp(&self.server.0, self.server.1))
+            {
+                (Some(span), body) => return (Some(span), body, None),
+                // Not a request (a notification still gets its span, by its name).
+                (None, body) => body,
+            },
+            false => body,
+        };
+        let operation = Envelope::parse(&body)
+            .ok()
+            .filter(|envelope| envelope.kind != Kind::Response)
+            .map(|envelope| Operation(envelope.method().into()));
+        (None, body, operation)
     }
 
     /// Sends a request with the timeout applied, observing the latency histogram.

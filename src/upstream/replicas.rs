@@ -315,6 +315,7 @@ mod tests {
                             idle_timeout: Duration::from_secs(30),
                             max_idle: 8,
                             withhold_authorization: false,
+                            credentials: Default::default(),
                         },
                         None,
                     )

@@ -122,6 +122,7 @@ pub fn named(name: &str, default: bool, target: Target) -> UpstreamDef {
         name: name.to_owned(),
         default,
         target,
+        credentials: Vec::new(),
         overrides: UpstreamOverrides::default(),
         stateless: None,
     }

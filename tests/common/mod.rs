@@ -33,6 +33,7 @@ pub mod fleet;
 pub mod inspector;
 pub mod interop;
 pub mod log;
+pub mod oauth;
 pub mod otlp;
 pub mod peers;
 pub mod procs;
@@ -80,8 +81,26 @@ pub fn is_era_probe(received: &Received) -> bool {
             .is_some_and(|b| b["id"] == "mcp-session-proxy-discover")
 }
 
-pub fn http_client() -> reqwest::Client {
+/// A builder of HTTP clients. The proxy's own HTTPS client (its `[auth]` key fetches)
+/// builds reqwest on rustls without a default crypto provider, and features are shared:
+/// every client in a test process needs the provider, installed here first.
+pub fn http_builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
+}
+
+/// `Authorization: Bearer <token>`.
+pub fn bearer(token: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+    );
+    headers
+}
+
+pub fn http_client() -> reqwest::Client {
+    http_builder()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap()
@@ -94,7 +113,7 @@ pub const OTHER_ADDRESS: [u8; 4] = [127, 0, 0, 2];
 /// An HTTP client whose connections come from `address` (a loopback address: Linux
 /// routes all of 127.0.0.0/8 to the loopback interface).
 pub fn http_client_from(address: [u8; 4]) -> reqwest::Client {
-    reqwest::Client::builder()
+    http_builder()
         .timeout(Duration::from_secs(30))
         .local_address(std::net::IpAddr::from(address))
         .build()

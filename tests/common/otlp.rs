@@ -41,6 +41,7 @@ pub struct Span {
     pub duration: Duration,
 }
 
+pub const INTERNAL: i32 = 1;
 pub const SERVER: i32 = 2;
 pub const CLIENT: i32 = 3;
 

@@ -474,7 +474,7 @@ impl SseSession {
     /// `GET url` (must be 200 and an event stream whose first event is `endpoint`).
     pub async fn open(url: &str) -> SseSession {
         // No overall timeout on this client: the stream lives as long as the session.
-        let http = reqwest::Client::new();
+        let http = super::http_builder().build().unwrap();
         let stream = tokio::time::timeout(
             Duration::from_secs(10),
             http.get(url).header("accept", "text/event-stream").send(),

@@ -19,6 +19,8 @@
 #                      node 2.1.2 (node:http adapter), ext-tasks 0.2.2, from ts2/package-lock.json;
 #                      tests/interop/ts2/*.mjs load it: server.mjs (a 2026-07-28 server, modern-only
 #                      or dual), client.mjs (the v2 Client) and tasks-client.mjs (ext-tasks), Node >= 20
+#   oauth/             oidc-provider 9.13.3, a real OAuth 2.1 authorization server, from
+#                      oauth/package-lock.json; tests/interop/oauth/server.mjs runs on it
 # The fixtures in this directory that run on these (tests/interop/README.md, "Peers of every era"):
 #   ts2/server.mjs     TypeScript SDK 2.x server: --mode reject (2026-07-28 only; initialize
 #                      refused, 400 -32022 with data.supported), --mode stateless (dual; 2025
@@ -28,6 +30,9 @@
 #                      sessions), HTTP or --stdio
 #   sse_server.py      FastMCP on venv/, HTTP+SSE (2024-11-05): GET /sse, POST to the endpoint
 #   fastmcp_server.py  FastMCP on venv/, Streamable HTTP 2025-11-25 (or --stdio)
+#   oauth/server.mjs   the authorization server (client_credentials, RS256 JWT access tokens
+#                      with aud = the resource indicator); clients/oauth_client.mjs, the
+#                      TypeScript SDK 1.x client with its ClientCredentialsProvider, on sdk/
 # and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
 #   curl               tests/binary.rs runs README.md's curl examples as written
 #   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
@@ -52,6 +57,7 @@ CONFORMANCE_2026_VERSION="0.2.0-alpha.12" # conformance-2026/package.json
 SDK_VERSION="1.32.2"                   # sdk/package.json
 INSPECTOR_VERSION="2.12.0"             # inspector/package.json
 TS2_VERSION="2.4.0"                    # ts2/package.json (@modelcontextprotocol/server and client)
+OIDC_PROVIDER_VERSION="9.13.3"         # oauth/package.json
 
 mkdir -p "$TOOLS"
 # The real path: npm ci with a --prefix reached through a symlink (a worktree's
@@ -112,6 +118,7 @@ EVERYTHING_JS="$TOOLS/npm/node_modules/@modelcontextprotocol/server-everything/d
 SDK_PKG="$TOOLS/sdk/node_modules/@modelcontextprotocol/sdk/package.json"
 MCPDO_JS="$TOOLS/inspector/node_modules/@modelcontextprotocol/inspector/clients/mcpdo/build/mcp-bin.js"
 TS2_PKG="$TOOLS/ts2/node_modules/@modelcontextprotocol/server/package.json"
+OIDC_PROVIDER_PKG="$TOOLS/oauth/node_modules/oidc-provider/package.json"
 
 # part | stamp it must carry | file that must exist
 PARTS=(
@@ -124,6 +131,7 @@ PARTS=(
   "sdk|$(npm_stamp "sdk=$SDK_VERSION" sdk)|$SDK_PKG"
   "inspector|$(npm_stamp "inspector=$INSPECTOR_VERSION" inspector)|$MCPDO_JS"
   "ts2|$(npm_stamp "ts2=$TS2_VERSION" ts2)|$TS2_PKG"
+  "oauth|$(npm_stamp "oidc-provider=$OIDC_PROVIDER_VERSION" oauth)|$OIDC_PROVIDER_PKG"
 )
 part_ok() { # name stamp file
   [ -f "$TOOLS/.stamp-$1" ] && [ "$(cat "$TOOLS/.stamp-$1")" = "$2" ] && [ -e "$3" ]
@@ -260,6 +268,21 @@ install_ts2() {
     fail "ts2 import check failed"
 }
 
+install_oauth() {
+  echo "interop setup: npm ci oidc-provider@$OIDC_PROVIDER_VERSION -> $TOOLS/oauth"
+  npm_ci oauth
+  # ESM only: oauth/server.mjs imports lib/index.js the same way. Its output is kept for a
+  # failure: on Node 20 it warns "Unsupported runtime" (and runs).
+  local out
+  out="$(cd "$TOOLS/oauth" && node --input-type=module -e '
+    const { readFileSync } = await import("node:fs");
+    const { version } = JSON.parse(readFileSync("node_modules/oidc-provider/package.json", "utf8"));
+    if (version !== process.argv[1]) { console.error(`oidc-provider is ${version}, expected ${process.argv[1]}`); process.exit(1); }
+    const { default: Provider } = await import(process.cwd() + "/node_modules/oidc-provider/lib/index.js");
+    if (typeof Provider !== "function") { console.error("no Provider export"); process.exit(1); }
+  ' "$OIDC_PROVIDER_VERSION" 2>&1)" || fail "oidc-provider import check failed: $out"
+}
+
 for p in "${PARTS[@]}"; do
   IFS='|' read -r name stamp file <<<"$p"
   case " ${todo[*]} " in *" $name "*) ;; *) continue ;; esac
@@ -274,6 +297,7 @@ for p in "${PARTS[@]}"; do
     sdk) install_sdk ;;
     inspector) install_inspector ;;
     ts2) install_ts2 ;;
+    oauth) install_oauth ;;
   esac
   printf '%s\n' "$stamp" >"$TOOLS/.stamp-$name"
 done

@@ -48,6 +48,7 @@ fn upstream(url: &str) -> HttpUpstream {
             idle_timeout: Duration::from_secs(5),
             max_idle: 4,
             withhold_authorization: false,
+            credentials: Default::default(),
         },
         None,
     )

@@ -66,6 +66,7 @@ fn upstream(url: &str) -> Upstream {
                 idle_timeout: Duration::from_secs(5),
                 max_idle: 64,
                 withhold_authorization: false,
+                credentials: Default::default(),
             },
             None,
         )],

@@ -44,6 +44,7 @@
 //                              "x-mcp-header": "Region" and days with "x-mcp-header": "Days"; on
 //                              2026-07-28 HTTP the SDK refuses a call whose Mcp-Param-Region (or
 //                              Mcp-Param-Days) is missing or disagrees with the body: 400, -32020
+//   traceparent {}          -> text: this request's _meta.traceparent (SEP-414), or "none"
 // Resource: demo://counter (subscribable, text = the counter). Prompt: greet {name}.
 import http from 'node:http';
 import { randomUUID } from 'node:crypto';
@@ -186,6 +187,11 @@ function factory(ctx) {
 
     mcp.registerTool('echo', { description: 'Echo back msg', inputSchema: z.object({ msg: z.string() }) }, async ({ msg }) => ({
         content: [{ type: 'text', text: msg }]
+    }));
+
+    // SEP-414: the W3C trace context a client (or a proxy) put in the request's _meta.
+    mcp.registerTool('traceparent', { description: "This request's _meta traceparent ('none' without one)" }, async ctx => ({
+        content: [{ type: 'text', text: String(ctx.mcpReq._meta?.traceparent ?? 'none') }]
     }));
 
     const AnswerSchema = z.object({ answer: z.string() });
