@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 # Third-party MCP servers for the interop tests (pinned; a second run is a no-op).
 tests/interop/setup.sh
 
+# One build from a clean tree: incremental compilation's caches (gigabytes) would never
+# be read again.
+export CARGO_INCREMENTAL=0
+
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
 # Every test binary's tests side by side (.config/nextest.toml says how many at once and
