@@ -181,6 +181,14 @@ impl Auth {
         }
     }
 
+    /// How long a call of `tool` at `upstream` may take (`[[auth.limits]]`'s `timeout`).
+    pub fn tool_timeout(&self, upstream: &str, tool: &str) -> Option<std::time::Duration> {
+        match self {
+            Auth::Jwt(jwt) => jwt.rates.timeout(upstream, tool),
+            Auth::Credentials => None,
+        }
+    }
+
     /// Whether `who` may use `item` of the upstream named `upstream` (always, without
     /// `[auth]` or rules).
     pub fn allows(

@@ -166,6 +166,12 @@ pub enum ProxyError {
         per: Duration,
         retry_after: Duration,
     },
+    #[error(
+        "Gateway Timeout: the tool {:?} did not answer within {} (its timeout in auth.limits); the call was cancelled upstream",
+        echo(tool),
+        humantime::format_duration(*after)
+    )]
+    ToolTimeout { tool: String, after: Duration },
     #[error("Forbidden: origin {:?} is not allowed", echo(.origin))]
     OriginForbidden { origin: String },
     /// `[auth]` refused the request; `challenge` is its `WWW-Authenticate`.
@@ -407,6 +413,13 @@ impl ProxyError {
                     "perSeconds": per.as_secs() }),
                 ),
                 Fault::Client,
+            ),
+            E::ToolTimeout { tool, after } => (
+                StatusCode::GATEWAY_TIMEOUT,
+                code::INTERNAL_ERROR,
+                Some(json!({ "reason": "tool_timeout", "tool": echo(tool),
+                    "timeoutMs": u64::try_from(after.as_millis()).unwrap_or(u64::MAX) })),
+                Fault::Upstream,
             ),
             E::NotAllowed { what } => (
                 StatusCode::FORBIDDEN,

@@ -22,6 +22,7 @@
 
 mod admission;
 pub(crate) mod checks;
+mod deadline;
 mod identity;
 mod ops;
 mod serve;
@@ -39,6 +40,7 @@ use opentelemetry::context::FutureExt as _;
 use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
+use deadline::Deadline;
 use identity::Identity;
 pub use ops::Ops;
 pub use serve::{ClientAddr, ConnectionLimits, DRAIN_IDLE, Phase, Role, Serving, serve};
@@ -76,7 +78,7 @@ pub struct Limits {
 #[derive(Debug, Clone, Copy)]
 pub struct Endpoint<'a> {
     pub limits: &'a Limits,
-    pub served: &'a Served,
+    pub served: &'a Arc<Served>,
     /// Whether new work is shed now.
     pub overload: &'a Overload,
     /// Checks what other replicas forward.
@@ -347,11 +349,11 @@ impl Endpoint<'_> {
                 let current = tracing::Span::current();
                 current.record("trace_id", trace_id);
                 current.record("span_id", span_id);
-                self.answer(&message, metrics)
+                self.answer(&message, &identity.auth, metrics)
                     .with_context(span.context().clone())
                     .await
             }
-            None => self.answer(&message, metrics).await,
+            None => self.answer(&message, &identity.auth, metrics).await,
         };
         let answered = match answered {
             Ok(response) => {
@@ -372,10 +374,12 @@ impl Endpoint<'_> {
         (response, label)
     }
 
-    /// A parsed message: classified, then served by its path.
+    /// A parsed message: classified, then served by its path (a call of a tool with a
+    /// timeout held to it).
     async fn answer(
         self,
         message: &Message<'_, '_>,
+        auth: &Auth,
         metrics: &Metrics,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let rules = self.served.rules().await?;
@@ -388,47 +392,16 @@ impl Endpoint<'_> {
                     }
                     Err(ProxyError::Overloaded { resource })
                 }
-                _ => self.dispatch(message, route).await,
+                _ => match Deadline::of(auth, self.served, message, &route) {
+                    Some(deadline) => deadline.run(dispatch(self.served, message, route)).await,
+                    None => dispatch(self.served, message, route).await,
+                },
             },
             Err(e) => {
                 if message.method() == Some(crate::mcp::Method::SessionsCreate) {
                     metrics.rejected(Rejection::Invalid);
                 }
                 Err(e)
-            }
-        }
-    }
-
-    /// Hands a classified message to its path.
-    async fn dispatch(
-        self,
-        message: &Message<'_, '_>,
-        route: Route<'_>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
-        let served = self.served;
-        match route {
-            Route::Create { id, era } => served.session.create(message, id, era).await,
-            Route::Sep1364Initialize { id, session } => {
-                served
-                    .session
-                    .initialize(message, id, session.as_ref())
-                    .await
-            }
-            Route::LegacyInitialize { id } => served.session.initialize_legacy(message, id).await,
-            Route::Delete { id, session } => served.session.delete(message, id, &session).await,
-            Route::Stateless => served.stateless.handle(message).await,
-            Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
-            Route::InSession { session, era } => {
-                served.session.forward(message, &session, era).await
-            }
-            Route::TaskInSession { session } => {
-                served.stateless.in_session(message, &session).await
-            }
-            Route::PassThrough => {
-                served
-                    .passthrough
-                    .forward(Method::POST, message.headers, message.body.clone())
-                    .await
             }
         }
     }
@@ -521,6 +494,35 @@ impl Endpoint<'_> {
                     .forward(method, headers, Bytes::new())
                     .await
             }
+        }
+    }
+}
+
+/// Hands a classified message to its path.
+async fn dispatch(
+    served: &Served,
+    message: &Message<'_, '_>,
+    route: Route<'_>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    match route {
+        Route::Create { id, era } => served.session.create(message, id, era).await,
+        Route::Sep1364Initialize { id, session } => {
+            served
+                .session
+                .initialize(message, id, session.as_ref())
+                .await
+        }
+        Route::LegacyInitialize { id } => served.session.initialize_legacy(message, id).await,
+        Route::Delete { id, session } => served.session.delete(message, id, &session).await,
+        Route::Stateless => served.stateless.handle(message).await,
+        Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
+        Route::InSession { session, era } => served.session.forward(message, &session, era).await,
+        Route::TaskInSession { session } => served.stateless.in_session(message, &session).await,
+        Route::PassThrough => {
+            served
+                .passthrough
+                .forward(Method::POST, message.headers, message.body.clone())
+                .await
         }
     }
 }

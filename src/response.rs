@@ -3,6 +3,7 @@
 //! JSON-RPC error with the HTTP status the error decides.
 
 mod body;
+pub mod timed;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};

@@ -786,3 +786,148 @@ async fn a_server_offers_each_caller_what_it_may_use() {
     }
     assert!(to_reader.get("tools").is_some(), "{to_reader}");
 }
+
+/// Whether `demo` heard, within a few seconds, that the call it received with
+/// `arguments` is off: a `notifications/cancelled` in the call's session naming the
+/// call's id as the demo received it.
+async fn cancelled_upstream(demo: &DemoServer, arguments: serde_json::Value) -> bool {
+    eventually(Duration::from_secs(5), || {
+        let journal = demo.journal();
+        let Some(call) = journal.iter().find(|r| {
+            r.body.as_ref().is_some_and(|b| {
+                b["method"] == "tools/call" && b["params"]["arguments"] == arguments
+            })
+        }) else {
+            return false;
+        };
+        let id = &call.body.as_ref().unwrap()["id"];
+        journal.iter().any(|r| {
+            r.session_id == call.session_id
+                && r.body.as_ref().is_some_and(|b| {
+                    b["method"] == "notifications/cancelled" && b["params"]["requestId"] == *id
+                })
+        })
+    })
+    .await
+}
+
+/// Whether `demo` saw, within a few seconds, the session of the call it received with
+/// `arguments` ended (`DELETE`).
+async fn session_ended_upstream(demo: &DemoServer, arguments: serde_json::Value) -> bool {
+    eventually(Duration::from_secs(5), || {
+        let journal = demo.journal();
+        let Some(call) = journal.iter().find(|r| {
+            r.body.as_ref().is_some_and(|b| {
+                b["method"] == "tools/call" && b["params"]["arguments"] == arguments
+            })
+        }) else {
+            return false;
+        };
+        journal
+            .iter()
+            .any(|r| r.http_method == "DELETE" && r.session_id == call.session_id)
+    })
+    .await
+}
+
+/// `[[auth.limits]]` `timeout`: a call past its tool's timeout is answered with the
+/// proxy's error — 504 before its answer comes, the stream's last event once it
+/// streams — and the upstream hears that the call is off, in its session, by the id it
+/// knows the call by (an old client's call passed through, a data-layer session's call
+/// the proxy renamed), or by the end of the upstream session a bridged 2026-07-28 call
+/// ran in.
+#[tokio::test]
+async fn a_call_past_its_tools_timeout_is_cancelled_upstream() {
+    let auth = AuthServer::start("k1").await;
+    let demo = recording_demo().await;
+    let proxy = protected(
+        &demo,
+        &auth.issuer(),
+        "[[auth.limits]]\ntools = [\"sleep\", \"slow\"]\ntimeout = \"800ms\"\n",
+    )
+    .await;
+    let endpoint = proxy.url("/mcp");
+    let token = auth.token(ADMIN, &endpoint, None).await;
+    let expect_timeout = |error: &serde_json::Value, id: serde_json::Value| {
+        assert_eq!(error["id"], id, "{error}");
+        assert_eq!(error["error"]["code"], -32603, "{error}");
+        assert_eq!(error["error"]["data"]["reason"], "tool_timeout", "{error}");
+        assert_eq!(error["error"]["data"]["tool"], "sleep", "{error}");
+        assert_eq!(error["error"]["data"]["timeoutMs"], 800, "{error}");
+    };
+
+    // An old client, passed through: its answer's head comes at once, its body after
+    // the sleep.
+    let http = http_client();
+    let mut headers = bearer(&token);
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "1"}}});
+    let opened = post_json(&http, &endpoint, &initialize, &headers).await;
+    assert_eq!(opened.status, 200, "{}", opened.text);
+    headers.extend(session_header(opened.header("mcp-session-id").unwrap()));
+    headers.insert(
+        "mcp-protocol-version",
+        HeaderValue::from_static("2025-11-25"),
+    );
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        post_json(&http, &endpoint, &initialized, &headers)
+            .await
+            .status,
+        202
+    );
+    let started = std::time::Instant::now();
+    let call = json!({"jsonrpc": "2.0", "id": "old-1", "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 30000}}});
+    let late = post_json(&http, &endpoint, &call, &headers).await;
+    assert_eq!(late.status, 504, "{}", late.text);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    expect_timeout(&late.json(), json!("old-1"));
+    assert!(
+        cancelled_upstream(&demo, json!({"ms": 30000})).await,
+        "{:#?}",
+        demo.journal()
+    );
+
+    // A data-layer session: the call streams (its head at once, its response never in
+    // time); the proxy renamed it upstream.
+    let mut session = SessionClient::new(endpoint.clone())
+        .with_header("authorization", &format!("Bearer {token}"));
+    session.create().await;
+    let streamed = session
+        .request(
+            "tools/call",
+            json!({"name": "slow", "arguments": {"steps": 100, "interval_ms": 100}}),
+        )
+        .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    let last = final_message(&streamed);
+    assert_eq!(last["error"]["data"]["reason"], "tool_timeout", "{last}");
+    assert_eq!(last["error"]["data"]["tool"], "slow", "{last}");
+    assert!(
+        cancelled_upstream(&demo, json!({"steps": 100, "interval_ms": 100})).await,
+        "{:#?}",
+        demo.journal()
+    );
+
+    // A 2026-07-28 client, bridged to the old server: the call's upstream session, its
+    // state now unknown, is ended (2025-11-25: that ends every request in it).
+    let bridged = modern(
+        &endpoint,
+        &token,
+        "tools/call",
+        json!({"name": "sleep", "arguments": {"ms": 30001}}),
+    )
+    .await;
+    assert_eq!(bridged.status, 504, "{}", bridged.text);
+    expect_timeout(&bridged.json(), json!(1));
+    assert!(
+        session_ended_upstream(&demo, json!({"ms": 30001})).await,
+        "{:#?}",
+        demo.journal()
+    );
+    // A tool without a timeout takes its time.
+    let calm = call_tool(&endpoint, &token, "echo").await;
+    assert_eq!(calm.status, 200, "{}", calm.text);
+}

@@ -1,7 +1,8 @@
-//! Per-tool rates (`[[auth.limits]]`): how often each verified caller may call a tool
+//! Per-tool limits (`[[auth.limits]]`): how often each verified caller may call a tool
 //! — `rate` calls per `per`, a token bucket per caller, limit and tool (a burst of
-//! `rate`, then one call each `per / rate`). Beyond it the call is refused with 429 and
-//! when the next one may come.
+//! `rate`, then one call each `per / rate`); beyond it the call is refused with 429 and
+//! when the next one may come — and how long a call of it may take (`timeout`, every
+//! caller's; the front holds the call to it).
 //!
 //! Memory is bounded: a bucket is keyed by fixed-size hashes (the caller's, the
 //! upstream's and tool's names), at most [`PER_CALLER`] per caller (one calling many
@@ -30,9 +31,18 @@ pub struct Limit {
     pub upstream: String,
     /// Names or `prefix*` patterns.
     pub tools: Vec<String>,
-    /// Calls allowed per `per` (the burst).
+    /// Calls allowed per `per` (the burst); 0: the limit counts no calls.
     pub rate: u32,
     pub per: Duration,
+    /// How long a call may take, whole answer included.
+    pub timeout: Option<Duration>,
+}
+
+impl Limit {
+    fn covers(&self, upstream: &str, tool: &str) -> bool {
+        (self.upstream == "*" || self.upstream == upstream)
+            && self.tools.iter().any(|p| matches(p, tool))
+    }
 }
 
 /// Why a call was refused: the limit, and when the next call may come.
@@ -90,8 +100,19 @@ impl Rates {
         }
     }
 
+    /// Whether any limit counts calls.
     pub fn is_active(&self) -> bool {
-        !self.limits.is_empty()
+        self.limits.iter().any(|l| l.rate > 0)
+    }
+
+    /// How long a call of `tool` at `upstream` may take: the shortest `timeout` of the
+    /// limits covering it.
+    pub fn timeout(&self, upstream: &str, tool: &str) -> Option<Duration> {
+        self.limits
+            .iter()
+            .filter(|l| l.covers(upstream, tool))
+            .filter_map(|l| l.timeout)
+            .min()
     }
 
     /// The limits counted.
@@ -116,8 +137,7 @@ impl Rates {
             .limits
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.upstream == "*" || l.upstream == upstream)
-            .filter(|(_, l)| l.tools.iter().any(|p| matches(p, tool)))
+            .filter(|(_, l)| l.rate > 0 && l.covers(upstream, tool))
             .collect();
         if covering.is_empty() {
             return Ok(());
@@ -215,6 +235,7 @@ mod tests {
             tools: vec!["*".into()],
             rate: 5,
             per: Duration::from_secs(60),
+            timeout: None,
         }]);
         let now = Instant::now();
         for i in 0..PER_CALLER {
@@ -238,6 +259,7 @@ mod tests {
             tools: vec!["search".into(), "get_*".into()],
             rate: 2,
             per: Duration::from_secs(60),
+            timeout: None,
         }]);
         let (alice, bob) = ([1; 16], [2; 16]);
         let start = Instant::now();
@@ -253,5 +275,38 @@ mod tests {
         let later = start + Duration::from_secs(30);
         assert!(rates.take_at("gh", "search", alice, later).is_ok());
         assert!(rates.take_at("gh", "search", alice, later).is_err());
+    }
+
+    #[test]
+    fn a_call_gets_the_shortest_timeout_covering_it_and_a_timeout_alone_counts_nothing() {
+        let limit = |upstream: &str, tools: &[&str], rate, secs: Option<u64>| Limit {
+            upstream: upstream.into(),
+            tools: tools.iter().map(|t| t.to_string()).collect(),
+            rate,
+            per: Duration::from_secs(60),
+            timeout: secs.map(Duration::from_secs),
+        };
+        let rates = Rates::new(vec![
+            limit("*", &["slow_*"], 0, Some(30)),
+            limit("gh", &["slow_build"], 0, Some(5)),
+            limit("gh", &["search"], 1, None),
+        ]);
+        assert_eq!(
+            rates.timeout("gh", "slow_build"),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            rates.timeout("other", "slow_build"),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(rates.timeout("gh", "search"), None);
+        let now = Instant::now();
+        for _ in 0..10 {
+            assert!(rates.take_at("gh", "slow_build", [1; 16], now).is_ok());
+        }
+        assert!(rates.take_at("gh", "search", [1; 16], now).is_ok());
+        assert!(rates.take_at("gh", "search", [1; 16], now).is_err());
+        let timeouts_only = Rates::new(vec![limit("*", &["*"], 0, Some(1))]);
+        assert!(!timeouts_only.is_active());
     }
 }

@@ -87,7 +87,8 @@ pub struct RawAuth {
     pub resource_metadata: String,
     /// `[[auth.rules]]`: who may use which upstream, tool, prompt, resource.
     pub rules: Vec<RawRule>,
-    /// `[[auth.limits]]`: how often each caller may call a tool.
+    /// `[[auth.limits]]`: how often each caller may call a tool, and how long a call
+    /// may take.
     pub limits: Vec<RawToolLimit>,
 }
 
@@ -99,6 +100,8 @@ pub struct RawToolLimit {
     pub tools: Vec<String>,
     pub rate: u64,
     pub per: String,
+    /// How long a call may take; empty: as long as the upstream allows.
+    pub timeout: String,
 }
 
 impl Default for RawToolLimit {
@@ -108,6 +111,7 @@ impl Default for RawToolLimit {
             tools: Vec::new(),
             rate: 0,
             per: "1m".into(),
+            timeout: String::new(),
         }
     }
 }

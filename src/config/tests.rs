@@ -1269,6 +1269,41 @@ fn auth_problems_are_each_named_by_key() {
 }
 
 #[test]
+fn a_tool_limit_has_a_rate_a_timeout_or_both() {
+    let head = "[auth]\nhs256_secret = \"0123456789abcdef0123456789abcdef\"\nissuer = \"i\"\naudience = \"a\"\n";
+    let config = load_file(
+        &format!("{head}[[auth.limits]]\ntools = [\"slow_*\"]\ntimeout = \"30s\"\n[[auth.limits]]\ntools = [\"search\"]\nrate = 5\nper = \"1m\"\ntimeout = \"2s\"\n"),
+        Overrides::default(),
+    )
+    .unwrap();
+    let limits = &config.auth.unwrap().limits;
+    assert_eq!(
+        (limits[0].rate, limits[0].timeout),
+        (0, Some(Duration::from_secs(30)))
+    );
+    assert_eq!(
+        (limits[1].rate, limits[1].timeout),
+        (5, Some(Duration::from_secs(2)))
+    );
+    let neither = problems_of(&format!("{head}[[auth.limits]]\ntools = [\"x\"]\n"));
+    assert!(
+        neither
+            .iter()
+            .any(|p| p.starts_with("auth.limits[0].rate") && p.contains("or set a timeout")),
+        "{neither:?}"
+    );
+    let short = problems_of(&format!(
+        "{head}[[auth.limits]]\ntools = [\"x\"]\ntimeout = \"1ms\"\n"
+    ));
+    assert!(
+        short
+            .iter()
+            .any(|p| p.starts_with("auth.limits[0].timeout") && p.contains("too short")),
+        "{short:?}"
+    );
+}
+
+#[test]
 fn the_upgrade_socket_is_off_by_default_and_must_fit_a_unix_socket_path() {
     assert!(Config::defaults().upgrade.socket.is_none());
     let config = load_file(

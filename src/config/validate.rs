@@ -695,8 +695,9 @@ fn policy(
     crate::auth::Policy::new(rules)
 }
 
-/// `[[auth.limits]]`: each names an upstream served (or `*`), the tools it counts, and
-/// a rate of at least one call per interval of at least a second.
+/// `[[auth.limits]]`: each names an upstream served (or `*`), the tools it covers, and
+/// a rate of at least one call per interval of at least a second, a timeout of at
+/// least 10 ms, or both.
 fn tool_limits(
     p: &mut Problems,
     raw: &[super::raw::RawToolLimit],
@@ -725,10 +726,15 @@ fn tool_limits(
             {
                 p.add(&format!("{at}.tools"), "the tools it counts: names, or a prefix ending in *, e.g. [\"search\", \"get_*\"]");
             }
+            let timeout = match l.timeout.trim() {
+                "" => None,
+                t => Some(p.duration(&format!("{at}.timeout"), t, MIN_TOOL_TIMEOUT)),
+            };
             let rate = match u32::try_from(l.rate) {
+                Ok(0) if timeout.is_some() => 0,
                 Ok(rate) if rate > 0 => rate,
                 _ => {
-                    p.add(&format!("{at}.rate"), "calls allowed per interval: a whole number of 1 or more");
+                    p.add(&format!("{at}.rate"), "calls allowed per interval: a whole number of 1 or more (or set a timeout)");
                     1
                 }
             };
@@ -738,10 +744,15 @@ fn tool_limits(
                 tools,
                 rate,
                 per,
+                timeout,
             }
         })
         .collect()
 }
+
+/// The shortest `timeout` of `[[auth.limits]]`: a call needs some time to reach its
+/// upstream at all.
+const MIN_TOOL_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// `values` trimmed; each must be a name without spaces or quotes (a scope, a URL).
 fn listed(p: &mut Problems, key: &str, values: &[String]) -> Vec<String> {

@@ -9,6 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use pin_project_lite::pin_project;
 
+use super::timed::Timed;
 use crate::error::ProxyError;
 use crate::fairness::Held;
 use crate::jsonrpc::write;
@@ -93,6 +94,8 @@ pin_project! {
         /// Another body's event stream, its list response shown as one caller may see
         /// it (`rewrite::visible`), event by event.
         Visible { body: Pin<Box<VisibleEvents>> },
+        /// Another body's event stream, ended at a tool's deadline (`super::timed`).
+        Timed { body: Pin<Box<Timed<ProxyBody>>> },
     }
 }
 
@@ -135,6 +138,7 @@ impl Body for ProxyBody {
             Projection::Visible { body } => {
                 body.as_mut().poll_frame(cx).map_err(|never| match never {})
             }
+            Projection::Timed { body } => body.as_mut().poll_frame(cx),
         }
     }
 
@@ -145,6 +149,7 @@ impl Body for ProxyBody {
             ProxyBody::Events { body, .. } => body.is_end_stream(),
             ProxyBody::Forwarded { body, .. } => body.is_end_stream(),
             ProxyBody::Visible { body } => body.is_end_stream(),
+            ProxyBody::Timed { body } => body.is_end_stream(),
         }
     }
 
@@ -152,7 +157,9 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full { body } => body.size_hint(),
             ProxyBody::Untouched { body, .. } => body.size_hint(),
-            ProxyBody::Events { .. } | ProxyBody::Visible { .. } => SizeHint::default(),
+            ProxyBody::Events { .. } | ProxyBody::Visible { .. } | ProxyBody::Timed { .. } => {
+                SizeHint::default()
+            }
             ProxyBody::Forwarded { body, .. } => body.size_hint(),
         }
     }
