@@ -18,6 +18,7 @@
 //! Whether the upstream sees the client's token is the upstream's business
 //! (`upstream::Settings::withhold_authorization`).
 
+pub mod exchange;
 mod fetch;
 pub mod jwt;
 pub mod keys;

@@ -171,6 +171,8 @@ pub struct UpstreamDef {
     pub target: Target,
     /// Its own credentials toward the upstream.
     pub credentials: Vec<Credential>,
+    /// Its own token exchange.
+    pub token_exchange: Option<TokenExchangeConfig>,
     pub overrides: UpstreamOverrides,
     /// Its `[upstreams.NAME.stateless]` table merged over `[stateless]`; `None`: it has
     /// none (the `[stateless]` settings apply).
@@ -450,6 +452,23 @@ pub struct UpstreamConfig {
     /// Headers the proxy adds to every request to this (HTTP) upstream: its own
     /// credentials, never another upstream's.
     pub credentials: Vec<Credential>,
+    /// The client's token exchanged for one for this (HTTP) upstream, never another's.
+    pub token_exchange: Option<TokenExchangeConfig>,
+}
+
+/// `token_exchange`: what the proxy asks the authorization server for (RFC 8693), for
+/// one upstream, and how it authenticates itself there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenExchangeConfig {
+    /// `auth.issuer`: whose metadata names the token endpoint.
+    pub issuer: String,
+    /// `None`: the issuer's metadata's `token_endpoint`.
+    pub token_endpoint: Option<String>,
+    pub resource: Option<String>,
+    pub audience: Option<String>,
+    pub scope: Option<String>,
+    pub client_id: String,
+    pub client_secret: CredentialSource,
 }
 
 /// One header of the proxy's credentials toward an upstream.
@@ -486,16 +505,18 @@ pub enum OldClients {
 
 impl UpstreamConfig {
     /// These settings with `overrides` applied, for `target` reached with `credentials`
-    /// (its own: an upstream never inherits another's).
+    /// and `token_exchange` (its own: an upstream never inherits another's).
     pub fn with(
         &self,
         target: Target,
         credentials: &[Credential],
+        token_exchange: Option<&TokenExchangeConfig>,
         o: &UpstreamOverrides,
     ) -> UpstreamConfig {
         UpstreamConfig {
             target,
             credentials: credentials.to_vec(),
+            token_exchange: token_exchange.cloned(),
             pool_size: o.pool_size.unwrap_or(self.pool_size),
             max_children: o.max_children.unwrap_or(self.max_children),
             stop_grace: o.stop_grace.unwrap_or(self.stop_grace),
@@ -539,9 +560,12 @@ impl Config {
             .map(|def| NamedUpstream {
                 name: def.name.clone(),
                 default: def.default || self.upstreams.len() == 1,
-                config: self
-                    .upstream
-                    .with(def.target.clone(), &def.credentials, &def.overrides),
+                config: self.upstream.with(
+                    def.target.clone(),
+                    &def.credentials,
+                    def.token_exchange.as_ref(),
+                    &def.overrides,
+                ),
                 stateless: def
                     .stateless
                     .clone()

@@ -172,6 +172,12 @@ pub enum ProxyError {
         humantime::format_duration(*after)
     )]
     ToolTimeout { tool: String, after: Duration },
+    /// The caller's token could not be exchanged for one for the upstream.
+    #[error("{}", token_exchange_text(upstream, failure))]
+    TokenExchange {
+        upstream: String,
+        failure: crate::auth::exchange::ExchangeError,
+    },
     #[error("Forbidden: origin {:?} is not allowed", echo(.origin))]
     OriginForbidden { origin: String },
     /// `[auth]` refused the request; `challenge` is its `WWW-Authenticate`.
@@ -421,6 +427,25 @@ impl ProxyError {
                     "timeoutMs": u64::try_from(after.as_millis()).unwrap_or(u64::MAX) })),
                 Fault::Upstream,
             ),
+            E::TokenExchange { upstream, failure } => {
+                use crate::auth::exchange::ExchangeError as X;
+                let (status, code, fault) = match failure {
+                    X::Refused(_) => (StatusCode::FORBIDDEN, code::INVALID_REQUEST, Fault::Client),
+                    X::ClientRefused(_) => {
+                        (StatusCode::BAD_GATEWAY, code::INTERNAL_ERROR, Fault::Proxy)
+                    }
+                    X::Unavailable(_) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        code::INTERNAL_ERROR,
+                        Fault::Upstream,
+                    ),
+                };
+                let mut data = json!({ "reason": "token_exchange", "upstream": echo(upstream) });
+                if let X::Refused(error) = failure {
+                    data["error"] = json!(echo(error));
+                }
+                (status, code, Some(data), fault)
+            }
             E::NotAllowed { what } => (
                 StatusCode::FORBIDDEN,
                 code::INVALID_REQUEST,
@@ -770,6 +795,10 @@ impl ProxyError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ProxyError::Overloaded { .. } => Some(OVERLOAD_RETRY_AFTER),
+            ProxyError::TokenExchange {
+                failure: crate::auth::exchange::ExchangeError::Unavailable(_),
+                ..
+            } => Some(Duration::from_secs(5)),
             ProxyError::SessionLimit { .. }
             | ProxyError::TooManyWaiting { .. }
             | ProxyError::Store { .. }
@@ -783,6 +812,28 @@ impl ProxyError {
             } => Some(Duration::from_secs(5)),
             _ => None,
         }
+    }
+}
+
+/// What a client reads of a failed token exchange: the authorization server's refusal
+/// of its token; of anything else, only that it failed (the details, which may name
+/// internal addresses or the proxy's client, are logged).
+fn token_exchange_text(upstream: &str, failure: &crate::auth::exchange::ExchangeError) -> String {
+    use crate::auth::exchange::ExchangeError as X;
+    match failure {
+        X::Refused(error) => format!(
+            "Forbidden: the authorization server would not exchange this caller's token for one for upstream {:?}: {}",
+            echo(upstream),
+            echo(error)
+        ),
+        X::ClientRefused(_) => format!(
+            "Bad Gateway: the proxy could not exchange tokens for upstream {:?} (the authorization server refused the proxy's own client; see its log)",
+            echo(upstream)
+        ),
+        X::Unavailable(_) => format!(
+            "Service Unavailable: the authorization server could not be asked for a token for upstream {:?}; retry later",
+            echo(upstream)
+        ),
     }
 }
 

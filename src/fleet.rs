@@ -73,9 +73,20 @@ pub struct Served {
     pub session: Arc<SessionPath>,
     pub stateless: Arc<StatelessPath>,
     pub passthrough: PassThrough,
+    /// The client's token exchanged for this upstream's (`token_exchange`).
+    pub exchange: Exchange,
     /// What it was built from (a reload compares it).
     config: NamedUpstream,
     tasks: Vec<JoinHandle<()>>,
+}
+
+/// Whether an upstream gets the token exchanged for the client's.
+#[derive(Debug)]
+pub enum Exchange {
+    None,
+    Configured(Arc<crate::auth::exchange::TokenExchange>),
+    /// Configured, and could not be set up: no request goes to the upstream.
+    Broken,
 }
 
 impl Served {
@@ -417,6 +428,18 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
     // A process-local upstream session that ends on its own (a stdio child dies, an
     // HTTP+SSE session's stream ends) is reported here.
     let (deaths_tx, mut deaths) = tokio::sync::mpsc::unbounded_channel();
+    let exchange = u.token_exchange.clone().and_then(|config| {
+        match crate::auth::exchange::TokenExchange::new(config) {
+            Ok(exchange) => Some(Arc::new(exchange)),
+            Err(e) => {
+                // Without its exchange, the upstream would get no token: every request
+                // to it is refused instead (see `Served::exchange`).
+                tracing::error!(upstream = %name, error = %e, "the token exchange could not be set up");
+                None
+            }
+        }
+    });
+    let exchange_broken = u.token_exchange.is_some() && exchange.is_none();
     let upstream = match &u.target {
         Target::Stdio(command) => {
             let stdio = StdioUpstream::new(
@@ -433,10 +456,10 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
             );
             Upstream::stdio(stdio, shared.endings.clone())
         }
-        Target::Http(urls) => http(shared, u, urls, deaths_tx),
+        Target::Http(urls) => http(shared, u, urls, exchange.clone(), deaths_tx),
         Target::Embedded => {
             let urls: Vec<Uri> = shared.embedded.iter().cloned().collect();
-            http(shared, u, &urls, deaths_tx)
+            http(shared, u, &urls, exchange.clone(), deaths_tx)
         }
     };
     let session = Arc::new(SessionPath::new(
@@ -526,6 +549,11 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
         }));
     }
     Served {
+        exchange: match exchange {
+            Some(exchange) => Exchange::Configured(exchange),
+            None if exchange_broken => Exchange::Broken,
+            None => Exchange::None,
+        },
         label: upstream.label().clone(),
         require_session: u.require_session,
         old_clients: u.old_clients,
@@ -549,6 +577,7 @@ fn http(
     shared: &Shared,
     u: &crate::config::UpstreamConfig,
     urls: &[Uri],
+    exchange: Option<Arc<crate::auth::exchange::TokenExchange>>,
     deaths: tokio::sync::mpsc::UnboundedSender<String>,
 ) -> Upstream {
     // One set for every replica: the same credentials, read (and watched) once.
@@ -567,6 +596,7 @@ fn http(
                     max_idle: shared.upstream_idle_connections,
                     withhold_authorization: shared.withhold_authorization,
                     credentials: credentials.clone(),
+                    exchange: exchange.clone(),
                 },
                 Some(latency),
             )

@@ -48,7 +48,7 @@ pub use serve::{ClientAddr, ConnectionLimits, DRAIN_IDLE, Phase, Role, Serving, 
 use crate::auth::Auth;
 use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
-use crate::fleet::{Fleet, Served};
+use crate::fleet::{Exchange, Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::meta::Payload;
 use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, method_label};
@@ -341,7 +341,10 @@ impl Endpoint<'_> {
             peer,
         };
         let traced = ServerSpan::start(&message, received, from_peer);
-        let permitted = identity.permits(&self.served.name, &message, metrics);
+        let permitted = match identity.permits(&self.served.name, &message, metrics) {
+            Ok(()) => self.exchange(&parts.headers).await,
+            refused => refused,
+        };
         let answered = match &traced {
             _ if let Err(refused) = permitted => Err(refused),
             Some(span) => {
@@ -420,6 +423,7 @@ impl Endpoint<'_> {
             crate::auth::policy::Item::Upstream,
             metrics,
         )?;
+        self.exchange(headers).await?;
         let caller = identity.caller;
         let forwarded = self.cluster.verify(&Signed {
             method: request.method(),
@@ -528,6 +532,33 @@ async fn dispatch(
 }
 
 impl Endpoint<'_> {
+    /// With `token_exchange`, the caller's token exchanged for one for the upstream
+    /// (kept for the transport, which sends it in place of the client's), or the request
+    /// refused.
+    async fn exchange(self, headers: &http::HeaderMap) -> Result<(), ProxyError> {
+        use crate::auth::exchange::ExchangeError;
+        let exchange = match &self.served.exchange {
+            Exchange::None => return Ok(()),
+            Exchange::Configured(exchange) => exchange,
+            Exchange::Broken => {
+                return Err(ProxyError::TokenExchange {
+                    upstream: self.served.name.to_string(),
+                    failure: ExchangeError::Unavailable("it could not be set up".into()),
+                });
+            }
+        };
+        exchange
+            .prepare(headers.get(http::header::AUTHORIZATION))
+            .await
+            .map_err(|failure| {
+                tracing::warn!(upstream = %self.served.name, error = %failure, "a caller's token was not exchanged");
+                ProxyError::TokenExchange {
+                    upstream: self.served.name.to_string(),
+                    failure,
+                }
+            })
+    }
+
     /// Who the request to the endpoint at `path` is from; with `[auth]`, a request
     /// without a valid token for it goes no further (401, or 403 for a missing scope;
     /// counted by reason).

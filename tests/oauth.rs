@@ -19,7 +19,7 @@ mod common;
 use std::time::Duration;
 
 use common::binary::ProxyProcess;
-use common::oauth::{ADMIN, AuthServer, READER, sdk_client};
+use common::oauth::{ADMIN, AuthServer, EXCHANGER, READER, sdk_client};
 use common::*;
 use mcp_session_proxy::demo::DemoServer;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -930,4 +930,102 @@ async fn a_call_past_its_tools_timeout_is_cancelled_upstream() {
     // A tool without a timeout takes its time.
     let calm = call_tool(&endpoint, &token, "echo").await;
     assert_eq!(calm.status, 200, "{}", calm.text);
+}
+
+/// The claims of a JWT, unverified.
+fn claims(token: &str) -> serde_json::Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).unwrap();
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .unwrap();
+    serde_json::from_slice(&raw).unwrap()
+}
+
+/// `token_exchange` (RFC 8693): an upstream gets a token the authorization server issued
+/// for it in exchange for the caller's — the caller's subject, the proxy acting for it,
+/// the upstream its audience, the scope asked for — never the caller's own; one exchange
+/// serves a caller's requests while the token is good, in every era. A caller whose
+/// token holds none of the scope asked for is refused (403, the server's reason) before
+/// anything reaches the upstream.
+#[tokio::test]
+async fn an_upstream_gets_a_token_exchanged_for_the_callers_never_the_callers() {
+    let auth = AuthServer::start("k1").await;
+    let demo = recording_demo().await;
+    let dir = common::binary::WorkDir::new();
+    let secret = dir.write("exchange-secret", &format!("{}\n", EXCHANGER.1));
+    let port = free_port();
+    let proxy = ProxyProcess::launch()
+        .dir(dir)
+        .toml(&format!(
+            "listen = \"127.0.0.1:{port}\"\n\
+             [upstream]\nurl = \"{}\"\nhealth_interval = \"1h\"\n\
+             token_exchange = {{ resource = \"https://tools.internal/mcp\", scope = \"tools:admin\", \
+             client_id = \"{}\", client_secret_file = {:?} }}\n\
+             [auth]\nissuer = \"{}\"\npublic_url = \"http://127.0.0.1:{port}\"\n",
+            demo.url(),
+            EXCHANGER.0,
+            secret.display().to_string(),
+            auth.issuer()
+        ))
+        .start()
+        .await;
+    let endpoint = proxy.url("/mcp");
+    let admin = auth.token(ADMIN, &endpoint, None).await;
+    for _ in 0..3 {
+        let called = call_tool(&endpoint, &admin, "echo").await;
+        assert_eq!(called.status, 200, "{}", called.text);
+    }
+    let mut session = SessionClient::new(endpoint.clone())
+        .with_header("authorization", &format!("Bearer {admin}"));
+    session.create().await;
+    session
+        .call_tool("echo", json!({"msg": "in a session"}))
+        .await;
+
+    let calls: Vec<Option<String>> = demo
+        .journal()
+        .into_iter()
+        .filter(|r| r.body.as_ref().is_some_and(|b| b["method"] == "tools/call"))
+        .map(|r| r.authorization)
+        .collect();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    let exchanged = calls[0].clone().expect("the upstream gets a token");
+    assert!(
+        calls.iter().all(|a| a.as_ref() == Some(&exchanged)),
+        "one exchange serves the caller's requests: {calls:?}"
+    );
+    let seen: Vec<String> = demo
+        .journal()
+        .into_iter()
+        .filter_map(|r| r.authorization)
+        .collect();
+    assert!(
+        seen.iter().all(|a| *a == exchanged),
+        "nothing else, never the caller's own: {seen:?}"
+    );
+    let claims = claims(exchanged.strip_prefix("Bearer ").unwrap());
+    assert_eq!(claims["iss"], auth.issuer(), "{claims}");
+    assert_eq!(claims["sub"], ADMIN.0, "{claims}");
+    assert_eq!(claims["aud"], "https://tools.internal/mcp", "{claims}");
+    assert_eq!(claims["act"]["sub"], EXCHANGER.0, "{claims}");
+    assert_eq!(claims["scope"], "tools:admin", "{claims}");
+
+    // A token holding none of the scope asked for: the server refuses to exchange it.
+    let reader = auth.token(READER, &endpoint, None).await;
+    let before = demo.journal().len();
+    let refused = call_tool(&endpoint, &reader, "echo").await;
+    assert_eq!(refused.status, 403, "{}", refused.text);
+    let error = refused.json();
+    assert_eq!(
+        error["error"]["data"]["reason"], "token_exchange",
+        "{error}"
+    );
+    assert!(
+        error["error"]["data"]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("invalid_scope")),
+        "{error}"
+    );
+    assert_eq!(demo.journal().len(), before, "nothing reached the upstream");
 }

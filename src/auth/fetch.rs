@@ -25,6 +25,33 @@ pub struct Fetcher {
 struct Metadata {
     issuer: Option<String>,
     jwks_uri: Option<String>,
+    token_endpoint: Option<String>,
+}
+
+/// What the authorization server answered a token request (RFC 6749 §5).
+#[derive(Debug)]
+pub enum TokenAnswer {
+    /// 200: the access token, and for how long it is good (when said).
+    Issued {
+        access_token: String,
+        expires_in: Option<u64>,
+    },
+    /// 400 or 401: its `error` code and description.
+    Refused { status: u16, error: String },
+}
+
+#[derive(Deserialize)]
+struct Issued {
+    access_token: String,
+    expires_in: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct Refusal {
+    #[serde(default)]
+    error: String,
+    #[serde(default)]
+    error_description: String,
 }
 
 impl Fetcher {
@@ -55,10 +82,30 @@ impl Fetcher {
     /// `/.well-known/oauth-authorization-server` first, then OpenID Connect's
     /// `/.well-known/openid-configuration`. The metadata must name the same issuer.
     pub async fn discover(&self, issuer: &str) -> Result<String, String> {
+        let metadata = self.metadata_of(issuer).await?;
+        let jwks_uri = metadata
+            .jwks_uri
+            .ok_or_else(|| format!("the metadata of {issuer} names no jwks_uri"))?;
+        check_url(&jwks_uri, issuer.starts_with("https://"))?;
+        Ok(jwks_uri)
+    }
+
+    /// The `token_endpoint` of `issuer`, from its metadata (as [`Self::discover`]).
+    pub async fn token_endpoint(&self, issuer: &str) -> Result<String, String> {
+        let metadata = self.metadata_of(issuer).await?;
+        let endpoint = metadata
+            .token_endpoint
+            .ok_or_else(|| format!("the metadata of {issuer} names no token_endpoint"))?;
+        check_url(&endpoint, issuer.starts_with("https://"))?;
+        Ok(endpoint)
+    }
+
+    /// `issuer`'s metadata, from the first place it is found.
+    async fn metadata_of(&self, issuer: &str) -> Result<Metadata, String> {
         let mut tried = Vec::new();
         for url in metadata_urls(issuer)? {
             match self.metadata(&url, issuer).await {
-                Ok(jwks_uri) => return Ok(jwks_uri),
+                Ok(metadata) => return Ok(metadata),
                 Err(why) => tried.push(format!("{url}: {why}")),
             }
         }
@@ -68,22 +115,61 @@ impl Fetcher {
         ))
     }
 
-    async fn metadata(&self, url: &str, issuer: &str) -> Result<String, String> {
+    /// A token request: `form` POSTed to `endpoint` with the client's id and secret
+    /// (`client_secret_basic`). `Err`: no answer the proxy can read.
+    pub async fn token(
+        &self,
+        endpoint: &str,
+        (client_id, secret): (&str, &str),
+        form: &[(&str, &str)],
+    ) -> Result<TokenAnswer, String> {
+        let response = self
+            .http
+            .post(endpoint)
+            .basic_auth(form_encoded(client_id), Some(form_encoded(secret)))
+            .header(http::header::ACCEPT, "application/json")
+            .form(form)
+            .send()
+            .await
+            .map_err(|e| format!("unreachable ({})", without_url(&e)))?;
+        let status = response.status().as_u16();
+        let body = read_capped(response).await?;
+        match status {
+            200 => {
+                let issued: Issued = serde_json::from_slice(&body)
+                    .map_err(|e| format!("its token answer could not be read: {e}"))?;
+                Ok(TokenAnswer::Issued {
+                    access_token: issued.access_token,
+                    expires_in: issued.expires_in,
+                })
+            }
+            400 | 401 => {
+                let refusal: Refusal = serde_json::from_slice(&body).unwrap_or_default();
+                let mut error = refusal.error;
+                if !refusal.error_description.is_empty() {
+                    error = format!("{error} ({})", refusal.error_description);
+                }
+                Ok(TokenAnswer::Refused {
+                    status,
+                    error: crate::error::head(&error, 256).to_owned(),
+                })
+            }
+            other => Err(format!("answered HTTP {other}")),
+        }
+    }
+
+    async fn metadata(&self, url: &str, issuer: &str) -> Result<Metadata, String> {
         let body = self.get(url).await?;
         let metadata: Metadata =
             serde_json::from_slice(&body).map_err(|e| format!("not a metadata document: {e}"))?;
         // Identical (RFC 8414 §3.3): tokens' iss is compared exactly too.
-        let named = metadata.issuer.unwrap_or_default();
+        let named = metadata.issuer.clone().unwrap_or_default();
         if named != issuer {
             return Err(format!(
                 "it names the issuer {named:?}, not {issuer:?} (auth.issuer must be written exactly as the server names itself)"
             ));
         }
-        let jwks_uri = metadata
-            .jwks_uri
-            .ok_or_else(|| "it names no jwks_uri".to_owned())?;
-        check_url(&jwks_uri, issuer.starts_with("https://"))?;
-        Ok(jwks_uri)
+        Ok(metadata)
     }
 
     /// The signing keys of the JWKS at `url`.
@@ -95,7 +181,7 @@ impl Fetcher {
 
     /// The body of a `200` answer to `GET url`, at most [`MAX_BODY`].
     async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
-        let mut response = self
+        let response = self
             .http
             .get(url)
             .header(http::header::ACCEPT, "application/json")
@@ -105,19 +191,30 @@ impl Fetcher {
         if response.status() != reqwest::StatusCode::OK {
             return Err(format!("answered HTTP {}", response.status().as_u16()));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("the answer broke off ({})", without_url(&e)))?
-        {
-            if body.len() + chunk.len() > MAX_BODY {
-                return Err(format!("the answer is larger than {} KiB", MAX_BODY / 1024));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+        read_capped(response).await
     }
+}
+
+/// A response's body, at most [`MAX_BODY`].
+async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("the answer broke off ({})", without_url(&e)))?
+    {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(format!("the answer is larger than {} KiB", MAX_BODY / 1024));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A client id or secret as `client_secret_basic` sends it: form-encoded first (RFC
+/// 6749 §2.3.1).
+fn form_encoded(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 /// A reqwest error in words, without the URL it repeats.

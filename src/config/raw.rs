@@ -242,6 +242,9 @@ pub struct RawNamedUpstream {
     /// Its own credentials (never those of `[upstream]`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<RawCredential>,
+    /// Its own token exchange (never that of `[upstream]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_exchange: Option<RawTokenExchange>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -475,6 +478,30 @@ pub struct RawUpstream {
     pub old_clients: String,
     /// Headers the proxy adds to every request to this upstream (its own credentials).
     pub credentials: Vec<RawCredential>,
+    /// The client's token exchanged for one for this upstream (RFC 8693).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_exchange: Option<RawTokenExchange>,
+}
+
+/// `token_exchange`: the client's verified token exchanged at the authorization server
+/// (RFC 8693) for one for the upstream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTokenExchange {
+    /// RFC 8707 resource indicator of the upstream (the token's `aud`).
+    pub resource: String,
+    /// RFC 8693 `audience`, the upstream by a name the authorization server knows.
+    pub audience: String,
+    /// The scope asked for.
+    pub scope: String,
+    /// The proxy's own client at the authorization server.
+    pub client_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_env: Option<String>,
+    /// Empty: the `token_endpoint` of `auth.issuer`'s metadata.
+    pub token_endpoint: String,
 }
 
 /// One header of the proxy's own credentials toward an upstream, its value read from a
@@ -579,6 +606,7 @@ impl Default for RawUpstream {
             era: "auto".into(),
             old_clients: "bridge".into(),
             credentials: Vec::new(),
+            token_exchange: None,
         }
     }
 }

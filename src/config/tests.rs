@@ -1269,6 +1269,53 @@ fn auth_problems_are_each_named_by_key() {
 }
 
 #[test]
+fn a_token_exchange_needs_an_issuer_an_http_upstream_a_target_and_a_secret() {
+    let secret = file("proxy-secret\n");
+    let config = load_file(
+        &format!(
+            "[auth]\nissuer = \"https://auth.example.com\"\naudience = \"https://mcp.example.com/mcp\"\n\
+             [upstreams.tools]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+             token_exchange = {{ resource = \"https://tools.internal/mcp\", scope = \"tools:admin\", client_id = \"proxy\", client_secret_file = {:?} }}\n",
+            secret.0.display().to_string()
+        ),
+        Overrides::default(),
+    )
+    .unwrap();
+    let exchange = config.upstreams[0].token_exchange.clone().unwrap();
+    assert_eq!(exchange.issuer, "https://auth.example.com");
+    assert_eq!(
+        exchange.token_endpoint, None,
+        "the issuer's, from its metadata"
+    );
+    assert_eq!(
+        exchange.resource.as_deref(),
+        Some("https://tools.internal/mcp")
+    );
+    let set = config.upstream_set();
+    assert!(set.iter().any(|u| u.config.token_exchange.is_some()));
+    let problems = problems_of(
+        "[upstreams.tools]\ncommand = \"tool-server\"\n\
+         token_exchange = { client_id = \"a:b\" }\n\
+         [upstreams.web]\nurl = \"http://127.0.0.1:9/mcp\"\n\
+         credentials = [{ header = \"Authorization\", env = \"HOME\" }]\n\
+         token_exchange = { resource = \"not a uri\", client_id = \"proxy\", client_secret_env = \"HOME\" }\n",
+    );
+    for (key, words) in [
+        ("upstreams.tools.token_exchange", "HTTP upstream"),
+        ("upstreams.web.token_exchange", "set auth.issuer"),
+        ("upstreams.web.token_exchange.resource", "absolute URI"),
+        ("upstreams.web.token_exchange", "keep one"),
+    ] {
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with(key) && p.contains(words)),
+            "{key}: {words} missing from {problems:?}"
+        );
+    }
+}
+
+#[test]
 fn a_tool_limit_has_a_rate_a_timeout_or_both() {
     let head = "[auth]\nhs256_secret = \"0123456789abcdef0123456789abcdef\"\nissuer = \"i\"\naudience = \"a\"\n";
     let config = load_file(

@@ -177,6 +177,19 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
         },
     );
     let upstream_credentials = credentials(&mut p, "upstream", &u.credentials, &target);
+    let upstream_exchange = token_exchange(
+        &mut p,
+        "upstream",
+        u.token_exchange.as_ref(),
+        &target,
+        &raw.auth,
+    );
+    one_authorization(
+        &mut p,
+        "upstream",
+        &upstream_credentials,
+        upstream_exchange.as_ref(),
+    );
     let pool_size = p.size("upstream.pool_size", u.pool_size, 0);
     let max_children = p.size("upstream.max_children", u.max_children, 1);
     let stop_grace = p.duration(
@@ -356,6 +369,7 @@ pub(super) fn check(raw: RawConfig) -> Result<Config, Vec<Problem>> {
             era,
             old_clients,
             credentials: upstream_credentials,
+            token_exchange: upstream_exchange,
         },
         log: LogConfig {
             level: raw.log.level,
@@ -968,6 +982,9 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
             p.add(&table, "needs url, urls or command");
         }
         let credentials = credentials(p, &table, &def.credentials, &target);
+        let token_exchange =
+            token_exchange(p, &table, def.token_exchange.as_ref(), &target, &raw.auth);
+        one_authorization(p, &table, &credentials, token_exchange.as_ref());
         let overrides = overrides(p, &table, def);
         let stateless = (!def.stateless.is_empty()).then(|| {
             let (merged, set) = def.stateless.over(&raw.stateless);
@@ -982,6 +999,7 @@ fn named_upstreams(p: &mut Problems, raw: &RawConfig, own: &Target) -> Vec<Upstr
             default: def.default,
             target,
             credentials,
+            token_exchange,
             overrides,
             stateless,
         });
@@ -1107,6 +1125,136 @@ fn credentials(
         });
     }
     credentials
+}
+
+/// `{table}.token_exchange`: for an HTTP upstream, behind an `[auth]` that verifies
+/// tokens from an issuer (or names the token endpoint itself); a resource or an
+/// audience to ask for, and the proxy's own client (its secret checked now).
+fn token_exchange(
+    p: &mut Problems,
+    table: &str,
+    raw: Option<&super::raw::RawTokenExchange>,
+    target: &Target,
+    auth: &super::RawAuth,
+) -> Option<super::TokenExchangeConfig> {
+    let raw = raw?;
+    let key = format!("{table}.token_exchange");
+    if !matches!(target, Target::Http(_)) {
+        p.add(
+            &key,
+            "a token is exchanged for an HTTP upstream; a stdio child gets no client tokens",
+        );
+        return None;
+    }
+    let issuer = auth.issuer.trim();
+    let token_endpoint = match raw.token_endpoint.trim() {
+        "" => None,
+        url if web_url(url) => Some(url.to_owned()),
+        url => {
+            p.add(
+                &format!("{key}.token_endpoint"),
+                format!("{url:?} is not an http(s) URL"),
+            );
+            None
+        }
+    };
+    if issuer.is_empty() {
+        p.add(
+            &key,
+            "exchanges the tokens [auth] verified: set auth.issuer",
+        );
+    }
+    let given = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+    let (resource, audience, scope) = (
+        given(&raw.resource),
+        given(&raw.audience),
+        given(&raw.scope),
+    );
+    if resource.is_none() && audience.is_none() {
+        p.add(&key, "name the upstream to the authorization server: resource (its URL, the token's aud) or audience");
+    }
+    if resource
+        .as_deref()
+        .is_some_and(|r| url::Url::parse(r).is_err())
+    {
+        p.add(
+            &format!("{key}.resource"),
+            "must be an absolute URI (RFC 8707), e.g. \"https://mcp.example.com/mcp\"",
+        );
+    }
+    let client_id = raw.client_id.trim().to_owned();
+    if client_id.is_empty() || client_id.contains(':') {
+        p.add(
+            &format!("{key}.client_id"),
+            "the proxy's client at the authorization server (without ':')",
+        );
+    }
+    let file = raw
+        .client_secret_file
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty());
+    let env = raw
+        .client_secret_env
+        .as_deref()
+        .map(str::trim)
+        .filter(|e| !e.is_empty());
+    let client_secret = match (file, env) {
+        (Some(file), None) => {
+            if let Err(e) = std::fs::metadata(file) {
+                p.add(
+                    &format!("{key}.client_secret_file"),
+                    format!("{file:?} cannot be read: {e}"),
+                );
+            }
+            super::CredentialSource::File(file.into())
+        }
+        (None, Some(env)) => {
+            if std::env::var_os(env).is_none() {
+                p.add(
+                    &format!("{key}.client_secret_env"),
+                    format!("the variable {env} is not set"),
+                );
+            }
+            super::CredentialSource::Env(env.to_owned())
+        }
+        _ => {
+            p.add(
+                &key,
+                "set client_secret_file or client_secret_env, one of them",
+            );
+            return None;
+        }
+    };
+    Some(super::TokenExchangeConfig {
+        issuer: issuer.to_owned(),
+        token_endpoint,
+        resource,
+        audience,
+        scope,
+        client_id,
+        client_secret,
+    })
+}
+
+/// An upstream's `Authorization` comes from its credentials or its token exchange, not
+/// both.
+fn one_authorization(
+    p: &mut Problems,
+    table: &str,
+    credentials: &[super::Credential],
+    exchange: Option<&super::TokenExchangeConfig>,
+) {
+    if exchange.is_some()
+        && credentials
+            .iter()
+            .any(|c| c.header == http::header::AUTHORIZATION)
+    {
+        p.add(
+            &format!("{table}.token_exchange"),
+            "the upstream's Authorization would be both a credential and the exchanged token; keep one",
+        );
+    }
 }
 
 fn overrides(p: &mut Problems, table: &str, def: &RawNamedUpstream) -> UpstreamOverrides {

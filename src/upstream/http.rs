@@ -44,6 +44,9 @@ pub struct Settings {
     /// The proxy's own headers for this upstream (every replica shares them); the
     /// client's of the same names never pass.
     pub credentials: Arc<super::credentials::Credentials>,
+    /// The client's token exchanged for this upstream's (`token_exchange`): in place of
+    /// the client's `Authorization`, never beside it.
+    pub exchange: Option<Arc<crate::auth::exchange::TokenExchange>>,
 }
 
 /// The address of the upstream session a request is sent in.
@@ -312,8 +315,8 @@ impl HttpUpstream {
     }
 
     /// A request to `target` (origin form, at the upstream's origin) with `forwarded` —
-    /// the client's `Authorization` left out when it was for the proxy — and the
-    /// upstream's own `Host`.
+    /// the client's `Authorization` left out when it was for the proxy, or replaced by
+    /// the token exchanged for it — and the upstream's own `Host`.
     pub(super) fn request_to(
         &self,
         target: Uri,
@@ -328,6 +331,14 @@ impl HttpUpstream {
         headers.reserve(forwarded.len() + 5);
         let credentials = &self.settings.credentials;
         for (name, value) in forwarded {
+            if name == AUTHORIZATION
+                && let Some(exchange) = &self.settings.exchange
+            {
+                if let Some(exchanged) = exchange.exchanged(value) {
+                    headers.insert(AUTHORIZATION, exchanged);
+                }
+                continue;
+            }
             if (self.settings.withhold_authorization && name == AUTHORIZATION)
                 || credentials.covers(name)
             {

@@ -316,6 +316,7 @@ mod tests {
                             max_idle: 8,
                             withhold_authorization: false,
                             credentials: Default::default(),
+                            exchange: None,
                         },
                         None,
                     )

@@ -123,6 +123,7 @@ pub fn named(name: &str, default: bool, target: Target) -> UpstreamDef {
         default,
         target,
         credentials: Vec::new(),
+        token_exchange: None,
         overrides: UpstreamOverrides::default(),
         stateless: None,
     }

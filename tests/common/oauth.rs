@@ -12,6 +12,8 @@ use super::interop::{ServerProcess, repo_root, run_to_success, tools_dir};
 /// The clients the authorization server knows: id, secret, the scopes it may have.
 pub const READER: (&str, &str) = ("reader", "reader-secret");
 pub const ADMIN: (&str, &str) = ("admin", "admin-secret");
+/// The proxy's own client, which may exchange tokens (RFC 8693).
+pub const EXCHANGER: (&str, &str) = ("proxy", "proxy-secret");
 
 /// The authorization server, running.
 pub struct AuthServer {
@@ -33,7 +35,8 @@ impl AuthServer {
             .arg(repo_root().join("tests/interop/oauth/server.mjs"))
             .args(["--port", &port.to_string(), "--key-id", kid])
             .args(["--client", "reader:reader-secret:tools:read"])
-            .args(["--client", "admin:admin-secret:tools:read,tools:admin"]);
+            .args(["--client", "admin:admin-secret:tools:read,tools:admin"])
+            .args(["--exchanger", "proxy:proxy-secret"]);
         AuthServer {
             process: ServerProcess::spawn("authorization server", command).await,
         }

@@ -49,6 +49,7 @@ fn upstream(url: &str) -> HttpUpstream {
             max_idle: 4,
             withhold_authorization: false,
             credentials: Default::default(),
+            exchange: None,
         },
         None,
     )

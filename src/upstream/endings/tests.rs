@@ -67,6 +67,7 @@ fn upstream(url: &str) -> Upstream {
                 max_idle: 64,
                 withhold_authorization: false,
                 credentials: Default::default(),
+                exchange: None,
             },
             None,
         )],

@@ -16,6 +16,8 @@
 //                     admin:admin-secret:tools:read,tools:admin. The secret cannot contain ':'.
 //                     client_secret_basic and client_secret_post both work.
 //     --ttl S         access token lifetime in seconds (default 600).
+//     --exchanger ID:SECRET  a confidential client (repeatable) that may also use RFC 8693 token
+//                     exchange (below), e.g. the proxy's own client.
 //
 // Endpoints (oidc-provider's own): POST /token, GET /jwks, GET /.well-known/oauth-authorization-server
 // (RFC 8414) and /.well-known/openid-configuration (the same metadata, with OIDC fields), POST /reg
@@ -26,6 +28,16 @@
 // it is allowed). A scope the client may not have: 400 invalid_scope. The access token is a JWT,
 // header {alg: RS256, typ: at+jwt, kid}, claims iss, sub (= the client id), aud (= resource),
 // client_id, scope, iat, exp, jti.
+//
+// Token exchange (RFC 8693; oidc-provider has the grant's plumbing, registerGrantType, not the
+// grant itself): POST /token with grant_type=urn:ietf:params:oauth:grant-type:token-exchange by an
+// --exchanger client, subject_token (an access token this server issued, verified against its own
+// key: signature, issuer, expiry), subject_token_type=urn:ietf:params:oauth:token-type:access_token,
+// resource and/or audience (the new token's aud; resource wins), scope (optional; the new token's
+// scope is the subject token's, narrowed to it: nothing in common is 400 invalid_scope). The new
+// token is a JWT access token as above, for the same subject, with `act: {sub: <exchanger>}`
+// (RFC 8693 §4.1); the answer has issued_token_type. A subject token that does not verify:
+// 400 invalid_grant.
 //
 // Binds 127.0.0.1 only. When it listens it prints ONE line to stdout:
 //   {"url":"http://127.0.0.1:PORT","issuer":"http://127.0.0.1:PORT","port":PORT,"kid":"KID"}
@@ -60,6 +72,7 @@ try {
             'key-id': { type: 'string' },
             'key-file': { type: 'string' },
             client: { type: 'string', multiple: true, default: [] },
+            exchanger: { type: 'string', multiple: true, default: [] },
             ttl: { type: 'string', default: '600' }
         }
     }));
@@ -83,7 +96,17 @@ const clients = opts.client.map(spec => {
     }
     return { id, secret, scopes };
 });
+const exchangers = opts.exchanger.map(spec => {
+    const [id, secret] = spec.split(':');
+    if (!id || !secret) {
+        console.error(`--exchanger ${spec}: expected ID:SECRET`);
+        process.exit(2);
+    }
+    return { id, secret };
+});
 const HOST = '127.0.0.1';
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
 
 // ---------- the signing key ----------
 function newKey() {
@@ -123,16 +146,29 @@ const issuer = `http://${HOST}:${realPort}`;
 const allScopes = [...new Set(clients.flatMap(c => c.scopes))];
 
 const provider = new Provider(issuer, {
-    clients: clients.map(c => ({
-        client_id: c.id,
-        client_secret: c.secret,
-        scope: c.scopes.join(' '),
-        grant_types: ['client_credentials'],
-        response_types: [],
-        redirect_uris: [],
-        token_endpoint_auth_method: 'client_secret_basic'
-    })),
+    clients: [
+        ...clients.map(c => ({
+            client_id: c.id,
+            client_secret: c.secret,
+            scope: c.scopes.join(' '),
+            grant_types: ['client_credentials'],
+            response_types: [],
+            redirect_uris: [],
+            token_endpoint_auth_method: 'client_secret_basic'
+        })),
+        ...exchangers.map(c => ({
+            client_id: c.id,
+            client_secret: c.secret,
+            scope: allScopes.join(' '),
+            grant_types: [TOKEN_EXCHANGE],
+            response_types: [],
+            redirect_uris: [],
+            token_endpoint_auth_method: 'client_secret_basic'
+        }))
+    ],
     jwks: { keys: [jwk] },
+    // An exchanged token says who acts for its subject (RFC 8693 §4.1).
+    extraTokenClaims: (ctx, token) => (token.gty === 'token_exchange' ? { act: { sub: token.clientId } } : undefined),
     scopes: allScopes,
     clientBasedCORS: () => true,
     ttl: { AccessToken: ttl, ClientCredentials: ttl },
@@ -169,6 +205,49 @@ const provider = new Provider(issuer, {
         }
     }
 });
+// ---------- token exchange (RFC 8693) ----------
+const { jwtVerify, importJWK } = await import(pathToFileURL(join(TOOLS, 'oauth', 'node_modules', 'jose', 'dist', 'webapi', 'index.js')).href);
+const { d, p, q, dp, dq, qi, ...publicJwk } = jwk;
+const verifyKey = await importJWK(publicJwk, 'RS256');
+provider.registerGrantType(TOKEN_EXCHANGE, async ctx => {
+    const { params, client } = ctx.oidc;
+    if (params.subject_token_type !== ACCESS_TOKEN_TYPE) {
+        throw new errors.InvalidRequest(`subject_token_type must be ${ACCESS_TOKEN_TYPE}`);
+    }
+    if (params.requested_token_type && params.requested_token_type !== ACCESS_TOKEN_TYPE) {
+        throw new errors.InvalidRequest(`only ${ACCESS_TOKEN_TYPE} is issued`);
+    }
+    let subject;
+    try {
+        ({ payload: subject } = await jwtVerify(params.subject_token, verifyKey, { issuer }));
+    } catch (e) {
+        throw new errors.InvalidGrant(`the subject token does not verify: ${e.code ?? e.message}`);
+    }
+    const audience = params.resource || params.audience;
+    if (!audience) throw new errors.InvalidTarget('resource or audience is required');
+    const held = new Set((subject.scope ?? '').split(' ').filter(Boolean));
+    const asked = params.scope ? params.scope.split(' ').filter(Boolean) : [...held];
+    const scope = asked.filter(s => held.has(s));
+    if (!scope.length) throw new errors.InvalidScope('the subject token holds none of the scope asked for', params.scope);
+    const lifetime = Math.max(1, Math.min(ttl, subject.exp - Math.floor(Date.now() / 1000)));
+    const token = new provider.AccessToken({
+        accountId: subject.sub,
+        client,
+        scope: scope.join(' '),
+        gty: 'token_exchange',
+        expiresIn: lifetime,
+        resourceServer: { audience, scope: scope.join(' '), accessTokenFormat: 'jwt', accessTokenTTL: lifetime, jwt: { sign: { alg: 'RS256' } } }
+    });
+    const value = await token.save();
+    ctx.body = {
+        access_token: value,
+        issued_token_type: ACCESS_TOKEN_TYPE,
+        token_type: 'Bearer',
+        expires_in: token.expiration,
+        scope: scope.join(' ')
+    };
+}, ['subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'resource', 'scope']);
+
 provider.on('server_error', (ctx, err) => console.error('server_error:', err));
 provider.on('grant.error', (ctx, err) => console.error(`token error: ${err.message} (${err.error_description ?? ''})`));
 server.on('request', provider.callback());
