@@ -308,6 +308,11 @@ fn bearer(headers: &HeaderMap) -> Result<&str, AuthError> {
             false => AuthError::Missing,
         });
     };
+    bearer_token(value)
+}
+
+/// The token of one `Authorization` value, `Bearer <token>` (the scheme in any case).
+pub(crate) fn bearer_token(value: &HeaderValue) -> Result<&str, AuthError> {
     let value = value.to_str().map_err(|_| AuthError::NotBearer)?;
     let (scheme, token) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
     // Credentials of another scheme are no bearer token at all (RFC 6750 §3.1: the

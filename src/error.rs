@@ -431,6 +431,11 @@ impl ProxyError {
                 use crate::auth::exchange::ExchangeError as X;
                 let (status, code, fault) = match failure {
                     X::Refused(_) => (StatusCode::FORBIDDEN, code::INVALID_REQUEST, Fault::Client),
+                    X::SubjectInvalid(_) => (
+                        StatusCode::UNAUTHORIZED,
+                        code::INVALID_REQUEST,
+                        Fault::Client,
+                    ),
                     X::ClientRefused(_) => {
                         (StatusCode::BAD_GATEWAY, code::INTERNAL_ERROR, Fault::Proxy)
                     }
@@ -825,6 +830,10 @@ fn token_exchange_text(upstream: &str, failure: &crate::auth::exchange::Exchange
             "Forbidden: the authorization server would not exchange this caller's token for one for upstream {:?}: {}",
             echo(upstream),
             echo(error)
+        ),
+        X::SubjectInvalid(_) => format!(
+            "Unauthorized: the authorization server no longer takes this caller's token (for upstream {:?}); get a new one",
+            echo(upstream)
         ),
         X::ClientRefused(_) => format!(
             "Bad Gateway: the proxy could not exchange tokens for upstream {:?} (the authorization server refused the proxy's own client; see its log)",

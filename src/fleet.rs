@@ -440,6 +440,8 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
         }
     });
     let exchange_broken = u.token_exchange.is_some() && exchange.is_none();
+    // Broken, the exchange fails closed: no client token reaches the upstream either.
+    let withhold = shared.withhold_authorization || exchange_broken;
     let upstream = match &u.target {
         Target::Stdio(command) => {
             let stdio = StdioUpstream::new(
@@ -456,10 +458,10 @@ fn serve(shared: &Shared, named: &NamedUpstream) -> Served {
             );
             Upstream::stdio(stdio, shared.endings.clone())
         }
-        Target::Http(urls) => http(shared, u, urls, exchange.clone(), deaths_tx),
+        Target::Http(urls) => http(shared, u, urls, (exchange.clone(), withhold), deaths_tx),
         Target::Embedded => {
             let urls: Vec<Uri> = shared.embedded.iter().cloned().collect();
-            http(shared, u, &urls, exchange.clone(), deaths_tx)
+            http(shared, u, &urls, (exchange.clone(), withhold), deaths_tx)
         }
     };
     let session = Arc::new(SessionPath::new(
@@ -577,7 +579,7 @@ fn http(
     shared: &Shared,
     u: &crate::config::UpstreamConfig,
     urls: &[Uri],
-    exchange: Option<Arc<crate::auth::exchange::TokenExchange>>,
+    (exchange, withhold): (Option<Arc<crate::auth::exchange::TokenExchange>>, bool),
     deaths: tokio::sync::mpsc::UnboundedSender<String>,
 ) -> Upstream {
     // One set for every replica: the same credentials, read (and watched) once.
@@ -594,7 +596,7 @@ fn http(
                     max_message_bytes: u.max_message_bytes,
                     idle_timeout: shared.upstream_idle_timeout,
                     max_idle: shared.upstream_idle_connections,
-                    withhold_authorization: shared.withhold_authorization,
+                    withhold_authorization: withhold,
                     credentials: credentials.clone(),
                     exchange: exchange.clone(),
                 },

@@ -341,8 +341,11 @@ impl Endpoint<'_> {
             peer,
         };
         let traced = ServerSpan::start(&message, received, from_peer);
+        // A tool's timeout is kept where the client's request came in: a replica it was
+        // forwarded to has it kept already.
+        let deadlines = (!from_peer).then_some(&*identity.auth);
         let permitted = match identity.permits(&self.served.name, &message, metrics) {
-            Ok(()) => self.exchange(&parts.headers).await,
+            Ok(()) => self.exchange(&parts.headers, parts.uri.path()).await,
             refused => refused,
         };
         let answered = match &traced {
@@ -352,11 +355,11 @@ impl Endpoint<'_> {
                 let current = tracing::Span::current();
                 current.record("trace_id", trace_id);
                 current.record("span_id", span_id);
-                self.answer(&message, &identity.auth, metrics)
+                self.answer(&message, deadlines, metrics)
                     .with_context(span.context().clone())
                     .await
             }
-            None => self.answer(&message, &identity.auth, metrics).await,
+            None => self.answer(&message, deadlines, metrics).await,
         };
         let answered = match answered {
             Ok(response) => {
@@ -382,7 +385,7 @@ impl Endpoint<'_> {
     async fn answer(
         self,
         message: &Message<'_, '_>,
-        auth: &Auth,
+        deadlines: Option<&Auth>,
         metrics: &Metrics,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let rules = self.served.rules().await?;
@@ -395,7 +398,9 @@ impl Endpoint<'_> {
                     }
                     Err(ProxyError::Overloaded { resource })
                 }
-                _ => match Deadline::of(auth, self.served, message, &route) {
+                _ => match deadlines
+                    .and_then(|auth| Deadline::of(auth, self.served, message, &route))
+                {
                     Some(deadline) => deadline.run(dispatch(self.served, message, route)).await,
                     None => dispatch(self.served, message, route).await,
                 },
@@ -423,7 +428,7 @@ impl Endpoint<'_> {
             crate::auth::policy::Item::Upstream,
             metrics,
         )?;
-        self.exchange(headers).await?;
+        self.exchange(headers, request.uri().path()).await?;
         let caller = identity.caller;
         let forwarded = self.cluster.verify(&Signed {
             method: request.method(),
@@ -535,7 +540,7 @@ impl Endpoint<'_> {
     /// With `token_exchange`, the caller's token exchanged for one for the upstream
     /// (kept for the transport, which sends it in place of the client's), or the request
     /// refused.
-    async fn exchange(self, headers: &http::HeaderMap) -> Result<(), ProxyError> {
+    async fn exchange(self, headers: &http::HeaderMap, path: &str) -> Result<(), ProxyError> {
         use crate::auth::exchange::ExchangeError;
         let exchange = match &self.served.exchange {
             Exchange::None => return Ok(()),
@@ -552,6 +557,13 @@ impl Endpoint<'_> {
             .await
             .map_err(|failure| {
                 tracing::warn!(upstream = %self.served.name, error = %failure, "a caller's token was not exchanged");
+                if let ExchangeError::SubjectInvalid(_) = failure {
+                    // Gone at the server while good here (within the leeway, or
+                    // revoked): a client refreshes its token on a 401.
+                    let reason = crate::auth::AuthError::Expired;
+                    let challenge = self.limits.auth.load().challenge(&reason, path);
+                    return ProxyError::Unauthorized { reason, challenge };
+                }
                 ProxyError::TokenExchange {
                     upstream: self.served.name.to_string(),
                     failure,

@@ -882,7 +882,12 @@ async fn a_call_past_its_tools_timeout_is_cancelled_upstream() {
         "params": {"name": "sleep", "arguments": {"ms": 30000}}});
     let late = post_json(&http, &endpoint, &call, &headers).await;
     assert_eq!(late.status, 504, "{}", late.text);
-    assert!(started.elapsed() < Duration::from_secs(10));
+    // The timeout, then the cancellation sent (a few milliseconds).
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
     expect_timeout(&late.json(), json!("old-1"));
     assert!(
         cancelled_upstream(&demo, json!({"ms": 30000})).await,
@@ -927,7 +932,7 @@ async fn a_call_past_its_tools_timeout_is_cancelled_upstream() {
         "{:#?}",
         demo.journal()
     );
-    // A tool without a timeout takes its time.
+    // Other tools are not held to it.
     let calm = call_tool(&endpoint, &token, "echo").await;
     assert_eq!(calm.status, 200, "{}", calm.text);
 }
@@ -995,14 +1000,17 @@ async fn an_upstream_gets_a_token_exchanged_for_the_callers_never_the_callers() 
         calls.iter().all(|a| a.as_ref() == Some(&exchanged)),
         "one exchange serves the caller's requests: {calls:?}"
     );
-    let seen: Vec<String> = demo
+    // Every request made for the caller carries it (the proxy's own — its era probe, the
+    // DELETE ending an upstream session — carry none).
+    let seen: Vec<Option<String>> = demo
         .journal()
         .into_iter()
-        .filter_map(|r| r.authorization)
+        .filter(|r| !is_era_probe(r) && r.http_method != "DELETE")
+        .map(|r| r.authorization)
         .collect();
     assert!(
-        seen.iter().all(|a| *a == exchanged),
-        "nothing else, never the caller's own: {seen:?}"
+        seen.iter().all(|a| a.as_ref() == Some(&exchanged)),
+        "the exchanged token on every request, never the caller's own: {seen:?}"
     );
     let claims = claims(exchanged.strip_prefix("Bearer ").unwrap());
     assert_eq!(claims["iss"], auth.issuer(), "{claims}");

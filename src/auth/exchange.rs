@@ -7,12 +7,16 @@
 //! The front asks for the exchange before a request goes on ([`TokenExchange::prepare`],
 //! refusing the request when the exchange fails); the upstream transport puts the
 //! exchanged token on each request it builds ([`TokenExchange::exchanged`]). Exchanged
-//! tokens are kept until shortly before they expire, by a hash of the client's
-//! `Authorization` (at most [`MAX_KEPT`]; beyond, one is forgotten and exchanged again
-//! when needed), so a caller's requests cost one exchange per token lifetime. Only
-//! tokens `[auth]` verified are ever exchanged. The token endpoint is the issuer's
-//! (its metadata's `token_endpoint`) unless configured; the client secret is read
-//! from its file (or variable) at each exchange, so a rotated secret applies at once.
+//! tokens are kept by a hash of the caller's token: the front exchanges again from
+//! shortly before one expires, and the transport uses it until it does (so a request
+//! sent later for the same call — a stateless call's answers, a listen stream — still
+//! carries it). At most [`MAX_KEPT`] are kept; beyond, the one expiring soonest is
+//! forgotten. A refusal is remembered for a few seconds, and so is a failed look-up of
+//! the token endpoint, so a caller retrying does not become a load on the
+//! authorization server. Only tokens `[auth]` verified are ever exchanged. The token
+//! endpoint is the issuer's (its metadata's `token_endpoint`) unless configured; the
+//! client secret is read from its file (or variable) at each exchange, so a rotated
+//! secret applies at once.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -26,10 +30,14 @@ use crate::config::{CredentialSource, TokenExchangeConfig};
 
 /// The most exchanged tokens kept.
 pub const MAX_KEPT: usize = 10_000;
-/// An exchanged token is used until this long before it expires.
+/// A token is exchanged again from this long before the kept one expires.
 const SLACK: Duration = Duration::from_secs(30);
 /// How long a token is kept whose answer said no `expires_in`.
 const UNSAID_LIFETIME: Duration = Duration::from_secs(60);
+/// The longest an exchanged token is kept, whatever the server says.
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// How long a refusal, or a failed look-up of the token endpoint, is remembered.
+const REMEMBER_FAILURE: Duration = Duration::from_secs(5);
 /// The largest client secret file read.
 const MAX_SECRET: u64 = 16 * 1024;
 
@@ -39,9 +47,12 @@ const ACCESS_TOKEN: &str = "urn:ietf:params:oauth:token-type:access_token";
 /// Why a caller's token could not be exchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExchangeError {
-    /// The authorization server would not exchange this token (its `error`).
+    /// The authorization server would not exchange this token (its `error` code).
     #[error("the authorization server would not exchange the caller's token: {0}")]
     Refused(String),
+    /// It no longer takes the caller's token (`invalid_grant`): expired or revoked there.
+    #[error("the authorization server no longer takes the caller's token: {0}")]
+    SubjectInvalid(String),
     /// It refused the proxy's own client (its `error`): the operator's to fix.
     #[error("the authorization server refused the proxy's own client: {0}")]
     ClientRefused(String),
@@ -58,14 +69,34 @@ pub struct TokenExchange {
     fetcher: Fetcher,
     /// The token endpoint, once known.
     endpoint: OnceCell<String>,
+    /// When looking the endpoint up last failed, and why.
+    endpoint_failed: Mutex<Option<(Instant, String)>>,
     kept: Mutex<HashMap<[u8; 32], Kept>>,
 }
 
 #[derive(Debug)]
-struct Kept {
-    /// `Bearer <the exchanged token>`.
-    value: HeaderValue,
-    until: Instant,
+enum Kept {
+    Token {
+        /// `Bearer <the exchanged token>`.
+        value: HeaderValue,
+        /// From then on the front exchanges again.
+        renew_at: Instant,
+        /// It expires.
+        until: Instant,
+    },
+    /// The server refused to exchange the token (until `until`).
+    Refused {
+        failure: ExchangeError,
+        until: Instant,
+    },
+}
+
+impl Kept {
+    fn until(&self) -> Instant {
+        match self {
+            Kept::Token { until, .. } | Kept::Refused { until, .. } => *until,
+        }
+    }
 }
 
 impl TokenExchange {
@@ -77,35 +108,28 @@ impl TokenExchange {
             },
             config,
             fetcher: Fetcher::new()?,
+            endpoint_failed: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Makes sure a token exchanged for the client's `presented` `Authorization` is
-    /// kept, exchanging it now if not.
+    /// Makes sure a token exchanged for the caller's `presented` `Authorization` is
+    /// kept, exchanging it now if none is (or the kept one is about to expire).
     pub async fn prepare(&self, presented: Option<&HeaderValue>) -> Result<(), ExchangeError> {
-        let presented = presented.ok_or_else(|| {
-            ExchangeError::Refused("the request carries no token to exchange".into())
-        })?;
-        let key = key_of(presented);
-        if self.kept_for(&key).is_some() {
-            return Ok(());
-        }
         let token = presented
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| ExchangeError::Refused("the token is not a bearer token".into()))?;
-        let endpoint = self
-            .endpoint
-            .get_or_try_init(|| self.fetcher.token_endpoint(&self.config.issuer))
+            .and_then(|value| super::bearer_token(value).ok())
+            .ok_or_else(|| ExchangeError::Refused("the request carries no bearer token".into()))?;
+        let key = key_of(token);
+        let now = Instant::now();
+        match self.kept.lock().get(&key) {
+            Some(Kept::Token { renew_at, .. }) if *renew_at > now => return Ok(()),
+            Some(Kept::Refused { failure, until }) if *until > now => return Err(failure.clone()),
+            _ => {}
+        }
+        let endpoint = self.endpoint().await?;
+        let secret = read_secret(&self.config.client_secret)
             .await
             .map_err(ExchangeError::Unavailable)?;
-        let secret = read_secret(&self.config.client_secret).map_err(ExchangeError::Unavailable)?;
         let mut form = vec![
             ("grant_type", GRANT_TYPE),
             ("subject_token", token),
@@ -127,6 +151,7 @@ impl TokenExchange {
             .token(endpoint, (&self.config.client_id, &secret), &form)
             .await
             .map_err(ExchangeError::Unavailable)?;
+        let now = Instant::now();
         match answer {
             TokenAnswer::Issued {
                 access_token,
@@ -137,67 +162,119 @@ impl TokenExchange {
                         ExchangeError::Unavailable("it issued a token no header can carry".into())
                     })?;
                 value.set_sensitive(true);
-                let lifetime = expires_in.map_or(UNSAID_LIFETIME, Duration::from_secs);
-                let until = Instant::now() + lifetime.saturating_sub(SLACK.min(lifetime / 2));
-                self.keep(key, Kept { value, until });
+                let lifetime = expires_in
+                    .map_or(UNSAID_LIFETIME, Duration::from_secs)
+                    .min(MAX_LIFETIME);
+                let kept = Kept::Token {
+                    value,
+                    renew_at: now + lifetime.saturating_sub(SLACK.min(lifetime / 2)),
+                    until: now + lifetime,
+                };
+                self.keep(key, kept);
                 Ok(())
             }
             TokenAnswer::Refused { status, error } => {
-                if status == 401 || error.starts_with("invalid_client") {
-                    Err(ExchangeError::ClientRefused(error))
-                } else {
-                    Err(ExchangeError::Refused(error))
+                let failure = refusal(status, error);
+                if !matches!(failure, ExchangeError::Unavailable(_)) {
+                    let until = now + REMEMBER_FAILURE;
+                    let failure = failure.clone();
+                    self.keep(key, Kept::Refused { failure, until });
                 }
+                Err(failure)
             }
         }
     }
 
-    /// The token exchanged for the client's `presented` `Authorization`, while it is
-    /// good; `None`: none is kept (the upstream then gets no `Authorization`).
+    /// The token endpoint: configured, or looked up in the issuer's metadata (a failed
+    /// look-up is not tried again for a few seconds).
+    async fn endpoint(&self) -> Result<&String, ExchangeError> {
+        if let Some(endpoint) = self.endpoint.get() {
+            return Ok(endpoint);
+        }
+        if let Some((at, why)) = &*self.endpoint_failed.lock()
+            && at.elapsed() < REMEMBER_FAILURE
+        {
+            return Err(ExchangeError::Unavailable(why.clone()));
+        }
+        let found = self
+            .endpoint
+            .get_or_try_init(|| self.fetcher.token_endpoint(&self.config.issuer))
+            .await;
+        found.map_err(|why| {
+            *self.endpoint_failed.lock() = Some((Instant::now(), why.clone()));
+            ExchangeError::Unavailable(why)
+        })
+    }
+
+    /// The token exchanged for the caller's `presented` `Authorization`, until it
+    /// expires; `None`: none is kept (the upstream then gets no `Authorization`).
     pub fn exchanged(&self, presented: &HeaderValue) -> Option<HeaderValue> {
-        self.kept_for(&key_of(presented))
-    }
-
-    fn kept_for(&self, key: &[u8; 32]) -> Option<HeaderValue> {
+        let token = super::bearer_token(presented).ok()?;
         let kept = self.kept.lock();
-        kept.get(key)
-            .filter(|k| k.until > Instant::now())
-            .map(|k| k.value.clone())
+        match kept.get(&key_of(token)) {
+            Some(Kept::Token { value, until, .. }) if *until > Instant::now() => {
+                Some(value.clone())
+            }
+            _ => None,
+        }
     }
 
-    fn keep(&self, key: [u8; 32], token: Kept) {
+    fn keep(&self, key: [u8; 32], entry: Kept) {
         let mut kept = self.kept.lock();
         if kept.len() >= MAX_KEPT && !kept.contains_key(&key) {
             let now = Instant::now();
-            kept.retain(|_, k| k.until > now);
+            kept.retain(|_, k| k.until() > now);
+            // Still full: the one expiring soonest goes (a token just kept for a
+            // request on its way expires last).
             if kept.len() >= MAX_KEPT
-                && let Some(any) = kept.keys().next().copied()
+                && let Some(soonest) = kept.iter().min_by_key(|(_, k)| k.until()).map(|(k, _)| *k)
             {
-                kept.remove(&any);
+                kept.remove(&soonest);
             }
         }
-        kept.insert(key, token);
+        kept.insert(key, entry);
     }
 }
 
-/// What an exchanged token is kept by: a hash of the client's `Authorization`.
-fn key_of(presented: &HeaderValue) -> [u8; 32] {
+/// What the server's refusal of a token request means (RFC 6749 §5.2, RFC 8693 §2.2.2):
+/// the caller's token no longer good (`invalid_grant`), or not to be exchanged for
+/// this (`invalid_scope`, `access_denied`, others); the proxy's own client or request
+/// refused — the operator's to fix.
+fn refusal(status: u16, error: String) -> ExchangeError {
+    let code = error.split_whitespace().next().unwrap_or_default();
+    match code {
+        _ if status == 401 => ExchangeError::ClientRefused(error),
+        "invalid_client"
+        | "unauthorized_client"
+        | "unsupported_grant_type"
+        | "invalid_request"
+        | "invalid_target" => ExchangeError::ClientRefused(error),
+        "invalid_grant" => ExchangeError::SubjectInvalid(code.to_owned()),
+        _ => ExchangeError::Refused(code.to_owned()),
+    }
+}
+
+/// What an exchanged token is kept by: a hash of the caller's token.
+fn key_of(token: &str) -> [u8; 32] {
     use sha2::{Digest, Sha256};
-    Sha256::digest(presented.as_bytes()).into()
+    Sha256::digest(token.as_bytes()).into()
 }
 
 /// The proxy's client secret, read now.
-fn read_secret(source: &CredentialSource) -> Result<String, String> {
+async fn read_secret(source: &CredentialSource) -> Result<String, String> {
     let text = match source {
         CredentialSource::Env(name) => {
             std::env::var(name).map_err(|_| format!("the variable {name} is not set"))?
         }
         CredentialSource::File(path) => {
-            let too_large = std::fs::metadata(path).is_ok_and(|m| m.len() > MAX_SECRET);
+            let too_large = tokio::fs::metadata(path)
+                .await
+                .is_ok_and(|m| m.len() > MAX_SECRET);
             if too_large {
                 return Err("the client secret file is too large".into());
             }
-            std::fs::read_to_string(path)
+            tokio::fs::read_to_string(path)
+                .await
                 .map_err(|e| format!("the client secret file cannot be read: {e}"))?
         }
     };
@@ -229,42 +306,69 @@ mod tests {
     fn a_kept_token_serves_its_client_only_until_shortly_before_it_expires() {
         let exchange = exchange();
         let alice = HeaderValue::from_static("Bearer alice");
-        let bob = HeaderValue::from_static("Bearer bob");
-        exchange.keep(
-            key_of(&alice),
-            Kept {
-                value: HeaderValue::from_static("Bearer for-upstream"),
-                until: Instant::now() + Duration::from_secs(60),
-            },
-        );
+        let bob = HeaderValue::from_static("bearer  bob");
+        let now = Instant::now();
+        exchange.keep(key_of("alice"), token(now, now + Duration::from_secs(60)));
         assert_eq!(exchange.exchanged(&alice).unwrap(), "Bearer for-upstream");
         assert!(exchange.exchanged(&bob).is_none(), "another client's token");
-        exchange.keep(
-            key_of(&bob),
-            Kept {
-                value: HeaderValue::from_static("Bearer old"),
-                until: Instant::now(),
-            },
-        );
+        // Due for renewal at the front, still good for the transport.
+        exchange.keep(key_of("bob"), token(now, now + Duration::from_secs(10)));
+        assert!(exchange.exchanged(&bob).is_some(), "any case, any spacing");
+        exchange.keep(key_of("bob"), token(now, now));
         assert!(exchange.exchanged(&bob).is_none(), "expired");
+    }
+
+    fn token(renew_at: Instant, until: Instant) -> Kept {
+        Kept::Token {
+            value: HeaderValue::from_static("Bearer for-upstream"),
+            renew_at,
+            until,
+        }
+    }
+
+    #[test]
+    fn refusals_blame_the_caller_only_for_its_token() {
+        let of = |status, error: &str| refusal(status, error.to_owned());
+        assert!(
+            matches!(of(400, "invalid_scope (the subject holds none)"), ExchangeError::Refused(code) if code == "invalid_scope")
+        );
+        assert!(matches!(
+            of(400, "invalid_grant"),
+            ExchangeError::SubjectInvalid(_)
+        ));
+        for theirs in [
+            "invalid_client",
+            "unauthorized_client",
+            "unsupported_grant_type",
+            "invalid_target (x)",
+        ] {
+            assert!(
+                matches!(of(400, theirs), ExchangeError::ClientRefused(_)),
+                "{theirs}"
+            );
+        }
+        assert!(matches!(
+            of(401, "whatever"),
+            ExchangeError::ClientRefused(_)
+        ));
     }
 
     #[test]
     fn no_more_than_the_bound_are_kept() {
         let exchange = exchange();
+        let now = Instant::now();
         for i in 0..MAX_KEPT + 5 {
-            let presented = HeaderValue::from_str(&format!("Bearer t{i}")).unwrap();
-            exchange.keep(
-                key_of(&presented),
-                Kept {
-                    value: HeaderValue::from_static("Bearer x"),
-                    until: Instant::now() + Duration::from_secs(60),
-                },
-            );
+            let until = now + Duration::from_secs(60 + i as u64);
+            exchange.keep(key_of(&format!("t{i}")), token(now, until));
         }
         assert_eq!(exchange.kept.lock().len(), MAX_KEPT);
         let last = HeaderValue::from_str(&format!("Bearer t{}", MAX_KEPT + 4)).unwrap();
         assert!(exchange.exchanged(&last).is_some(), "the newest is kept");
+        let first = HeaderValue::from_static("Bearer t0");
+        assert!(
+            exchange.exchanged(&first).is_none(),
+            "the soonest to expire went"
+        );
     }
 
     #[tokio::test]

@@ -18,6 +18,9 @@ const MAX_BODY: usize = 256 * 1024;
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     http: reqwest::Client,
+    /// For token requests: no redirect is followed (the form carries a caller's token
+    /// and the proxy's secret; a 307 would send them on).
+    tokens: reqwest::Client,
 }
 
 /// The part of an authorization server's metadata read here.
@@ -75,7 +78,14 @@ impl Fetcher {
             .user_agent(concat!("mcp-session-proxy/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("the HTTP client for the authorization server: {e}"))?;
-        Ok(Fetcher { http })
+        let tokens = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("mcp-session-proxy/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("the HTTP client for the authorization server: {e}"))?;
+        Ok(Fetcher { http, tokens })
     }
 
     /// The `jwks_uri` of `issuer`, from its metadata: RFC 8414's
@@ -124,7 +134,7 @@ impl Fetcher {
         form: &[(&str, &str)],
     ) -> Result<TokenAnswer, String> {
         let response = self
-            .http
+            .tokens
             .post(endpoint)
             .basic_auth(form_encoded(client_id), Some(form_encoded(secret)))
             .header(http::header::ACCEPT, "application/json")

@@ -1164,6 +1164,16 @@ fn token_exchange(
             "exchanges the tokens [auth] verified: set auth.issuer",
         );
     }
+    if issuer.starts_with("https://")
+        && token_endpoint
+            .as_deref()
+            .is_some_and(|url| !url.starts_with("https://"))
+    {
+        p.add(
+            &format!("{key}.token_endpoint"),
+            "must be https:// like auth.issuer: it is sent the proxy's secret and callers' tokens",
+        );
+    }
     let given = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
     let (resource, audience, scope) = (
         given(&raw.resource),

@@ -41,8 +41,9 @@ use crate::response::timed::Timed;
 use crate::route::{self, Message, Route};
 use crate::upstream::UpstreamError;
 
-/// How long a cancellation may take before the call's answer is let go anyway.
-const CANCEL_WITHIN: Duration = Duration::from_secs(5);
+/// How long a cancellation that needs the call's answer held may take before the answer
+/// is let go anyway (and the client gets its error).
+const CANCEL_WITHIN: Duration = Duration::from_secs(1);
 
 /// The most of a JSON answer held to read it whole in time.
 const MAX_HELD_BYTES: usize = 16 * 1024 * 1024;
@@ -71,6 +72,9 @@ enum Cancel {
 
 /// A client's `notifications/cancelled` for a call, and what it is sent with.
 struct Notice {
+    /// The proxy renamed the call upstream: the notice must go while the call's answer
+    /// is held (else it is sent on its own).
+    renamed: bool,
     served: Arc<Served>,
     headers: HeaderMap,
     body: Bytes,
@@ -94,15 +98,18 @@ impl Deadline {
         let id = message.request_id()?;
         let tool = message.params()?.member("name").and_then(raw_str)?;
         let after = auth.tool_timeout(&served.name, &tool)?;
-        let in_session = match route {
-            Route::InSession { .. } => true,
-            Route::PassThrough => message.headers.contains_key(&MCP_SESSION_ID),
-            _ => false,
+        // In an upstream session: the proxy's (renamed), or the client's own, passed.
+        let renamed = match route {
+            Route::InSession { .. } => Some(true),
+            Route::PassThrough if message.headers.contains_key(&MCP_SESSION_ID) => Some(false),
+            _ => None,
         };
-        let cancel = if in_session {
-            Cancel::Notify(Box::new(Notice::of(served, message, id.get().as_bytes())))
-        } else {
-            Cancel::Drop
+        let cancel = match renamed {
+            Some(renamed) => {
+                let notice = Notice::of(served, message, id.get().as_bytes(), renamed);
+                Cancel::Notify(Box::new(notice))
+            }
+            None => Cancel::Drop,
         };
         Some(Deadline {
             upstream: served.label.clone(),
@@ -177,7 +184,13 @@ impl Deadline {
     async fn expire(self) -> ProxyError {
         let error = self.error();
         tracing::info!(tool = crate::error::head(&self.tool, 256), timeout = ?self.after, "a tool's call passed its timeout; cancelled upstream");
-        self.cancel.send().await;
+        match self.cancel {
+            // Named as the client named it: it goes on its own, whoever leaves.
+            Cancel::Notify(notice) if !notice.renamed => {
+                tokio::spawn(notice.send());
+            }
+            cancel => cancel.send().await,
+        }
         error
     }
 
@@ -215,7 +228,7 @@ impl Cancel {
 impl Notice {
     /// The cancellation a client would send for the call `message` (with id `id`): the
     /// same session (headers, `_meta`, SEP-1364's `sessionId`), the same caller.
-    fn of(served: &Arc<Served>, message: &Message<'_, '_>, id: &[u8]) -> Notice {
+    fn of(served: &Arc<Served>, message: &Message<'_, '_>, id: &[u8], renamed: bool) -> Notice {
         let mut params = Vec::with_capacity(id.len() + REASON.len() + 64);
         params.extend_from_slice(br#"{"requestId":"#);
         params.extend_from_slice(id);
@@ -248,6 +261,7 @@ impl Notice {
             headers.remove(name);
         }
         Notice {
+            renamed,
             served: served.clone(),
             headers,
             body: Bytes::from(body),

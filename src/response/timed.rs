@@ -25,8 +25,8 @@ pub struct Timed<B> {
     /// Sent at the deadline, when the stream is between events.
     last: Option<Bytes>,
     expired: Option<Expired<B>>,
-    /// Whether what was sent so far ends with a whole event (a blank line).
-    between_events: bool,
+    /// The last bytes sent (at most 4: enough to see a blank line), and how many.
+    tail: ([u8; 4], usize),
 }
 
 impl<B> Timed<B> {
@@ -36,8 +36,28 @@ impl<B> Timed<B> {
             deadline,
             last: Some(last),
             expired: Some(expired),
-            between_events: true,
+            tail: ([0; 4], 0),
         }
+    }
+
+    fn sent(&mut self, data: &[u8]) {
+        let (tail, len) = &mut self.tail;
+        for &byte in data.iter().rev().take(4).rev() {
+            if *len == 4 {
+                tail.rotate_left(1);
+                tail[3] = byte;
+            } else {
+                tail[*len] = byte;
+                *len += 1;
+            }
+        }
+    }
+
+    /// Whether what was sent so far ends with a whole event (a blank line), or nothing
+    /// was sent.
+    fn between_events(&self) -> bool {
+        let (tail, len) = &self.tail;
+        *len == 0 || ends_an_event(&tail[..*len])
     }
 }
 
@@ -59,32 +79,30 @@ impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for Timed<B> {
             // Past the deadline: the last event, then the end.
             return Poll::Ready(this.last.take().map(|last| Ok(Frame::data(last))));
         };
-        match inner.as_mut().poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref()
-                    && !data.is_empty()
-                {
-                    this.between_events = ends_an_event(data);
-                }
-                return Poll::Ready(Some(Ok(frame)));
-            }
-            Poll::Ready(ended) => {
-                // Answered (or failed) in time: nothing to cancel.
-                this.inner = None;
-                this.last = None;
-                this.expired = None;
-                return Poll::Ready(ended);
-            }
-            Poll::Pending => {}
-        }
+        // The deadline first: a stream always ready would otherwise outrun it.
         if this.deadline.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+            match inner.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        this.sent(data);
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
+                Poll::Ready(ended) => {
+                    // Answered (or failed) in time: nothing to cancel.
+                    this.inner = None;
+                    this.last = None;
+                    this.expired = None;
+                    return Poll::Ready(ended);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
         }
         if let (Some(expired), Some(inner)) = (this.expired.take(), this.inner.take()) {
             // The canceller gone, the stream simply ends here.
             drop(expired.send(inner));
         }
-        if !this.between_events {
+        if !this.between_events() {
             // Half an event sent: an event after it would be read as its rest.
             this.last = None;
         }
@@ -153,6 +171,59 @@ mod tests {
         );
         assert_eq!(collect(body).await, b"data: 1\n\ndata: late\n\n");
         assert!(rx.await.is_ok(), "the rest went to the canceller");
+    }
+
+    #[tokio::test]
+    async fn an_event_ending_across_frames_is_seen_to_end() {
+        let (tx, _rx) = oneshot::channel();
+        let deadline = Box::pin(tokio::time::sleep(Duration::ZERO));
+        let mut body = Timed::new(stalled(b""), deadline, Bytes::new(), tx);
+        assert!(body.between_events(), "nothing sent");
+        body.sent(b"data: {}\n");
+        assert!(!body.between_events());
+        body.sent(b"\n");
+        assert!(
+            body.between_events(),
+            "the blank line came in a frame of its own"
+        );
+        body.sent(b"data: {\"a\":1}\r\n\r");
+        body.sent(b"\n");
+        assert!(body.between_events());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_always_ready_still_ends_at_its_deadline() {
+        /// Sends an event whenever asked, forever.
+        struct Endless;
+        impl Body for Endless {
+            type Data = Bytes;
+            type Error = hyper::Error;
+            fn poll_frame(
+                self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+            ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"data: x\n\n")))))
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let deadline = Box::pin(tokio::time::sleep(Duration::from_secs(5)));
+        let mut body = Box::pin(Timed::new(
+            Endless,
+            deadline,
+            Bytes::from_static(b"data: late\n\n"),
+            tx,
+        ));
+        let mut frames = 0;
+        tokio::time::advance(Duration::from_secs(6)).await;
+        while let Some(frame) = body.frame().await {
+            frames += 1;
+            assert!(frames < 3, "the deadline passed");
+            assert_eq!(
+                frame.unwrap().into_data().unwrap(),
+                Bytes::from_static(b"data: late\n\n")
+            );
+        }
+        assert!(rx.await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
