@@ -47,6 +47,15 @@ async fn protected(upstream: &DemoServer, issuer: &str, extra: &str) -> ProxyPro
         .await
 }
 
+/// An authorization server (key `k1`), a recording demo server, and the binary before
+/// it as a resource server for that server's tokens, with `extra` lines in `[auth]`.
+async fn protected_demo(extra: &str) -> (AuthServer, DemoServer, ProxyProcess) {
+    let auth = AuthServer::start("k1").await;
+    let demo = recording_demo().await;
+    let proxy = protected(&demo, &auth.issuer(), extra).await;
+    (auth, demo, proxy)
+}
+
 /// A 2026-07-28 request `method` with `params` to `endpoint`, with `token`.
 async fn modern(endpoint: &str, token: &str, method: &str, params: serde_json::Value) -> Reply {
     let client = StatelessClient::new(endpoint.to_owned());
@@ -122,9 +131,7 @@ fn fixture_token(kid: &str) -> String {
 
 #[tokio::test]
 async fn the_sdk_clients_oauth_flow_reaches_a_tool_through_the_proxy() {
-    let auth = AuthServer::start("k1").await;
-    let demo = recording_demo().await;
-    let proxy = protected(&demo, &auth.issuer(), "").await;
+    let (auth, demo, proxy) = protected_demo("").await;
     let port = proxy.listen.port();
     let endpoint = proxy.url("/mcp");
 
@@ -238,14 +245,7 @@ async fn keys_rotate_at_the_authorization_server_with_the_proxy_running() {
 /// `insufficient_scope`, naming the scope.
 #[tokio::test]
 async fn a_token_without_a_required_scope_is_forbidden() {
-    let auth = AuthServer::start("k1").await;
-    let demo = recording_demo().await;
-    let proxy = protected(
-        &demo,
-        &auth.issuer(),
-        "required_scopes = [\"tools:admin\"]\n",
-    )
-    .await;
+    let (auth, _demo, proxy) = protected_demo("required_scopes = [\"tools:admin\"]\n").await;
     let resource = proxy.url("/mcp");
     let reader = auth.token(READER, &resource, None).await;
     let refused = create(&proxy, &bearer(&reader)).await;
@@ -487,11 +487,7 @@ async fn an_upstream_gets_its_own_credentials_never_the_clients_token() {
 /// refused with 403 and never reaches the upstream; decisions are counted.
 #[tokio::test]
 async fn rules_allow_each_caller_its_tools_in_every_era() {
-    let auth = AuthServer::start("k1").await;
-    let demo = recording_demo().await;
-    let proxy = protected(
-        &demo,
-        &auth.issuer(),
+    let (auth, demo, proxy) = protected_demo(
         "[[auth.rules]]\ntools = [\"echo\", \"who*\"]\nscopes = [\"tools:read\"]\n\
          [[auth.rules]]\nscopes = [\"tools:admin\"]\n\
          [admin]\ntoken = \"an-admin-token-for-the-metrics\"\n",
@@ -695,14 +691,8 @@ async fn rules_allow_each_caller_its_tools_in_every_era() {
 /// budget, and another tool is not counted.
 #[tokio::test]
 async fn a_callers_rate_for_a_tool_is_its_own() {
-    let auth = AuthServer::start("k1").await;
-    let demo = recording_demo().await;
-    let proxy = protected(
-        &demo,
-        &auth.issuer(),
-        "[[auth.limits]]\ntools = [\"echo\"]\nrate = 2\nper = \"1m\"\n",
-    )
-    .await;
+    let (auth, demo, proxy) =
+        protected_demo("[[auth.limits]]\ntools = [\"echo\"]\nrate = 2\nper = \"1m\"\n").await;
     let endpoint = proxy.url("/mcp");
     let (reader, admin) = (
         auth.token(READER, &endpoint, None).await,
@@ -787,17 +777,25 @@ async fn a_server_offers_each_caller_what_it_may_use() {
     assert!(to_reader.get("tools").is_some(), "{to_reader}");
 }
 
+/// The `tools/call` in `journal` with `arguments`.
+fn call_with<'j>(
+    journal: &'j [mcp_session_proxy::demo::Received],
+    arguments: &serde_json::Value,
+) -> Option<&'j mcp_session_proxy::demo::Received> {
+    journal.iter().find(|r| {
+        r.body
+            .as_ref()
+            .is_some_and(|b| b["method"] == "tools/call" && b["params"]["arguments"] == *arguments)
+    })
+}
+
 /// Whether `demo` heard, within a few seconds, that the call it received with
 /// `arguments` is off: a `notifications/cancelled` in the call's session naming the
 /// call's id as the demo received it.
 async fn cancelled_upstream(demo: &DemoServer, arguments: serde_json::Value) -> bool {
     eventually(Duration::from_secs(5), || {
         let journal = demo.journal();
-        let Some(call) = journal.iter().find(|r| {
-            r.body.as_ref().is_some_and(|b| {
-                b["method"] == "tools/call" && b["params"]["arguments"] == arguments
-            })
-        }) else {
+        let Some(call) = call_with(&journal, &arguments) else {
             return false;
         };
         let id = &call.body.as_ref().unwrap()["id"];
@@ -816,11 +814,7 @@ async fn cancelled_upstream(demo: &DemoServer, arguments: serde_json::Value) -> 
 async fn session_ended_upstream(demo: &DemoServer, arguments: serde_json::Value) -> bool {
     eventually(Duration::from_secs(5), || {
         let journal = demo.journal();
-        let Some(call) = journal.iter().find(|r| {
-            r.body.as_ref().is_some_and(|b| {
-                b["method"] == "tools/call" && b["params"]["arguments"] == arguments
-            })
-        }) else {
+        let Some(call) = call_with(&journal, &arguments) else {
             return false;
         };
         journal
@@ -838,14 +832,9 @@ async fn session_ended_upstream(demo: &DemoServer, arguments: serde_json::Value)
 /// ran in.
 #[tokio::test]
 async fn a_call_past_its_tools_timeout_is_cancelled_upstream() {
-    let auth = AuthServer::start("k1").await;
-    let demo = recording_demo().await;
-    let proxy = protected(
-        &demo,
-        &auth.issuer(),
-        "[[auth.limits]]\ntools = [\"sleep\", \"slow\"]\ntimeout = \"800ms\"\n",
-    )
-    .await;
+    let (auth, demo, proxy) =
+        protected_demo("[[auth.limits]]\ntools = [\"sleep\", \"slow\"]\ntimeout = \"800ms\"\n")
+            .await;
     let endpoint = proxy.url("/mcp");
     let token = auth.token(ADMIN, &endpoint, None).await;
     let expect_timeout = |error: &serde_json::Value, id: serde_json::Value| {

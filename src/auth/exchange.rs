@@ -12,8 +12,9 @@
 //! sent later for the same call — a stateless call's answers, a listen stream — still
 //! carries it). At most [`MAX_KEPT`] are kept; beyond, the one expiring soonest is
 //! forgotten. A refusal is remembered for a few seconds, and so is a failed look-up of
-//! the token endpoint, so a caller retrying does not become a load on the
-//! authorization server. Only tokens `[auth]` verified are ever exchanged. The token
+//! the token endpoint, and at most [`AT_ONCE`] exchanges are asked for at once (one for
+//! a caller's token serves the requests that waited for it), so callers do not become a
+//! load on the authorization server. Only tokens `[auth]` verified are ever exchanged. The token
 //! endpoint is the issuer's (its metadata's `token_endpoint`) unless configured; the
 //! client secret is read from its file (or variable) at each exchange, so a rotated
 //! secret applies at once.
@@ -38,6 +39,9 @@ const UNSAID_LIFETIME: Duration = Duration::from_secs(60);
 const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// How long a refusal, or a failed look-up of the token endpoint, is remembered.
 const REMEMBER_FAILURE: Duration = Duration::from_secs(5);
+/// Exchanges asked for at once, per upstream (more wait their turn, and find the token
+/// kept when one for the same caller's token came meanwhile).
+const AT_ONCE: usize = 8;
 /// The largest client secret file read.
 const MAX_SECRET: u64 = 16 * 1024;
 
@@ -72,6 +76,7 @@ pub struct TokenExchange {
     /// When looking the endpoint up last failed, and why.
     endpoint_failed: Mutex<Option<(Instant, String)>>,
     kept: Mutex<HashMap<[u8; 32], Kept>>,
+    asking: tokio::sync::Semaphore,
 }
 
 #[derive(Debug)]
@@ -110,6 +115,7 @@ impl TokenExchange {
             fetcher: Fetcher::new()?,
             endpoint_failed: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
+            asking: tokio::sync::Semaphore::new(AT_ONCE),
         })
     }
 
@@ -120,11 +126,17 @@ impl TokenExchange {
             .and_then(|value| super::bearer_token(value).ok())
             .ok_or_else(|| ExchangeError::Refused("the request carries no bearer token".into()))?;
         let key = key_of(token);
-        let now = Instant::now();
-        match self.kept.lock().get(&key) {
-            Some(Kept::Token { renew_at, .. }) if *renew_at > now => return Ok(()),
-            Some(Kept::Refused { failure, until }) if *until > now => return Err(failure.clone()),
-            _ => {}
+        if let Some(known) = self.known(&key) {
+            return known;
+        }
+        // Never closed: the permit comes, or the request is gone.
+        let _turn = self
+            .asking
+            .acquire()
+            .await
+            .map_err(|_| ExchangeError::Unavailable("the exchange is shutting down".into()))?;
+        if let Some(known) = self.known(&key) {
+            return known;
         }
         let endpoint = self.endpoint().await?;
         let secret = read_secret(&self.config.client_secret)
@@ -182,6 +194,17 @@ impl TokenExchange {
                 }
                 Err(failure)
             }
+        }
+    }
+
+    /// What is known of the caller's token `key`: a token kept and not yet due for
+    /// renewal, or a refusal still remembered.
+    fn known(&self, key: &[u8; 32]) -> Option<Result<(), ExchangeError>> {
+        let now = Instant::now();
+        match self.kept.lock().get(key) {
+            Some(Kept::Token { renew_at, .. }) if *renew_at > now => Some(Ok(())),
+            Some(Kept::Refused { failure, until }) if *until > now => Some(Err(failure.clone())),
+            _ => None,
         }
     }
 
@@ -260,22 +283,23 @@ fn key_of(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The proxy's client secret, read now.
+/// The proxy's client secret, read now (a file off the async threads).
 async fn read_secret(source: &CredentialSource) -> Result<String, String> {
     let text = match source {
         CredentialSource::Env(name) => {
             std::env::var(name).map_err(|_| format!("the variable {name} is not set"))?
         }
         CredentialSource::File(path) => {
-            let too_large = tokio::fs::metadata(path)
-                .await
-                .is_ok_and(|m| m.len() > MAX_SECRET);
-            if too_large {
-                return Err("the client secret file is too large".into());
-            }
-            tokio::fs::read_to_string(path)
-                .await
-                .map_err(|e| format!("the client secret file cannot be read: {e}"))?
+            let path = path.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                if std::fs::metadata(&path).is_ok_and(|m| m.len() > MAX_SECRET) {
+                    return Err("the client secret file is too large".to_owned());
+                }
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("the client secret file cannot be read: {e}"))
+            });
+            read.await
+                .map_err(|_| "the client secret file could not be read".to_owned())??
         }
     };
     let secret = text.trim();

@@ -1089,34 +1089,14 @@ fn credentials(
             p.add(&format!("{at}.prefix"), "must be visible ASCII");
             continue;
         }
-        let file = c.file.as_deref().map(str::trim).filter(|f| !f.is_empty());
-        let env = c.env.as_deref().map(str::trim).filter(|e| !e.is_empty());
-        let source = match (file, env) {
-            (Some(file), None) => {
-                if let Err(e) = std::fs::metadata(file) {
-                    p.add(
-                        &format!("{at}.file"),
-                        format!("{file:?} cannot be read: {e}"),
-                    );
-                }
-                super::CredentialSource::File(file.into())
-            }
-            (None, Some(env)) => {
-                if std::env::var_os(env).is_none() {
-                    p.add(
-                        &format!("{at}.env"),
-                        format!("the variable {env} is not set"),
-                    );
-                }
-                super::CredentialSource::Env(env.to_owned())
-            }
-            _ => {
-                p.add(
-                    &at,
-                    "set file (read again when it changes) or env, one of them",
-                );
-                continue;
-            }
+        let file = (format!("{at}.file"), c.file.as_deref());
+        let env = (format!("{at}.env"), c.env.as_deref());
+        let Some(source) = secret_source(p, file, env) else {
+            p.add(
+                &at,
+                "set file (read again when it changes) or env, one of them",
+            );
+            continue;
         };
         credentials.push(super::Credential {
             header,
@@ -1199,42 +1179,20 @@ fn token_exchange(
             "the proxy's client at the authorization server (without ':')",
         );
     }
-    let file = raw
-        .client_secret_file
-        .as_deref()
-        .map(str::trim)
-        .filter(|f| !f.is_empty());
-    let env = raw
-        .client_secret_env
-        .as_deref()
-        .map(str::trim)
-        .filter(|e| !e.is_empty());
-    let client_secret = match (file, env) {
-        (Some(file), None) => {
-            if let Err(e) = std::fs::metadata(file) {
-                p.add(
-                    &format!("{key}.client_secret_file"),
-                    format!("{file:?} cannot be read: {e}"),
-                );
-            }
-            super::CredentialSource::File(file.into())
-        }
-        (None, Some(env)) => {
-            if std::env::var_os(env).is_none() {
-                p.add(
-                    &format!("{key}.client_secret_env"),
-                    format!("the variable {env} is not set"),
-                );
-            }
-            super::CredentialSource::Env(env.to_owned())
-        }
-        _ => {
-            p.add(
-                &key,
-                "set client_secret_file or client_secret_env, one of them",
-            );
-            return None;
-        }
+    let file = (
+        format!("{key}.client_secret_file"),
+        raw.client_secret_file.as_deref(),
+    );
+    let env = (
+        format!("{key}.client_secret_env"),
+        raw.client_secret_env.as_deref(),
+    );
+    let Some(client_secret) = secret_source(p, file, env) else {
+        p.add(
+            &key,
+            "set client_secret_file or client_secret_env, one of them",
+        );
+        return None;
     };
     Some(super::TokenExchangeConfig {
         issuer: issuer.to_owned(),
@@ -1245,6 +1203,32 @@ fn token_exchange(
         client_id,
         client_secret,
     })
+}
+
+/// A secret's source: a file or an environment variable (each under its key), checked
+/// now; `None` unless exactly one is set.
+fn secret_source(
+    p: &mut Problems,
+    (file_key, file): (String, Option<&str>),
+    (env_key, env): (String, Option<&str>),
+) -> Option<super::CredentialSource> {
+    let file = file.map(str::trim).filter(|f| !f.is_empty());
+    let env = env.map(str::trim).filter(|e| !e.is_empty());
+    match (file, env) {
+        (Some(file), None) => {
+            if let Err(e) = std::fs::metadata(file) {
+                p.add(&file_key, format!("{file:?} cannot be read: {e}"));
+            }
+            Some(super::CredentialSource::File(file.into()))
+        }
+        (None, Some(env)) => {
+            if std::env::var_os(env).is_none() {
+                p.add(&env_key, format!("the variable {env} is not set"));
+            }
+            Some(super::CredentialSource::Env(env.to_owned()))
+        }
+        _ => None,
+    }
 }
 
 /// An upstream's `Authorization` comes from its credentials or its token exchange, not
