@@ -11,8 +11,9 @@
 //! shortly before one expires, and the transport uses it until it does (so a request
 //! sent later for the same call — a stateless call's answers, a listen stream — still
 //! carries it). At most [`MAX_KEPT`] are kept; beyond, the one expiring soonest is
-//! forgotten. A refusal is remembered for a few seconds, and so is a failed look-up of
-//! the token endpoint, and at most [`AT_ONCE`] exchanges are asked for at once (one for
+//! forgotten. A refusal is remembered for a few seconds, and so are a failed look-up of
+//! the token endpoint and the server being unreachable (a kept token still good serves
+//! meanwhile), and at most [`AT_ONCE`] exchanges are asked for at once (one for
 //! a caller's token serves the requests that waited for it), so callers do not become a
 //! load on the authorization server. Only tokens `[auth]` verified are ever exchanged. The token
 //! endpoint is the issuer's (its metadata's `token_endpoint`) unless configured; the
@@ -37,7 +38,10 @@ const SLACK: Duration = Duration::from_secs(30);
 const UNSAID_LIFETIME: Duration = Duration::from_secs(60);
 /// The longest an exchanged token is kept, whatever the server says.
 const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
-/// How long a refusal, or a failed look-up of the token endpoint, is remembered.
+/// The shortest lifetime of an exchanged token taken (a shorter one expires on the way).
+const MIN_LIFETIME: Duration = Duration::from_secs(2);
+/// How long a refusal, a failed look-up of the token endpoint, or the server being
+/// unavailable, is remembered.
 const REMEMBER_FAILURE: Duration = Duration::from_secs(5);
 /// Exchanges asked for at once, per upstream (more wait their turn, and find the token
 /// kept when one for the same caller's token came meanwhile).
@@ -75,6 +79,8 @@ pub struct TokenExchange {
     endpoint: OnceCell<String>,
     /// When looking the endpoint up last failed, and why.
     endpoint_failed: Mutex<Option<(Instant, String)>>,
+    /// When the server could last not be asked, and why.
+    unavailable: Mutex<Option<(Instant, String)>>,
     kept: Mutex<HashMap<[u8; 32], Kept>>,
     asking: tokio::sync::Semaphore,
 }
@@ -114,6 +120,7 @@ impl TokenExchange {
             config,
             fetcher: Fetcher::new()?,
             endpoint_failed: Mutex::new(None),
+            unavailable: Mutex::new(None),
             kept: Mutex::new(HashMap::new()),
             asking: tokio::sync::Semaphore::new(AT_ONCE),
         })
@@ -137,6 +144,28 @@ impl TokenExchange {
             .map_err(|_| ExchangeError::Unavailable("the exchange is shutting down".into()))?;
         if let Some(known) = self.known(&key) {
             return known;
+        }
+        match self.ask(token, key).await {
+            // The server unavailable while the kept token is still good: it serves.
+            Err(ExchangeError::Unavailable(why)) if self.still_good(&key) => {
+                tracing::warn!(error = %why, "a kept exchanged token could not be renewed; used until it expires");
+                Ok(())
+            }
+            Err(ExchangeError::Unavailable(why)) => {
+                *self.unavailable.lock() = Some((Instant::now(), why.clone()));
+                Err(ExchangeError::Unavailable(why))
+            }
+            asked => asked,
+        }
+    }
+
+    /// Asks the server for a token exchanged for `token` (whose key is `key`), and keeps
+    /// the answer.
+    async fn ask(&self, token: &str, key: [u8; 32]) -> Result<(), ExchangeError> {
+        if let Some((at, why)) = &*self.unavailable.lock()
+            && at.elapsed() < REMEMBER_FAILURE
+        {
+            return Err(ExchangeError::Unavailable(why.clone()));
         }
         let endpoint = self.endpoint().await?;
         let secret = read_secret(&self.config.client_secret)
@@ -174,6 +203,11 @@ impl TokenExchange {
                         ExchangeError::Unavailable("it issued a token no header can carry".into())
                     })?;
                 value.set_sensitive(true);
+                if expires_in.is_some_and(|secs| secs < MIN_LIFETIME.as_secs()) {
+                    return Err(ExchangeError::Unavailable(
+                        "it issued a token that expires at once".into(),
+                    ));
+                }
                 let lifetime = expires_in
                     .map_or(UNSAID_LIFETIME, Duration::from_secs)
                     .min(MAX_LIFETIME);
@@ -195,6 +229,11 @@ impl TokenExchange {
                 Err(failure)
             }
         }
+    }
+
+    /// Whether a token kept for `key` has not expired yet (if due for renewal).
+    fn still_good(&self, key: &[u8; 32]) -> bool {
+        matches!(self.kept.lock().get(key), Some(Kept::Token { until, .. }) if *until > Instant::now())
     }
 
     /// What is known of the caller's token `key`: a token kept and not yet due for
@@ -332,14 +371,25 @@ mod tests {
         let alice = HeaderValue::from_static("Bearer alice");
         let bob = HeaderValue::from_static("bearer  bob");
         let now = Instant::now();
-        exchange.keep(key_of("alice"), token(now, now + Duration::from_secs(60)));
+        let (soon, later) = (now + Duration::from_secs(30), now + Duration::from_secs(60));
+        exchange.keep(key_of("alice"), token(soon, later));
         assert_eq!(exchange.exchanged(&alice).unwrap(), "Bearer for-upstream");
         assert!(exchange.exchanged(&bob).is_none(), "another client's token");
         // Due for renewal at the front, still good for the transport.
         exchange.keep(key_of("bob"), token(now, now + Duration::from_secs(10)));
         assert!(exchange.exchanged(&bob).is_some(), "any case, any spacing");
+        assert!(
+            exchange.known(&key_of("bob")).is_none(),
+            "the front renews it"
+        );
+        assert!(exchange.still_good(&key_of("bob")));
+        assert!(
+            matches!(exchange.known(&key_of("alice")), Some(Ok(()))),
+            "not yet due"
+        );
         exchange.keep(key_of("bob"), token(now, now));
         assert!(exchange.exchanged(&bob).is_none(), "expired");
+        assert!(!exchange.still_good(&key_of("bob")));
     }
 
     fn token(renew_at: Instant, until: Instant) -> Kept {

@@ -155,6 +155,10 @@ impl Fetcher {
             }
             400 | 401 => {
                 let refusal: Refusal = serde_json::from_slice(&body).unwrap_or_default();
+                if refusal.error.is_empty() {
+                    // Not the server's OAuth error (a gateway's page?): no one's refusal.
+                    return Err(format!("answered HTTP {status} without an OAuth error"));
+                }
                 let mut error = refusal.error;
                 if !refusal.error_description.is_empty() {
                     error = format!("{error} ({})", refusal.error_description);
