@@ -345,7 +345,10 @@ impl Endpoint<'_> {
         // forwarded to has it kept already.
         let deadlines = (!from_peer).then_some(&*identity.auth);
         let permitted = match identity.permits(&self.served.name, &message, metrics) {
-            Ok(()) => self.exchange(&parts.headers, parts.uri.path()).await,
+            Ok(()) => {
+                self.exchange(&parts.headers, parts.uri.path(), &identity.auth)
+                    .await
+            }
             refused => refused,
         };
         let answered = match &traced {
@@ -401,7 +404,11 @@ impl Endpoint<'_> {
                 _ => match deadlines
                     .and_then(|auth| Deadline::of(auth, self.served, message, &route))
                 {
-                    Some(deadline) => deadline.run(dispatch(self.served, message, route)).await,
+                    Some(deadline) => {
+                        deadline
+                            .run(message, dispatch(self.served, message, route))
+                            .await
+                    }
                     None => dispatch(self.served, message, route).await,
                 },
             },
@@ -428,7 +435,8 @@ impl Endpoint<'_> {
             crate::auth::policy::Item::Upstream,
             metrics,
         )?;
-        self.exchange(headers, request.uri().path()).await?;
+        self.exchange(headers, request.uri().path(), &identity.auth)
+            .await?;
         let caller = identity.caller;
         let forwarded = self.cluster.verify(&Signed {
             method: request.method(),
@@ -539,8 +547,13 @@ async fn dispatch(
 impl Endpoint<'_> {
     /// With `token_exchange`, the caller's token exchanged for one for the upstream
     /// (kept for the transport, which sends it in place of the client's), or the request
-    /// refused.
-    async fn exchange(self, headers: &http::HeaderMap, path: &str) -> Result<(), ProxyError> {
+    /// refused (told as `auth`, the request's view of `[auth]`, would tell it).
+    async fn exchange(
+        self,
+        headers: &http::HeaderMap,
+        path: &str,
+        auth: &Auth,
+    ) -> Result<(), ProxyError> {
         use crate::auth::exchange::ExchangeError;
         let exchange = match &self.served.exchange {
             Exchange::None => return Ok(()),
@@ -561,7 +574,7 @@ impl Endpoint<'_> {
                     // Gone at the server while good here (within the leeway, or
                     // revoked): a client refreshes its token on a 401.
                     let reason = crate::auth::AuthError::Expired;
-                    let challenge = self.limits.auth.load().challenge(&reason, path);
+                    let challenge = auth.challenge(&reason, path);
                     return ProxyError::Unauthorized { reason, challenge };
                 }
                 ProxyError::TokenExchange {

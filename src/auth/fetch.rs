@@ -61,30 +61,18 @@ impl Fetcher {
     pub fn new() -> Result<Fetcher, String> {
         // The process's TLS provider (ring); set once, whoever is first.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::custom(|attempt| {
-                let downgrade = attempt.url().scheme() != "https"
-                    && attempt.previous().iter().any(|url| url.scheme() == "https");
-                if downgrade {
-                    attempt.error("a redirect from https to plain http")
-                } else if attempt.previous().len() > 3 {
-                    attempt.error("more than 3 redirects")
-                } else {
-                    attempt.follow()
-                }
-            }))
-            .user_agent(concat!("mcp-session-proxy/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("the HTTP client for the authorization server: {e}"))?;
-        let tokens = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("mcp-session-proxy/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("the HTTP client for the authorization server: {e}"))?;
+        let http = client(reqwest::redirect::Policy::custom(|attempt| {
+            let downgrade = attempt.url().scheme() != "https"
+                && attempt.previous().iter().any(|url| url.scheme() == "https");
+            if downgrade {
+                attempt.error("a redirect from https to plain http")
+            } else if attempt.previous().len() > 3 {
+                attempt.error("more than 3 redirects")
+            } else {
+                attempt.follow()
+            }
+        }))?;
+        let tokens = client(reqwest::redirect::Policy::none())?;
         Ok(Fetcher { http, tokens })
     }
 
@@ -207,6 +195,18 @@ impl Fetcher {
         }
         read_capped(response).await
     }
+}
+
+/// An HTTP client for the authorization server, bounded in time, following redirects
+/// as `redirect` says.
+fn client(redirect: reqwest::redirect::Policy) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .connect_timeout(TIMEOUT)
+        .redirect(redirect)
+        .user_agent(concat!("mcp-session-proxy/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("the HTTP client for the authorization server: {e}"))
 }
 
 /// A response's body, at most [`MAX_BODY`].

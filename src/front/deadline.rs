@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Response};
 use http_body_util::{BodyExt, Limited};
 use tokio::sync::oneshot;
@@ -34,12 +34,12 @@ use crate::fleet::Served;
 use crate::jsonrpc::{Envelope, raw_str, write, write_json_str};
 use crate::mcp::Method;
 use crate::mcp::caller::Caller;
-use crate::mcp::headers::{Accepts, MCP_METHOD, MCP_NAME, MCP_SESSION_ID, SSE, is_param_header};
+use crate::mcp::headers::{Accepts, MCP_METHOD, MCP_NAME, MCP_SESSION_ID, is_param_header};
 use crate::mcp::meta::Payload;
 use crate::response::ProxyBody;
 use crate::response::timed::Timed;
 use crate::route::{self, Message, Route};
-use crate::upstream::UpstreamError;
+use crate::upstream::{Media, UpstreamError, media_type};
 
 /// How long a cancellation that needs the call's answer held may take before the answer
 /// is let go anyway (and the client gets its error).
@@ -53,13 +53,14 @@ const REASON: &str = "the call passed its timeout at the proxy";
 
 /// A call of a tool with a timeout.
 pub(super) struct Deadline {
-    /// How errors name the upstream.
-    upstream: Arc<str>,
+    served: Arc<Served>,
     tool: String,
     after: Duration,
     /// The call's id, raw, as the client wrote it.
     id: Bytes,
-    cancel: Cancel,
+    /// In an upstream session, whether the proxy renamed the call there; `None`: in
+    /// none (letting the answer go is the cancellation).
+    renamed: Option<bool>,
 }
 
 /// How the upstream hears that a call is off.
@@ -104,25 +105,33 @@ impl Deadline {
             Route::PassThrough if message.headers.contains_key(&MCP_SESSION_ID) => Some(false),
             _ => None,
         };
-        let cancel = match renamed {
-            Some(renamed) => {
-                let notice = Notice::of(served, message, id.get().as_bytes(), renamed);
-                Cancel::Notify(Box::new(notice))
-            }
-            None => Cancel::Drop,
-        };
         Some(Deadline {
-            upstream: served.label.clone(),
+            served: served.clone(),
             tool: tool.into_owned(),
             after,
             id: Bytes::copy_from_slice(id.get().as_bytes()),
-            cancel,
+            renamed,
         })
     }
 
-    /// `answer`, held to the deadline.
+    /// How the upstream hears that the call `message` is off (built only when it may
+    /// be needed: a call answered in time costs nothing).
+    fn cancel(&self, message: &Message<'_, '_>) -> Cancel {
+        match self.renamed {
+            Some(renamed) => Cancel::Notify(Box::new(Notice::of(
+                &self.served,
+                message,
+                &self.id,
+                renamed,
+            ))),
+            None => Cancel::Drop,
+        }
+    }
+
+    /// `answer` to `message`, held to the deadline.
     pub(super) async fn run(
         self,
+        message: &Message<'_, '_>,
         answer: impl Future<Output = Result<Response<ProxyBody>, ProxyError>>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let deadline = tokio::time::Instant::now() + self.after;
@@ -130,14 +139,12 @@ impl Deadline {
         let mut answer = pin!(answer);
         let response = match tokio::time::timeout_at(deadline, answer.as_mut()).await {
             Ok(answered) => answered?,
-            Err(_) => return Err(self.expire().await),
+            Err(_) => {
+                let cancel = self.cancel(message);
+                return Err(self.expire(cancel).await);
+            }
         };
-        let streams = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with(SSE));
-        if !streams {
+        if media_type(response.headers()) != Media::EventStream {
             // One JSON message (passed through, its body may still be on its way): read
             // whole in time, or the call is answered with the timeout.
             let (parts, body) = response.into_parts();
@@ -148,22 +155,21 @@ impl Deadline {
                     ProxyBody::full(whole.to_bytes()),
                 )),
                 Ok(Err(e)) => Err(ProxyError::Upstream {
-                    upstream: self.upstream.to_string(),
+                    upstream: self.served.label.to_string(),
                     source: UpstreamError::Protocol(format!(
                         "its answer to a call with a timeout could not be read whole (at most {MAX_HELD_BYTES} bytes): {e}"
                     )),
                 }),
-                Err(_) => Err(self.expire().await),
+                Err(_) => {
+                    let cancel = self.cancel(message);
+                    Err(self.expire(cancel).await)
+                }
             };
         }
         let last = self.last_event();
+        let cancel = self.cancel(message);
         let (expired, rest) = oneshot::channel();
-        let Deadline {
-            tool,
-            after,
-            cancel,
-            ..
-        } = self;
+        let Deadline { tool, after, .. } = self;
         if let Cancel::Notify(_) = cancel {
             tokio::spawn(async move {
                 if let Ok(rest) = rest.await {
@@ -181,10 +187,10 @@ impl Deadline {
     }
 
     /// The call is off: the upstream told, the client's error.
-    async fn expire(self) -> ProxyError {
+    async fn expire(self, cancel: Cancel) -> ProxyError {
         let error = self.error();
         tracing::info!(tool = crate::error::head(&self.tool, 256), timeout = ?self.after, "a tool's call passed its timeout; cancelled upstream");
-        match self.cancel {
+        match cancel {
             // Named as the client named it: it goes on its own, whoever leaves.
             Cancel::Notify(notice) if !notice.renamed => {
                 tokio::spawn(notice.send());
@@ -240,7 +246,9 @@ impl Notice {
         }
         params.push(b'}');
         let mut body = Vec::with_capacity(params.len() + 96);
-        body.extend_from_slice(br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":"#);
+        body.extend_from_slice(br#"{"jsonrpc":"2.0","method":""#);
+        body.extend_from_slice(Method::Cancelled.as_str().as_bytes());
+        body.extend_from_slice(br#"","params":"#);
         body.extend_from_slice(&params);
         if let Some(session) = message.envelope.session_id {
             body.extend_from_slice(br#","sessionId":"#);

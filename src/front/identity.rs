@@ -201,15 +201,8 @@ impl Identity {
         // What the caller sees is its own now: no length, no validator of the whole.
         parts.headers.remove(http::header::CONTENT_LENGTH);
         parts.headers.remove(http::header::ETAG);
-        let events = parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.trim_start()
-                    .to_ascii_lowercase()
-                    .starts_with(crate::mcp::headers::SSE)
-            });
+        let events =
+            crate::upstream::media_type(&parts.headers) == crate::upstream::Media::EventStream;
         let body = if events {
             ProxyBody::Visible {
                 body: Box::pin(crate::sse::EventBody::new(
