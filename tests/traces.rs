@@ -1,10 +1,10 @@
 //! Traces (OpenTelemetry) from the real binary to a real OTLP/HTTP receiver
 //! (`common::otlp`, decoding with the protocol's own definitions): a data-layer session's
-//! create and call and a 2026-07-28 call each make one trace, parented on the client's
-//! `traceparent` (its HTTP header, or its request's `_meta`), with a CLIENT span for what
-//! went upstream — and the upstream gets the same trace in its `traceparent`; a retry
-//! forwarded between two replicas (on a real Redis) stays in its trace. With no receiver
-//! listening, requests are unaffected.
+//! create and call, a 2026-07-28 call and one with an `input_required` round each make one
+//! trace, parented on the client's `traceparent` (its HTTP header, or its request's
+//! `_meta`), with a CLIENT span for what went upstream — and the upstream gets the same
+//! trace in its `traceparent`; a retry forwarded between two replicas (on a real Redis)
+//! stays in its trace. With no receiver listening, requests are unaffected.
 
 #![allow(
     clippy::unwrap_used,
@@ -330,6 +330,87 @@ async fn a_2026_call_is_parented_on_the_trace_in_its_meta() {
         .await;
     assert_eq!(refused.attribute("error.type"), code);
     assert_eq!(refused.status_code, 2);
+}
+
+/// A 2026-07-28 call with an `input_required` round, bridged to the legacy demo server
+/// (its `sample` tool asks the client's model): the client sends both rounds in its
+/// trace, each from a span of its own; the proxy's SERVER span of each round is parented
+/// on that span, and every request the upstream gets for the call — the call itself, and
+/// the answer to its `sampling/createMessage` sent during the retry — carries the trace.
+#[tokio::test]
+async fn a_2026_call_with_an_input_required_round_is_one_trace() {
+    let receiver = OtlpReceiver::start().await;
+    let demo = recording_demo().await;
+    let proxy = proxy(&demo, &receiver.endpoint()).await;
+    let trace = "6bf92f3577b34da6a3ce929d0e0e4736";
+    let (first_span, retry_span) = ("1111111111111111", "2222222222222222");
+    let client = StatelessClient::new(proxy.url("/mcp")).with_capabilities(json!({"sampling": {}}));
+    let round = |id: u32, span: &str, answer: serde_json::Value| {
+        let mut params = json!({"name": "sample", "arguments": {"prompt": "Say cheese"},
+            "_meta": {"traceparent": traceparent(trace, span)}});
+        if let (Some(params), Some(answer)) = (params.as_object_mut(), answer.as_object()) {
+            params.extend(answer.clone());
+        }
+        let params = client.params(params);
+        let headers = StatelessClient::headers("tools/call", &params);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        (body, headers)
+    };
+    let (body, headers) = round(1, first_span, json!({}));
+    let first = post_json(&client.http, &client.url, &body, &headers).await;
+    assert_eq!(first.status, 200, "{}", first.text);
+    let result = final_message(&first)["result"].clone();
+    assert_eq!(result["resultType"], "input_required", "{}", first.text);
+    let answer = json!({
+        "inputResponses": {"sample-1": {"role": "assistant",
+            "content": {"type": "text", "text": "cheese"}, "model": "m"}},
+        "requestState": result["requestState"],
+    });
+    let (body, headers) = round(2, retry_span, answer);
+    let retry = post_json(&client.http, &client.url, &body, &headers).await;
+    assert_eq!(retry.status, 200, "{}", retry.text);
+    let done = final_message(&retry);
+    assert_eq!(assert::text_of(&done), "the client said: cheese", "{done}");
+
+    // Each round is a SERVER span of the client's trace, under the span that sent it.
+    for (id, parent) in [("1", first_span), ("2", retry_span)] {
+        let served = receiver
+            .find("the round's SERVER span", |s| {
+                s.kind == SERVER
+                    && s.trace_id == trace
+                    && s.attributes.get("jsonrpc.request.id").map(String::as_str) == Some(id)
+            })
+            .await;
+        assert_eq!(served.name, "tools/call sample");
+        assert_eq!(served.parent_span_id, parent, "round {id}");
+    }
+    // The upstream saw the call and the answer to its question, all in that trace.
+    let journal = demo.journal();
+    let answered = journal
+        .iter()
+        .find(|r| r.body.as_ref().is_some_and(|b| b["id"] == "sample-1"))
+        .unwrap_or_else(|| panic!("the sampling answer never reached the upstream"));
+    assert!(
+        answered
+            .traceparent
+            .as_deref()
+            .is_some_and(|t| t.contains(trace)),
+        "the answer went upstream in the call's trace: {:?}",
+        answered.traceparent
+    );
+    let calls: Vec<_> = journal
+        .iter()
+        .filter(|r| r.method() == Some("tools/call"))
+        .collect();
+    assert_eq!(calls.len(), 1, "one call upstream for both rounds");
+    assert!(
+        calls[0]
+            .traceparent
+            .as_deref()
+            .is_some_and(|t| t.contains(trace)),
+        "{:?}",
+        calls[0].traceparent
+    );
 }
 
 #[tokio::test]
