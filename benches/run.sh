@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The proxy's benchmark in one command (README.md, "Performance"):
+# The proxy's benchmark in one command (docs/src/tune.md, "Performance"):
 #
 #   benches/run.sh [--quick] [OPTIONS]      (benches/run.sh --help lists the options)
 #

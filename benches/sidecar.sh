@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sidecar benchmark in one command (README.md, "In front of a stdio server"):
+# The sidecar benchmark in one command (docs/src/front/stdio.md, "Side by side with supergateway"):
 #
 #   benches/sidecar.sh [--quick]
 #

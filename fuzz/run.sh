@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fuzz targets in one command (README.md, "Fuzzing"):
+# The fuzz targets in one command (docs/src/contributing/tests.md, "Fuzzing"):
 #
 #   fuzz/run.sh [SECONDS] [TARGET…]     default: 180 s each, every target
 #

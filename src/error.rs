@@ -1,5 +1,6 @@
 //! Every error the proxy itself answers a client with, and the one place that decides its
-//! HTTP status, JSON-RPC code, message and `data` (the table in docs/PROTOCOL.md).
+//! HTTP status, JSON-RPC code, message and `data` (the tables in
+//! docs/src/reference/errors.md; why each, in docs/src/contributing/protocol.md).
 //!
 //! What a client sent comes back in its error only in part: every value an error echoes
 //! (a session id, a header, an origin, an id in `data`) is cut at [`ECHO_LIMIT`] bytes

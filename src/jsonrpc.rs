@@ -16,7 +16,8 @@ pub use id::{IdValue, same_id};
 pub use object::{RawObject, canonical, range_in, splice, string_object, write_json_str};
 
 /// JSON-RPC and MCP error codes the proxy produces, in one place so that the two
-/// data-layer session codes (still a draft; see docs/PROTOCOL.md) can move together.
+/// data-layer session codes (still a draft; see docs/src/contributing/protocol.md) can
+/// move together.
 pub mod code {
     pub const PARSE_ERROR: i32 = -32700;
     pub const INVALID_REQUEST: i32 = -32600;

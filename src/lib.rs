@@ -1,12 +1,12 @@
-//! mcp-session-proxy: data-layer sessions, the stateless MCP 2026-07-28 protocol, and old
-//! clients untouched, in front of MCP servers that only speak the 2025-11-25
-//! `initialize` protocol.
+//! mcp-session-proxy: data-layer sessions, the stateless MCP 2026-07-28 protocol and old
+//! clients, in front of MCP servers of every era (2025-11-25 `initialize`, 2026-07-28,
+//! HTTP+SSE, stdio), bridging the eras both ways.
 //!
-//! The module tree follows a request (docs/ARCHITECTURE.md): `front` takes HTTP in and
-//! `fleet` names the upstream its path is for; `route` classifies each message; `paths`
-//! serve it — `session` keeps sessions (in memory, in Redis, or sealed into their ids),
-//! `rewrite` edits messages, `upstream` reaches the legacy server — and `response` is
-//! what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
+//! The module tree follows a request (docs/src/contributing/architecture.md): `front`
+//! takes HTTP in and `fleet` names the upstream its path is for; `route` classifies each
+//! message; `paths` serve it — `session` keeps sessions (in memory, in Redis, or sealed
+//! into their ids), `rewrite` edits messages, `upstream` reaches the legacy server — and
+//! `response` is what goes back. `jsonrpc`, `mcp` and `sse` are the vocabulary they share.
 
 pub mod auth;
 pub mod config;

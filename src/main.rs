@@ -13,9 +13,9 @@ use mcp_session_proxy::config::{self, Config, LogFormat, Overrides};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// A reverse proxy in front of MCP servers that only speak the 2025-11-25 protocol: it
-/// gives them data-layer sessions and 2026-07-28 stateless clients, and passes old
-/// clients through.
+/// A reverse proxy in front of MCP servers of every era (2025-11-25, 2026-07-28, HTTP+SSE,
+/// stdio): every client reaches every server — data-layer sessions, 2026-07-28 stateless
+/// clients and old clients alike.
 ///
 /// With no upstream configured, an embedded demo server is started and proxied to.
 #[derive(Debug, Parser)]

@@ -1,5 +1,5 @@
-//! Bad input: each gets its JSON-RPC error and HTTP status (the project's error-code
-//! table, `docs/PROTOCOL.md`), none panics the proxy, none touches another session.
+//! Bad input: each gets its JSON-RPC error and HTTP status (the error reference,
+//! `docs/src/reference/errors.md`), none panics the proxy, none touches another session.
 
 #![allow(
     clippy::unwrap_used,

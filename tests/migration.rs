@@ -1,4 +1,4 @@
-//! One proxy, one endpoint, every kind of client at once (README, "Migrating a fleet"):
+//! One proxy, one endpoint, every kind of client at once (the book, docs/src/migrate/index.md):
 //! old initialize-based clients at each stateful protocol version, a data-layer session
 //! client, and a stateless (2026-07-28) client, interleaved, each getting its own
 //! semantics and none disturbing another.

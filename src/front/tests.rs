@@ -1,4 +1,5 @@
-//! Every row of README's "How it behaves", "Migrating a fleet" and "SEP-1364's dialect"
+//! Every row of the book's "How it behaves" (docs/src/reference/behaviour.md: "Case by
+//! case", "SEP-1364's dialect") and "Migrating a fleet" (docs/src/migrate/README.md)
 //! tables, as the front's pure steps decide it: the header checks, the body limit, the
 //! envelope, then `route::classify`. A row whose outcome needs the store or the upstream
 //! (an unknown session, a bad `state`, an upstream that lost the session…) is checked for
@@ -220,7 +221,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
         )
     };
     vec![
-        // === README, "How it behaves" ===
+        // === docs/src/reference/behaviour.md, "Case by case" ===
         (
             "sessions/create",
             post(CREATE),
@@ -477,7 +478,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             "error -32600 403".into(),
         ),
-        // === README, "Migrating a fleet" ===
+        // === docs/src/migrate/index.md, "Migrating a fleet" ===
         (
             "an old client's initialize",
             post(OLD_INITIALIZE),
@@ -611,7 +612,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             format!("InSession {S1} DataLayer"),
         ),
-        // === README, "In front of a stdio server" ===
+        // === docs/src/front/stdio.md, "In front of a stdio server" ===
         (
             "an old client's initialize in front of a stdio server",
             post(OLD_INITIALIZE),
@@ -630,7 +631,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             STDIO,
             "error -32044 400".into(),
         ),
-        // === README, "Every era of upstream" ===
+        // === docs/src/front/eras.md, "Every era of upstream" ===
         (
             "a 2026-07-28 request in front of a modern upstream passes as it came",
             stateless_tools_list(),
@@ -688,7 +689,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             MODERN,
             "error -32044 400".into(),
         ),
-        // === README, "SEP-1364's dialect" ===
+        // === docs/src/reference/behaviour.md, "SEP-1364's dialect" ===
         (
             "initialize with top-level \"sessionId\": null",
             post(
