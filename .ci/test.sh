@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's one test command (README.md, "Tests"). On a fresh machine it first installs,
+# The project's one test command (README.md, "Test it"). On a fresh machine it first installs,
 # idempotently, what the tests need, then checks formatting and lints and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,11 @@ export CARGO_INCREMENTAL=0
 
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+# The book (docs/, mdBook; setup.sh installed it): it must build. Its links, examples,
+# configuration reference and dashboard are checked by the tests (tests/docs/).
+# A warning (an HTML tag left open, which hides text) fails it too.
+book="$("${INTEROP_TOOLS:-target/interop-tools}/mdbook/bin/mdbook" build docs 2>&1)" || { echo "$book"; exit 1; }
+if grep -E ' (WARN|ERROR) ' <<<"$book"; then echo "mdbook build docs: warnings above" >&2; exit 1; fi
 # Every test binary's tests side by side (.config/nextest.toml says how many at once and
 # which run alone); the tools are installed already, so no test process runs setup.sh
 # again. Without cargo-nextest, cargo's own runner: one binary after another.

@@ -1,6 +1,7 @@
 //! The real `mcp-session-proxy` binary as a child process: configuration layers and their
 //! errors (exit code 2 naming the key), precedence, the embedded demo server, SIGTERM,
-//! `--help` / `--version`, and the README's curl walkthrough as raw HTTP.
+//! `--help` / `--version`, and the README's curl walkthrough as raw HTTP (tests/docs runs it as
+//! written).
 //!
 //! Every child runs in its own empty working directory (so the repository's `proxy.toml`
 //! is read only by the test that wants it), with no inherited `MCP_PROXY_*` or `RUST_LOG`,
@@ -26,7 +27,6 @@ use futures_util::StreamExt;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 /// No test may take longer.
 const TEST_LIMIT: Duration = Duration::from_secs(10);
@@ -574,7 +574,7 @@ async fn the_embedded_demo_server_serves_the_whole_session_lifecycle() {
             serde_json::from_str::<Value>(&body).unwrap(),
             json!({"status": "ok"})
         );
-        // /readyz as README.md's Operations table shows it.
+        // /readyz as the book shows it (docs/src/observe/logs.md, the operations endpoints).
         let (status, body) = proxy.get("/readyz").await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(
@@ -1164,189 +1164,6 @@ async fn the_readme_walkthrough() {
             gone.text
         );
         assert_eq!(gone.status, 404, "{}", gone.text);
-    })
-    .await;
-}
-
-/// The `sh` blocks of README.md under `heading`, in order.
-fn readme_sh_blocks(heading: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let start = readme
-        .find(heading)
-        .unwrap_or_else(|| panic!("README.md has no {heading:?}"));
-    let section = &readme[start + heading.len()..];
-    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
-    section
-        .split("```sh\n")
-        .skip(1)
-        .map(|block| block[..block.find("```").unwrap()].to_owned())
-        .collect()
-}
-
-/// `script` (README.md's `sh` blocks) run by `sh -e` against `proxy` (the README's
-/// 127.0.0.1:8080 replaced by its address), within `within`; its output.
-async fn run_readme_script(
-    proxy: &ProxyProcess,
-    script: &str,
-    within: Duration,
-) -> std::process::Output {
-    let script = script.replace("127.0.0.1:8080", &proxy.listen.to_string());
-    tokio::time::timeout(
-        within,
-        Command::new("sh")
-            .args(["-e", "-c", &script])
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("the README's commands took longer than {within:?}"))
-    .unwrap()
-}
-
-/// README.md's long call as a task, run as written by `sh` against the binary started as
-/// it says (`MCP_PROXY_STATELESS__TASK_AFTER=1s`, the embedded demo); only the port
-/// differs. It uses the walkthrough's `mcp` function.
-#[tokio::test]
-async fn the_readme_task_walkthrough_runs_in_a_posix_shell() {
-    bounded(async {
-        let proxy = ProxyProcess::launch()
-            .cwd(Path::new(env!("CARGO_MANIFEST_DIR")))
-            .args(&["--listen", "127.0.0.1:0"])
-            .env(&[("MCP_PROXY_STATELESS__TASK_AFTER", "1s")])
-            .startup_within(STARTUP_LIMIT)
-            .start()
-            .await;
-        let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
-        let tasks = readme_sh_blocks("### A long call as a task");
-        assert_eq!(tasks.len(), 1);
-        let script = format!("{}\n{}", walkthrough[0], tasks[0]);
-        let output = run_readme_script(&proxy, &script, Duration::from_secs(30)).await;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{}\n{stdout}", output.status);
-        let results: Vec<Value> = stdout
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-            .map(|message| message["result"].clone())
-            .collect();
-        let discovered = results
-            .iter()
-            .find(|r| r["supportedVersions"].is_array())
-            .expect("no server/discover result");
-        assert!(
-            discovered["capabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
-            "{stdout}"
-        );
-        assert!(
-            results.iter().any(|r| r["resultType"] == "task"),
-            "{stdout}"
-        );
-        let completed = results
-            .iter()
-            .find(|r| r["status"] == "completed")
-            .unwrap_or_else(|| panic!("the task never completed: {stdout}"));
-        assert_eq!(
-            completed["result"]["content"][0]["text"],
-            "done after 10 steps"
-        );
-        assert!(
-            results.iter().any(|r| r["status"] == "cancelled"),
-            "{stdout}"
-        );
-    })
-    .await;
-}
-
-/// README.md's curl walkthrough and its migration example, run as written by `sh` (dash
-/// on Debian: no bash arrays) against the binary as `cargo run --release` starts it; only
-/// the port differs. The walkthrough sends each session's latest `state` back, which the
-/// proxy checks: a state lost on the way fails the script.
-#[tokio::test]
-async fn the_readme_curl_examples_run_in_a_posix_shell() {
-    bounded(async {
-        let curl_found = std::process::Command::new("curl")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            curl_found,
-            "this test runs README.md's curl commands: install curl"
-        );
-        let proxy = serve_in_the_repository().await;
-
-        let walkthrough = readme_sh_blocks("### The session lifecycle with curl");
-        let migration = readme_sh_blocks("## Migrating a fleet");
-        // The migration example, and the task walk-through (the next test runs it).
-        assert_eq!((walkthrough.len(), migration.len()), (1, 2));
-        // The migration example uses the walkthrough's `mcp` function.
-        let script = format!("{}\n{}", walkthrough[0], migration[0]);
-        let output = run_readme_script(&proxy, &script, Duration::from_secs(8)).await;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{}\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let lines: Vec<&str> = stdout.lines().collect();
-        let sid = grep_session_id(lines[0]).expect("no session created");
-        let json_lines: Vec<Value> = lines
-            .iter()
-            .filter_map(|line| serde_json::from_str(line).ok())
-            .collect();
-        let by_id =
-            |id: i64| -> Vec<&Value> { json_lines.iter().filter(|m| m["id"] == id).collect() };
-        // 1-2: created, then used with its state.
-        assert_eq!(
-            by_id(2)[0]["result"]["content"][0]["text"],
-            "hi",
-            "{stdout}"
-        );
-        // 3: the stream, its progress and its stamped response.
-        let events = sse_messages(&stdout);
-        assert_eq!(
-            events
-                .iter()
-                .filter(|m| m["method"] == "notifications/progress")
-                .count(),
-            3,
-            "{stdout}"
-        );
-        let done = events
-            .iter()
-            .find(|m| m["id"] == 3)
-            .expect("no response to 3");
-        assert_eq!(done["result"]["content"][0]["text"], "done after 3 steps");
-        // 4: deleted, then unknown.
-        assert_eq!(
-            by_id(4),
-            [&json!({"jsonrpc": "2.0", "id": 4, "result": {}})]
-        );
-        assert_eq!(
-            by_id(5),
-            [&json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32043,
-                     "message": "Session not found", "data": {"sessionId": sid}}})]
-        );
-        // The migration example: an old client's initialize (with the upstream's session
-        // id header), a data-layer session, a stateless discovery.
-        assert!(stdout.contains("HTTP/1.1 200 OK"), "{stdout}");
-        assert!(
-            lines
-                .iter()
-                .any(|l| l.to_ascii_lowercase().starts_with("mcp-session-id: ")),
-            "{stdout}"
-        );
-        let answers_to_1: Vec<&Value> = by_id(1).into_iter().skip(1).collect();
-        assert_eq!(answers_to_1.len(), 3, "{stdout}");
-        assert_eq!(answers_to_1[0]["result"]["protocolVersion"], "2025-11-25");
-        assert!(answers_to_1[1]["result"]["session"]["sessionId"].is_string());
-        assert_eq!(
-            answers_to_1[2]["result"]["supportedVersions"],
-            json!(["2026-07-28"]),
-            "{stdout}"
-        );
     })
     .await;
 }

@@ -21,6 +21,8 @@
 #                      or dual), client.mjs (the v2 Client) and tasks-client.mjs (ext-tasks), Node >= 20
 #   oauth/             oidc-provider 9.13.3, a real OAuth 2.1 authorization server, from
 #                      oauth/package-lock.json; tests/interop/oauth/server.mjs runs on it
+#   mdbook/            mdBook 0.5.4 (cargo install --locked, without its server and watcher):
+#                      .ci/test.sh builds the book in docs/ with it
 # The fixtures in this directory that run on these (tests/interop/README.md, "Peers of every era"):
 #   ts2/server.mjs     TypeScript SDK 2.x server: --mode reject (2026-07-28 only; initialize
 #                      refused, 400 -32022 with data.supported), --mode stateless (dual; 2025
@@ -34,7 +36,7 @@
 #                      with aud = the resource indicator); clients/oauth_client.mjs, the
 #                      TypeScript SDK 1.x client with its ClientCredentialsProvider, on sdk/
 # and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
-#   curl               tests/binary.rs runs README.md's curl examples as written
+#   curl               tests/docs runs the curl examples of README.md and the book as written
 #   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
 #                      and a real load balancer in front of two proxy processes
 # Needs: node >= 20 with npm (the TypeScript SDK 2.x needs 20), python3 >= 3.10
@@ -58,6 +60,7 @@ SDK_VERSION="1.32.2"                   # sdk/package.json
 INSPECTOR_VERSION="2.12.0"             # inspector/package.json
 TS2_VERSION="2.4.0"                    # ts2/package.json (@modelcontextprotocol/server and client)
 OIDC_PROVIDER_VERSION="9.13.3"         # oauth/package.json
+MDBOOK_VERSION="0.5.4"                 # crates.io, built with its Cargo.lock (--locked)
 
 mkdir -p "$TOOLS"
 # The real path: npm ci with a --prefix reached through a symlink (a worktree's
@@ -132,6 +135,7 @@ PARTS=(
   "inspector|$(npm_stamp "inspector=$INSPECTOR_VERSION" inspector)|$MCPDO_JS"
   "ts2|$(npm_stamp "ts2=$TS2_VERSION" ts2)|$TS2_PKG"
   "oauth|$(npm_stamp "oidc-provider=$OIDC_PROVIDER_VERSION" oauth)|$OIDC_PROVIDER_PKG"
+  "mdbook|mdbook=$MDBOOK_VERSION features=search|$TOOLS/mdbook/bin/mdbook"
 )
 part_ok() { # name stamp file
   [ -f "$TOOLS/.stamp-$1" ] && [ "$(cat "$TOOLS/.stamp-$1")" = "$2" ] && [ -e "$3" ]
@@ -283,6 +287,20 @@ install_oauth() {
   ' "$OIDC_PROVIDER_VERSION" 2>&1)" || fail "oidc-provider import check failed: $out"
 }
 
+install_mdbook() {
+  echo "interop setup: cargo install mdbook@$MDBOOK_VERSION -> $TOOLS/mdbook"
+  command -v cargo >/dev/null || fail "cargo not found (mdBook is built from crates.io)"
+  rm -rf "${TOOLS:?}/mdbook"
+  # Only the search index besides the HTML renderer: no `serve` or `watch` (a web server
+  # and a file watcher the check does not use, and most of the build time). Its own
+  # target directory, removed after: the binary is all that is kept.
+  CARGO_TARGET_DIR="$TOOLS/mdbook-build" cargo install --quiet --locked \
+    --version "$MDBOOK_VERSION" --no-default-features --features search \
+    --root "$TOOLS/mdbook" mdbook
+  rm -rf "${TOOLS:?}/mdbook-build"
+  "$TOOLS/mdbook/bin/mdbook" --version | grep -q "$MDBOOK_VERSION" || fail "mdbook is not $MDBOOK_VERSION"
+}
+
 for p in "${PARTS[@]}"; do
   IFS='|' read -r name stamp file <<<"$p"
   case " ${todo[*]} " in *" $name "*) ;; *) continue ;; esac
@@ -298,6 +316,7 @@ for p in "${PARTS[@]}"; do
     inspector) install_inspector ;;
     ts2) install_ts2 ;;
     oauth) install_oauth ;;
+    mdbook) install_mdbook ;;
   esac
   printf '%s\n' "$stamp" >"$TOOLS/.stamp-$name"
 done

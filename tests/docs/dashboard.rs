@@ -1,0 +1,674 @@
+//! The Grafana dashboard (`docs/grafana/mcp-session-proxy.json`) and the metrics reference
+//! (`docs/src/reference/metrics.md`) against what the real binary exports at `/metrics`.
+//!
+//! Two proxies are run so that every metric family shows (a family with labels shows
+//! nothing until something is counted in it): one before its embedded demo server, with
+//! `[auth]`, a rule, a per-caller limit and a short header timeout, made to refuse a
+//! request without a token, open a session, refuse a caller's second one, and close a
+//! connection that sent nothing; one before a stdio server (its warm pool), over its
+//! memory limit, made to shed a `sessions/create`. Their expositions together are what
+//! the proxy exports (every metric the code registers shows there: the test says when
+//! one needs traffic it does not make yet). Then:
+//!
+//! - every metric an expression of the dashboard queries (its panels' `expr`, its
+//!   template variables' queries) is a series of that exposition;
+//! - the dashboard is importable as the book says: schema 39, every query on the
+//!   `${datasource}` variable, `job` and `instance` variables;
+//! - every metric the reference's tables name is exported, with the type the table
+//!   gives and every label its samples carry; and every family exported is in a table.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "tests fail loudly"
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+use super::common::binary::ProxyProcess;
+use super::common::{bearer, eventually_async, http_client, post_json};
+use super::pages;
+
+const DASHBOARD: &str = "docs/grafana/mcp-session-proxy.json";
+const REFERENCE: &str = "docs/src/reference/metrics.md";
+
+const SECRET: &str = "the dashboard test's hs256 secret, 32 bytes or more";
+const ISSUER: &str = "https://idp.test/";
+const AUDIENCE: &str = "https://proxy.test/mcp";
+const ADMIN_TOKEN: &str = "dashboard-test-admin-token";
+
+/// The whole test's bound: two proxies started, a few requests, a header timeout.
+const WITHIN: Duration = Duration::from_secs(90);
+
+/// What `/metrics` exports: each family's type, and the labels its samples carry.
+#[derive(Debug, Default)]
+struct Exposition {
+    /// Family name (as its `# TYPE` line names it) → `counter`, `gauge`, `histogram`.
+    families: BTreeMap<String, String>,
+    /// Family name → label names seen on its samples (`le` aside).
+    labels: BTreeMap<String, BTreeSet<String>>,
+    /// Every sample's name (`…_total`, `…_bucket`…).
+    samples: BTreeSet<String>,
+}
+
+impl Exposition {
+    /// Parses an OpenMetrics text exposition.
+    fn parse(text: &str) -> Exposition {
+        let mut exposition = Exposition::default();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest
+                    .split_once(' ')
+                    .unwrap_or_else(|| panic!("a # TYPE line without a type: {line:?}"));
+                exposition
+                    .families
+                    .insert(name.to_owned(), kind.trim().to_owned());
+            } else if !line.starts_with('#') && !line.trim().is_empty() {
+                let end = line.find(['{', ' ']).unwrap_or(line.len());
+                let name = &line[..end];
+                let labels = match line[end..].strip_prefix('{') {
+                    Some(rest) => label_names(rest),
+                    None => Vec::new(),
+                };
+                let family = exposition
+                    .family_of(name)
+                    .unwrap_or_else(|| panic!("the sample {name} follows no # TYPE line"));
+                exposition
+                    .labels
+                    .entry(family)
+                    .or_default()
+                    .extend(labels.into_iter().filter(|l| l != "le"));
+                exposition.samples.insert(name.to_owned());
+            }
+        }
+        exposition
+    }
+
+    /// Both together (two processes' expositions).
+    fn merge(mut self, other: Exposition) -> Exposition {
+        self.families.extend(other.families);
+        for (family, labels) in other.labels {
+            self.labels.entry(family).or_default().extend(labels);
+        }
+        self.samples.extend(other.samples);
+        self
+    }
+
+    /// The names of the samples a family of `kind` called `family` has.
+    fn series_of(family: &str, kind: &str) -> Vec<String> {
+        match kind {
+            "counter" => vec![format!("{family}_total")],
+            "histogram" => ["_bucket", "_sum", "_count"]
+                .iter()
+                .map(|suffix| format!("{family}{suffix}"))
+                .collect(),
+            _ => vec![family.to_owned()],
+        }
+    }
+
+    /// The family whose sample `name` is.
+    fn family_of(&self, name: &str) -> Option<String> {
+        self.families
+            .iter()
+            .find(|(family, kind)| {
+                Exposition::series_of(family, kind)
+                    .iter()
+                    .any(|s| s == name)
+            })
+            .map(|(family, _)| family.clone())
+    }
+
+    /// Every series name the families have (whether a sample showed yet or not).
+    fn series(&self) -> BTreeSet<String> {
+        self.families
+            .iter()
+            .flat_map(|(family, kind)| Exposition::series_of(family, kind))
+            .collect()
+    }
+}
+
+/// The label names of a sample, from just after its `{`.
+fn label_names(rest: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut chars = rest.chars().peekable();
+    loop {
+        let name: String = chars
+            .by_ref()
+            .take_while(|&c| c != '=' && c != '}')
+            .collect();
+        let name = name.trim().trim_start_matches(',').trim();
+        if name.is_empty() {
+            return names;
+        }
+        names.push(name.to_owned());
+        // The quoted value, escapes and all.
+        if chars.next() != Some('"') {
+            return names;
+        }
+        let mut escaped = false;
+        for c in chars.by_ref() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => break,
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The metric names a PromQL expression queries: its identifiers, less functions and
+/// aggregations (followed by `(`), keywords, the label lists of `by`, `without`, `on`,
+/// `ignoring`, `group_left` and `group_right`, label matchers (`{…}`), ranges (`[…]`),
+/// strings, numbers and Grafana variables (`$…`).
+fn queried_metrics(expr: &str) -> BTreeSet<String> {
+    const GROUPING: &[&str] = &[
+        "by",
+        "without",
+        "on",
+        "ignoring",
+        "group_left",
+        "group_right",
+    ];
+    const KEYWORDS: &[&str] = &["and", "or", "unless", "bool", "offset", "inf", "nan"];
+    // Aggregations may be followed by their grouping (`sum by (le) (…)`), not `(`.
+    const AGGREGATIONS: &[&str] = &[
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "group",
+        "stddev",
+        "stdvar",
+        "count",
+        "count_values",
+        "bottomk",
+        "topk",
+        "quantile",
+        "limitk",
+        "limit_ratio",
+    ];
+    let chars: Vec<char> = expr.chars().collect();
+    let mut metrics = BTreeSet::new();
+    let mut i = 0;
+    // Skips from the opener at `i` to just after its closer.
+    let skip = |i: usize, open: char, close: char| -> usize {
+        let mut depth = 0;
+        let mut quoted = false;
+        let mut j = i;
+        while j < chars.len() {
+            let c = chars[j];
+            if quoted {
+                if c == '\\' {
+                    j += 1;
+                } else if c == '"' {
+                    quoted = false;
+                }
+            } else if c == '"' {
+                quoted = true;
+            } else if c == open {
+                depth += 1;
+            } else if c == close {
+                depth -= 1;
+                if depth == 0 {
+                    return j + 1;
+                }
+            }
+            j += 1;
+        }
+        panic!("unbalanced {open}{close} in {expr:?}")
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '{' {
+            i = skip(i, '{', '}');
+        } else if c == '[' {
+            i = skip(i, '[', ']');
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+        } else if c == '$' || c.is_ascii_digit() || c == '.' {
+            // A variable or a number: the whole word.
+            i += 1;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || "_.:".contains(chars[i]))
+            {
+                i += 1;
+            }
+        } else if c.is_ascii_alphabetic() || c == '_' || c == ':' {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric() || chars[i] == '_' || chars[i] == ':')
+            {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            let mut next = i;
+            while next < chars.len() && chars[next].is_whitespace() {
+                next += 1;
+            }
+            let called = chars.get(next) == Some(&'(');
+            if GROUPING.contains(&word.as_str()) {
+                if called {
+                    i = skip(next, '(', ')');
+                }
+            } else if !called
+                && !AGGREGATIONS.contains(&word.as_str())
+                && !KEYWORDS.contains(&word.to_ascii_lowercase().as_str())
+            {
+                metrics.insert(word);
+            }
+        } else {
+            i += 1;
+        }
+    }
+    metrics
+}
+
+/// Every string under an `expr` key, anywhere in `value`, with where it is.
+fn expressions(value: &Value, at: &str, into: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            let title = map.get("title").and_then(Value::as_str);
+            let here = title.map_or_else(|| at.to_owned(), |t| format!("panel {t:?}"));
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("expr", Value::String(expr)) => into.push((here.clone(), expr.clone())),
+                    _ => expressions(v, &here, into),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| expressions(v, at, into)),
+        _ => {}
+    }
+}
+
+/// The dashboard's template variables' queries: for `label_values(METRIC…, label)`, the
+/// selector it reads.
+fn variable_queries(dashboard: &Value) -> Vec<(String, String)> {
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("the dashboard has templating.list");
+    variables
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            let name = v["name"].as_str().unwrap_or("?");
+            let query = v["definition"]
+                .as_str()
+                .or_else(|| v["query"]["query"].as_str())
+                .or_else(|| v["query"].as_str())
+                .unwrap_or_else(|| panic!("the variable {name} has no query"));
+            let selector = query
+                .strip_prefix("label_values(")
+                .and_then(|inner| inner.rsplit_once(','))
+                .map_or(query, |(selector, _)| selector);
+            (format!("variable ${name}"), selector.to_owned())
+        })
+        .collect()
+}
+
+/// A row of the reference's tables: the metric, its type and labels cells, its line.
+struct Row {
+    metric: String,
+    kind: String,
+    labels: String,
+    line: usize,
+}
+
+/// The rows of every table of the reference whose first cell is a metric in backticks.
+fn reference_rows(text: &str) -> Vec<Row> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| line.trim_start().starts_with('|'))
+        .filter_map(|(n, line)| {
+            let cells: Vec<&str> = line
+                .trim()
+                .trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect();
+            let metric = cells.first()?.strip_prefix('`')?.strip_suffix('`')?;
+            Some(Row {
+                metric: metric.to_owned(),
+                kind: cells.get(1).copied().unwrap_or("").to_owned(),
+                labels: cells.get(2).copied().unwrap_or("").to_owned(),
+                line: n + 1,
+            })
+        })
+        .collect()
+}
+
+/// The family a row's metric names: itself, or the counter it is the `_total` of.
+fn family_named(exposition: &Exposition, metric: &str) -> Option<String> {
+    if exposition.families.contains_key(metric) {
+        return Some(metric.to_owned());
+    }
+    exposition.family_of(metric)
+}
+
+/// How the reference names a family: a histogram by its name, a counter or a gauge by
+/// its sample's.
+fn shown_as(family: &str, kind: &str) -> String {
+    match kind {
+        "histogram" => family.to_owned(),
+        _ => Exposition::series_of(family, kind).remove(0),
+    }
+}
+
+/// The names given to `register(…)` and `register_with_unit(…)` anywhere in `src/` (each
+/// call's first string literal), with the file: every metric the code registers.
+fn registered_in_source() -> Vec<(String, String)> {
+    fn walk(dir: &Path, into: &mut Vec<(String, String)>) {
+        let entries =
+            std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, into);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let file = path.strip_prefix(pages::root()).unwrap_or(&path);
+                for call in ["registry.register(", "root.register_with_unit("] {
+                    for (at, _) in text.match_indices(call) {
+                        let rest = &text[at + call.len()..];
+                        let name = rest
+                            .trim_start()
+                            .strip_prefix('"')
+                            .and_then(|r| r.split_once('"'))
+                            .map(|(name, _)| name.to_owned());
+                        if let Some(name) = name {
+                            into.push((file.display().to_string(), name));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut registered = Vec::new();
+    walk(&pages::root().join("src"), &mut registered);
+    registered
+}
+
+/// A bearer JWT for `sub` that the first proxy's `[auth]` accepts.
+fn token(sub: &str) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    encode(
+        &Header::new(Algorithm::HS256),
+        &json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "exp": now + 600}),
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// The proxy's `/metrics`, read with the admin token.
+async fn metrics(proxy: &ProxyProcess) -> String {
+    let response = http_client()
+        .get(proxy.url("/metrics"))
+        .headers(bearer(ADMIN_TOKEN))
+        .send()
+        .await
+        .expect("GET /metrics is answered");
+    assert_eq!(response.status(), 200, "GET /metrics");
+    response.text().await.expect("the /metrics body")
+}
+
+fn create() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"})
+}
+
+/// The embedded demo server behind `[auth]` with a rule, one session per caller and a
+/// 1 s header timeout: a refusal of each kind counted, a session open, a connection
+/// closed. Its exposition.
+async fn guarded_proxy() -> Exposition {
+    let toml = format!(
+        "[session]\nmax_sessions_per_caller = 1\n\
+         [limits]\nheader_read_timeout = \"1s\"\n\
+         [admin]\ntoken = \"{ADMIN_TOKEN}\"\n\
+         [auth]\nhs256_secret = \"{SECRET}\"\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\n\
+         [[auth.rules]]\nupstream = \"*\"\n"
+    );
+    let proxy = ProxyProcess::launch().toml(&toml).start().await;
+    let http = http_client();
+    let url = proxy.url("/mcp");
+
+    let anonymous = post_json(&http, &url, &create(), &HeaderMap::new()).await;
+    assert_eq!(anonymous.status, 401, "no token: {}", anonymous.text);
+    let alice = token("alice");
+    let first = post_json(&http, &url, &create(), &bearer(&alice)).await;
+    assert_eq!(first.status, 200, "alice's session: {}", first.text);
+    let second = post_json(&http, &url, &create(), &bearer(&alice)).await;
+    assert_eq!(
+        second.status, 429,
+        "alice's second session: {}",
+        second.text
+    );
+
+    // A connection that sends nothing is closed after the header timeout.
+    let mut silent = TcpStream::connect(proxy.listen).await.unwrap();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "a silent connection still open 10 s on, with header_read_timeout = 1s: {closed:?}"
+    );
+    let counted = eventually_async(Duration::from_secs(5), || async {
+        metrics(&proxy)
+            .await
+            .contains("mcp_proxy_connections_closed_total{")
+    })
+    .await;
+    assert!(
+        counted,
+        "the connection closed at its header timeout is not counted:\n{}",
+        metrics(&proxy).await
+    );
+
+    Exposition::parse(&metrics(&proxy).await)
+}
+
+/// A stdio server (its warm pool) behind a proxy over its memory limit, shedding a
+/// `sessions/create`. Its exposition.
+async fn shedding_proxy() -> Exposition {
+    let server = pages::root().join("tests/interop/misbehaving_server.py");
+    // 16 MiB, the least allowed: below what the binary holds once started.
+    let toml = format!(
+        "[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\
+         [limits]\nmax_memory = 16777216\n\
+         [upstream]\ncommand = \"python3\"\nargs = [{:?}]\npool_size = 1\n",
+        server.display().to_string()
+    );
+    let proxy = ProxyProcess::launch().toml(&toml).start().await;
+    let shedding = eventually_async(Duration::from_secs(10), || async {
+        metrics(&proxy)
+            .await
+            .contains("mcp_proxy_overload_active{resource=\"memory\"} 1")
+    })
+    .await;
+    assert!(
+        shedding,
+        "not shedding for memory 10 s after starting with max_memory = 16 MiB:\n{}",
+        metrics(&proxy).await
+    );
+    let shed = post_json(
+        &http_client(),
+        &proxy.url("/mcp"),
+        &create(),
+        &HeaderMap::new(),
+    )
+    .await;
+    assert_eq!(shed.status, 503, "a session while shedding: {}", shed.text);
+    Exposition::parse(&metrics(&proxy).await)
+}
+
+/// Everything the proxy exports, from both proxies.
+async fn exported() -> Exposition {
+    let guarded = guarded_proxy().await;
+    let shedding = shedding_proxy().await;
+    guarded.merge(shedding)
+}
+
+/// The parser of dashboard expressions finds metrics, and only them.
+#[test]
+fn dashboard_expressions_name_their_metrics() {
+    let found = queried_metrics(
+        "sum by (outcome, le) (rate(a_total{job=~\"$job\", x=\"sum(b)\"}[$__rate_interval] offset 5m)) \
+         / ignoring (outcome) group_left sum(c_bucket) by (le) > bool 0.5 and on(x) d:recorded * 1e3 \
+         - max without (instance) (e)",
+    );
+    let expected: BTreeSet<String> = ["a_total", "c_bucket", "d:recorded", "e"]
+        .iter()
+        .map(|&s| s.to_owned())
+        .collect();
+    assert_eq!(found, expected);
+}
+
+/// Every metric the dashboard queries and the reference names is one the proxy exports,
+/// and the reference names every family it exports (see the module documentation).
+#[tokio::test]
+async fn the_dashboard_and_the_metrics_reference_name_what_the_proxy_exports() {
+    let exposition = tokio::time::timeout(WITHIN, exported())
+        .await
+        .unwrap_or_else(|_| panic!("the proxies were not run and read within {WITHIN:?}"));
+    // Every metric the code registers showed: the traffic made here reaches them all.
+    let registered = registered_in_source();
+    assert!(
+        registered.len() > 10,
+        "found only {registered:?} registered in src/"
+    );
+    let unseen: Vec<String> = registered
+        .iter()
+        .filter(|(_, name)| {
+            !exposition
+                .families
+                .keys()
+                .any(|f| f.contains(name.as_str()))
+        })
+        .map(|(file, name)| format!("{name} ({file})"))
+        .collect();
+    assert!(
+        unseen.is_empty(),
+        "metrics registered in the code that the proxies run here never showed: make this \
+         test's traffic count something in them: {unseen:?}"
+    );
+    let series = exposition.series();
+    // The suffixes assumed are the ones the proxy writes.
+    let unexpected: Vec<&String> = exposition.samples.difference(&series).collect();
+    assert!(
+        unexpected.is_empty(),
+        "samples of no family's usual series: {unexpected:?}"
+    );
+    let mut problems = Vec::new();
+
+    // The dashboard.
+    let dashboard: Value = serde_json::from_str(&pages::read(Path::new(DASHBOARD)))
+        .unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"));
+    if dashboard["schemaVersion"] != 39 {
+        problems.push(format!(
+            "{DASHBOARD}: schemaVersion {}, not 39",
+            dashboard["schemaVersion"]
+        ));
+    }
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    for wanted in ["datasource", "job", "instance"] {
+        if !variables.contains(&wanted) {
+            problems.push(format!("{DASHBOARD}: no template variable ${wanted}"));
+        }
+    }
+    let mut queries = Vec::new();
+    expressions(&dashboard["panels"], "panels", &mut queries);
+    assert!(!queries.is_empty(), "{DASHBOARD} has no panel expression");
+    for panel in dashboard["panels"].as_array().into_iter().flatten() {
+        let title = panel["title"].as_str().unwrap_or("?");
+        if panel["type"] != "row" && panel["datasource"]["uid"] != "${datasource}" {
+            problems.push(format!(
+                "{DASHBOARD}: panel {title:?} does not query the ${{datasource}} variable"
+            ));
+        }
+    }
+    queries.extend(variable_queries(&dashboard));
+    for (at, expr) in &queries {
+        for metric in queried_metrics(expr) {
+            if !series.contains(&metric) {
+                problems.push(format!(
+                    "{DASHBOARD}: {at} queries {metric}, which the proxy does not export \
+                     (in {expr})"
+                ));
+            }
+        }
+    }
+
+    // The reference.
+    let reference = pages::read(Path::new(REFERENCE));
+    let rows = reference_rows(&reference);
+    assert!(!rows.is_empty(), "{REFERENCE} has no table of metrics");
+    let mut documented = BTreeSet::new();
+    for row in &rows {
+        let at = format!("{REFERENCE}:{}", row.line);
+        let Some(family) = family_named(&exposition, &row.metric) else {
+            problems.push(format!(
+                "{at}: {} is not a metric the proxy exports",
+                row.metric
+            ));
+            continue;
+        };
+        let kind = &exposition.families[&family];
+        let shown = shown_as(&family, kind);
+        if row.metric != shown {
+            problems.push(format!(
+                "{at}: {} appears in /metrics as {shown}: name it so",
+                row.metric
+            ));
+        }
+        if &row.kind != kind {
+            problems.push(format!(
+                "{at}: {} is a {kind}, not a {:?}",
+                row.metric, row.kind
+            ));
+        }
+        for label in exposition.labels.get(&family).into_iter().flatten() {
+            if !row.labels.contains(&format!("`{label}`")) {
+                problems.push(format!(
+                    "{at}: {} has the label `{label}`, which its row does not name",
+                    row.metric
+                ));
+            }
+        }
+        if !documented.insert(family.clone()) {
+            problems.push(format!("{at}: {} is in the tables twice", row.metric));
+        }
+    }
+    for (family, kind) in &exposition.families {
+        if !documented.contains(family) {
+            let shown = shown_as(family, kind);
+            problems.push(format!(
+                "{REFERENCE}: the proxy exports {shown} ({kind}), which no table names"
+            ));
+        }
+    }
+
+    assert!(
+        problems.is_empty(),
+        "the dashboard or the metrics reference disagree with /metrics:\n  {}",
+        problems.join("\n  ")
+    );
+}

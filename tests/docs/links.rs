@@ -1,0 +1,234 @@
+//! Every relative link in README.md and the book leads somewhere: the file exists, and an
+//! anchor names a heading of that page (as mdBook and GitHub make ids: lowercase, spaces
+//! to `-`, punctuation other than `-` and `_` dropped). Every page of the book is in its
+//! `SUMMARY.md`. Links out of the repository (`https:` and the like) are not followed:
+//! the tests talk to loopback only.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Component, Path, PathBuf};
+
+use crate::pages::{self, Page};
+
+/// A page's text without its fenced code blocks (links in code are not links).
+fn prose(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut fence: Option<&str> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        match fence {
+            Some(marker) if trimmed.starts_with(marker) => fence = None,
+            Some(_) => {}
+            None if trimmed.starts_with("```") => fence = Some("```"),
+            None if trimmed.starts_with("~~~") => fence = Some("~~~"),
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// `text` without inline code spans.
+fn without_code_spans(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_code = false;
+    for c in text.chars() {
+        if c == '`' {
+            in_code = !in_code;
+        } else if !in_code {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The targets of the inline links `[text](target)` and `![alt](target)` of `text`.
+fn link_targets(text: &str) -> Vec<String> {
+    let text = without_code_spans(&prose(text));
+    let mut targets = Vec::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = after[..end].trim();
+        // `[text](target "title")`
+        let target = target.split_whitespace().next().unwrap_or("");
+        targets.push(target.trim_matches(['<', '>']).to_owned());
+        rest = &after[end..];
+    }
+    targets
+}
+
+/// The id mdBook (and GitHub) give a heading.
+fn slug(heading: &str) -> String {
+    // A heading's own markup: code spans keep their text, links their text.
+    let mut text = heading.replace('`', "");
+    while let (Some(open), Some(mid)) = (text.find('['), text.find("](")) {
+        let Some(close) = text[mid..].find(')') else {
+            break;
+        };
+        if open > mid {
+            break;
+        }
+        let label = text[open + 1..mid].to_owned();
+        text.replace_range(open..mid + close + 1, &label);
+    }
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The ids of a page's headings (a repeated one gets `-1`, `-2`… as mdBook does), and
+/// the explicit `id="…"` anchors of its HTML.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut ids = BTreeSet::new();
+    for line in prose(text).lines() {
+        let trimmed = line.trim_start();
+        let hashes = trimmed.chars().take_while(|&c| c == '#').count();
+        if (1..=6).contains(&hashes) && trimmed[hashes..].starts_with(' ') {
+            let base = slug(&trimmed[hashes + 1..]);
+            let n = seen.entry(base.clone()).or_default();
+            ids.insert(if *n == 0 {
+                base.clone()
+            } else {
+                format!("{base}-{n}")
+            });
+            *n += 1;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("id=\"") {
+            let value = &rest[at + 4..];
+            let Some(end) = value.find('"') else { break };
+            ids.insert(value[..end].to_owned());
+            rest = &value[end..];
+        }
+    }
+    ids
+}
+
+/// `path` with `.` and `..` taken out (no file system access: the target may not exist).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// What is wrong with the link `target` on `page`, if anything.
+fn broken(page: &Page, target: &str) -> Option<String> {
+    if target.is_empty() {
+        return Some("an empty link".into());
+    }
+    if target.contains("://") || target.starts_with("mailto:") {
+        return None;
+    }
+    let (file, anchor) = match target.split_once('#') {
+        Some((file, anchor)) => (file, Some(anchor)),
+        None => (target, None),
+    };
+    let here = page.path.parent().unwrap_or(Path::new(""));
+    let resolved = if file.is_empty() {
+        page.path.clone()
+    } else {
+        normalize(&here.join(file))
+    };
+    if resolved.starts_with("..") {
+        return Some(format!("{target} leads out of the repository"));
+    }
+    let on_disk = pages::root().join(&resolved);
+    if !on_disk.exists() {
+        return Some(format!("{target}: no {}", resolved.display()));
+    }
+    let anchor = anchor.filter(|a| !a.is_empty())?;
+    if resolved.extension().is_none_or(|e| e != "md") {
+        return None;
+    }
+    let ids = anchors(&pages::read(&resolved));
+    (!ids.contains(anchor)).then(|| {
+        format!(
+            "{target}: {} has no heading with the id {anchor:?}",
+            resolved.display()
+        )
+    })
+}
+
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let mut problems = Vec::new();
+    let pages = pages::all();
+    assert!(pages.len() > 10, "the book's pages were not found");
+    for page in &pages {
+        for target in link_targets(&page.text) {
+            if let Some(problem) = broken(page, &target) {
+                problems.push(format!("{}: {problem}", page.path.display()));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} broken links:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn every_page_of_the_book_is_in_its_summary() {
+    let summary_path = Path::new("docs/src/SUMMARY.md");
+    let summary = pages::read(summary_path);
+    let listed: BTreeSet<PathBuf> = link_targets(&summary)
+        .into_iter()
+        .map(|target| normalize(&Path::new("docs/src").join(target)))
+        .collect();
+    let unlisted: Vec<String> = pages::all()
+        .into_iter()
+        .map(|page| page.path)
+        .filter(|path| path.starts_with("docs/src") && path.as_path() != summary_path)
+        .filter(|path| !listed.contains(path))
+        .map(|path| path.display().to_string())
+        .collect();
+    assert!(
+        unlisted.is_empty(),
+        "pages the book's SUMMARY.md does not list (mdBook would leave them out): {unlisted:?}"
+    );
+}
+
+#[test]
+fn ids_are_made_the_way_mdbook_makes_them() {
+    assert_eq!(slug("Every era of upstream"), "every-era-of-upstream");
+    assert_eq!(
+        slug("In front of a stdio server (sidecar)"),
+        "in-front-of-a-stdio-server-sidecar"
+    );
+    assert_eq!(slug("SEP-1364's dialect"), "sep-1364s-dialect");
+    assert_eq!(
+        slug("Stateless clients (2026-07-28) in front of a legacy server"),
+        "stateless-clients-2026-07-28-in-front-of-a-legacy-server"
+    );
+    assert_eq!(slug("The `[auth]` table"), "the-auth-table");
+    let ids = anchors("# A\n## B\n## B\n```sh\n# not a heading\n```\n");
+    assert_eq!(
+        ids.into_iter().collect::<Vec<_>>(),
+        ["a", "b", "b-1"],
+        "a repeated heading's id is numbered, code is not a heading"
+    );
+    assert_eq!(
+        link_targets("[a](x.md#y) `[b](not)` ![c](d.svg \"title\")\n```\n[e](f)\n```\n"),
+        ["x.md#y", "d.svg"]
+    );
+}
