@@ -153,8 +153,14 @@ pub(super) fn key_of(path: &[String]) -> String {
 }
 
 /// The environment variable that sets the key at `path`.
+/// The variable that sets the value at `path`: a list is set whole, so a value inside
+/// one (`auth.limits[0].rate`) is the list's variable (`MCP_PROXY_AUTH__LIMITS`).
 fn env_var(path: &[String]) -> String {
-    let keys: Vec<String> = path.iter().map(|k| k.to_ascii_uppercase()).collect();
+    let keys: Vec<String> = path
+        .iter()
+        .take_while(|k| k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()))
+        .map(|k| k.to_ascii_uppercase())
+        .collect();
     format!("{ENV_PREFIX}{}", keys.join("__"))
 }
 
@@ -454,5 +460,30 @@ fn wanted(
         _ if expected.starts_with('u') => "a whole number of 0 or more".to_owned(),
         _ if expected.starts_with('i') => "a whole number".to_owned(),
         _ => expected.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::env_var;
+
+    fn path(key: &str) -> Vec<String> {
+        key.split('.').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_value_inside_a_list_is_named_by_the_lists_variable() {
+        assert_eq!(
+            env_var(&path("session.idle_ttl")),
+            "MCP_PROXY_SESSION__IDLE_TTL"
+        );
+        assert_eq!(
+            env_var(&path("auth.limits.0.rate")),
+            "MCP_PROXY_AUTH__LIMITS"
+        );
+        assert_eq!(
+            env_var(&path("allowed_origins.0")),
+            "MCP_PROXY_ALLOWED_ORIGINS"
+        );
     }
 }

@@ -1130,6 +1130,25 @@ fn with_only_an_issuer_and_a_public_url_the_keys_are_the_issuers() {
         crate::config::AuthKeys::Fetched { source: crate::auth::keys::Source::Jwks(url), max_age }
             if url == "https://auth.example.com/keys" && *max_age == Duration::from_secs(3600)
     ));
+    // Keys may be fetched again as often as every 10 s, not more often.
+    let every = |age: &str| {
+        format!(
+            "[auth]\nissuer = \"https://auth.example.com/\"\naudience = \"a\"\n\
+             jwks_uri = \"https://auth.example.com/keys\"\njwks_max_age = \"{age}\"\n"
+        )
+    };
+    let minute = load_file(&every("1m"), Overrides::default()).unwrap();
+    assert!(matches!(
+        &minute.auth.unwrap().keys,
+        crate::config::AuthKeys::Fetched { max_age, .. } if *max_age == Duration::from_secs(60)
+    ));
+    let problems = problems_of(&every("5s"));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("auth.jwks_max_age") && p.contains("minimum is 10s")),
+        "{problems:?}"
+    );
 }
 
 #[test]
