@@ -122,7 +122,16 @@ impl Origin {
             .collect();
         let tree = figment.find_value("").ok()?;
         let value = find(&tree, &path)?;
-        Origin::of(figment.get_metadata(value.tag())?, &path)
+        // A list is set whole by one variable: a value inside one (`auth.limits[0].rate`)
+        // is named by the list's (`MCP_PROXY_AUTH__LIMITS`).
+        let list: Vec<String> = key
+            .split('[')
+            .next()
+            .unwrap_or(key)
+            .split('.')
+            .map(str::to_owned)
+            .collect();
+        Origin::of(figment.get_metadata(value.tag())?, &list)
     }
 }
 
@@ -153,14 +162,8 @@ pub(super) fn key_of(path: &[String]) -> String {
 }
 
 /// The environment variable that sets the key at `path`.
-/// The variable that sets the value at `path`: a list is set whole, so a value inside
-/// one (`auth.limits[0].rate`) is the list's variable (`MCP_PROXY_AUTH__LIMITS`).
 fn env_var(path: &[String]) -> String {
-    let keys: Vec<String> = path
-        .iter()
-        .take_while(|k| k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()))
-        .map(|k| k.to_ascii_uppercase())
-        .collect();
+    let keys: Vec<String> = path.iter().map(|k| k.to_ascii_uppercase()).collect();
     format!("{ENV_PREFIX}{}", keys.join("__"))
 }
 
@@ -465,25 +468,35 @@ fn wanted(
 
 #[cfg(test)]
 mod tests {
-    use super::env_var;
+    use figment::providers::{Format, Toml};
+    use figment::value::{Dict, Map};
+    use figment::{Figment, Metadata, Profile, Provider};
 
-    fn path(key: &str) -> Vec<String> {
-        key.split('.').map(str::to_owned).collect()
+    use super::Origin;
+
+    /// A layer named as the environment's is (its name holds the prefix).
+    struct FromEnv(&'static str);
+
+    impl Provider for FromEnv {
+        fn metadata(&self) -> Metadata {
+            Metadata::named("`MCP_PROXY_` environment variables")
+        }
+
+        fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+            Toml::string(self.0).data()
+        }
     }
 
     #[test]
     fn a_value_inside_a_list_is_named_by_the_lists_variable() {
-        assert_eq!(
-            env_var(&path("session.idle_ttl")),
-            "MCP_PROXY_SESSION__IDLE_TTL"
-        );
-        assert_eq!(
-            env_var(&path("auth.limits.0.rate")),
-            "MCP_PROXY_AUTH__LIMITS"
-        );
-        assert_eq!(
-            env_var(&path("allowed_origins.0")),
-            "MCP_PROXY_ALLOWED_ORIGINS"
-        );
+        let figment = Figment::new().merge(FromEnv(
+            "[auth]\nlimits = [{ rate = 1 }]\n[upstreams.2024]\nurl = \"x\"\n",
+        ));
+        let var = |key: &str| match Origin::of_key(&figment, key) {
+            Some(Origin::Env(var)) => var,
+            other => panic!("{key}: {other:?}"),
+        };
+        assert_eq!(var("auth.limits[0].rate"), "MCP_PROXY_AUTH__LIMITS");
+        assert_eq!(var("upstreams.2024.url"), "MCP_PROXY_UPSTREAMS__2024__URL");
     }
 }

@@ -1,5 +1,5 @@
 //! Every row of the book's "How it behaves" (docs/src/reference/behaviour.md: "Case by
-//! case", "SEP-1364's dialect") and "Migrating a fleet" (docs/src/migrate/README.md)
+//! case", "SEP-1364's dialect") and "Migrating a fleet" (docs/src/migrate/index.md)
 //! tables, as the front's pure steps decide it: the header checks, the body limit, the
 //! envelope, then `route::classify`. A row whose outcome needs the store or the upstream
 //! (an unknown session, a bad `state`, an upstream that lost the session…) is checked for

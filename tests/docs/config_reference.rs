@@ -209,6 +209,12 @@ fn in_the_defaults(key: &str) -> bool {
     true
 }
 
+/// Whether a default cell says the key is unset unless written, as the reference writes
+/// it: `none`, or `none: ` and what is done without it.
+fn says_unset(cell: &str) -> bool {
+    cell == "none" || cell.starts_with("none: ")
+}
+
 /// A default as the reference writes it in code: `30m`, `""`, `[]`, `{}`, `4096`.
 fn shown(value: &Value) -> String {
     match value {
@@ -367,6 +373,10 @@ fn config_reference_keys_are_found_by_asking_serde() {
     assert!(in_the_defaults("session.idle_ttl"));
     assert!(!in_the_defaults("upstream.token_exchange.resource"));
     assert_eq!(cells(r"| `a` | x \| y | z |"), ["`a`", "x | y", "z"]);
+    assert!(says_unset("none"));
+    assert!(says_unset("none: the embedded demo server"));
+    assert!(!says_unset("`0`"));
+    assert!(!says_unset("none of them"));
 }
 
 #[test]
@@ -424,6 +434,15 @@ fn config_reference_defaults_are_the_codes() {
             continue;
         }
         let Some(default) = code_default(&row.key) else {
+            // Unset unless written: the cell must say so, and show no value.
+            if !says_unset(&row.default) {
+                problems.push(format!(
+                    "`{}` (line {}): the key is unset unless written (no default in the \
+                     code), but the reference says {:?}: write \"none\" (or \"none: \" and \
+                     what is done without it)",
+                    row.key, row.line, row.default
+                ));
+            }
             continue;
         };
         let expected = shown(&default);
@@ -436,7 +455,8 @@ fn config_reference_defaults_are_the_codes() {
     }
     assert!(
         problems.is_empty(),
-        "{PAGE}: defaults (the first code span of the cell) that are not the code's:\n{}",
+        "{PAGE}: defaults (the first code span of the cell, or \"none\" for a key unset \
+         unless written) that are not the code's:\n{}",
         problems.join("\n")
     );
 }

@@ -7,13 +7,17 @@
 //! request without a token, open a session, refuse a caller's second one, and close a
 //! connection that sent nothing; one before a stdio server (its warm pool), over its
 //! memory limit, made to shed a `sessions/create`. Their expositions together are what
-//! the proxy exports (every metric the code registers shows there: the test says when
-//! one needs traffic it does not make yet). Then:
+//! the proxy exports (every metric the code registers shows there, as the very family it
+//! registers: the test says when one needs traffic it does not make yet). Then:
 //!
 //! - every metric an expression of the dashboard queries (its panels' `expr`, its
 //!   template variables' queries) is a series of that exposition;
 //! - the dashboard is importable as the book says: schema 39, every query on the
-//!   `${datasource}` variable, `job` and `instance` variables;
+//!   `${datasource}` variable, `job` and `instance` variables (panels inside collapsed
+//!   rows, `panels[].panels[]`, as much as the others);
+//! - its page (`docs/src/observe/dashboard.md`) has a `##` heading for each row and a
+//!   `###` heading for each panel, under its row's, and no `###` heading that is not a
+//!   panel's;
 //! - every metric the reference's tables name is exported, with the type the table
 //!   gives and every label its samples carry; and every family exported is in a table.
 
@@ -40,6 +44,10 @@ use super::pages;
 
 const DASHBOARD: &str = "docs/grafana/mcp-session-proxy.json";
 const REFERENCE: &str = "docs/src/reference/metrics.md";
+const PAGE: &str = "docs/src/observe/dashboard.md";
+
+/// The smallest `limits.max_memory` allowed (16 MiB): the shedding proxy's.
+const MAX_MEMORY: u64 = 16 * 1024 * 1024;
 
 const SECRET: &str = "the dashboard test's hs256 secret, 32 bytes or more";
 const ISSUER: &str = "https://idp.test/";
@@ -276,22 +284,163 @@ fn queried_metrics(expr: &str) -> BTreeSet<String> {
     metrics
 }
 
-/// Every string under an `expr` key, anywhere in `value`, with where it is.
+/// A panel of the dashboard, wherever it is.
+struct Panel<'a> {
+    /// Its JSON.
+    value: &'a Value,
+    /// Its title (`?` without one).
+    title: &'a str,
+    /// Whether it is a row.
+    row: bool,
+    /// The title of the row it is in, if any: the row it is nested in (a collapsed row's
+    /// `panels`), or else the last row before it.
+    within: Option<&'a str>,
+}
+
+/// Every panel of the dashboard, in order: those of `panels[]`, and those nested in
+/// rows (`panels[].panels[]`, a collapsed row's), after their row.
+fn panels(dashboard: &Value) -> Vec<Panel<'_>> {
+    fn walk<'a>(list: &'a Value, parent: Option<&'a str>, into: &mut Vec<Panel<'a>>) {
+        let mut last_row = parent;
+        for value in list.as_array().into_iter().flatten() {
+            let title = value["title"].as_str().unwrap_or("?");
+            let row = value["type"] == "row";
+            into.push(Panel {
+                value,
+                title,
+                row,
+                within: if row { parent } else { last_row },
+            });
+            if row && parent.is_none() {
+                last_row = Some(title);
+            }
+            walk(&value["panels"], Some(title), into);
+        }
+    }
+    let mut all = Vec::new();
+    walk(&dashboard["panels"], None, &mut all);
+    all
+}
+
+/// Every string under an `expr` key in `value` (a panel's nested panels aside: they are
+/// panels of their own), with where it is.
 fn expressions(value: &Value, at: &str, into: &mut Vec<(String, String)>) {
     match value {
         Value::Object(map) => {
-            let title = map.get("title").and_then(Value::as_str);
-            let here = title.map_or_else(|| at.to_owned(), |t| format!("panel {t:?}"));
             for (key, v) in map {
                 match (key.as_str(), v) {
-                    ("expr", Value::String(expr)) => into.push((here.clone(), expr.clone())),
-                    _ => expressions(v, &here, into),
+                    ("expr", Value::String(expr)) => into.push((at.to_owned(), expr.clone())),
+                    ("panels", _) => {}
+                    _ => expressions(v, at, into),
                 }
             }
         }
         Value::Array(items) => items.iter().for_each(|v| expressions(v, at, into)),
         _ => {}
     }
+}
+
+/// Every expression of the dashboard's panels, nested ones included, with its panel.
+fn panel_expressions(dashboard: &Value) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for panel in panels(dashboard) {
+        expressions(panel.value, &format!("panel {:?}", panel.title), &mut found);
+    }
+    found
+}
+
+/// What is wrong with the dashboard's panels' data sources: each panel that is not a row,
+/// nested or not, and each of its queries that names one, on `${datasource}`.
+fn datasource_problems(dashboard: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for panel in panels(dashboard).iter().filter(|p| !p.row) {
+        let title = panel.title;
+        if panel.value["datasource"]["uid"] != "${datasource}" {
+            problems.push(format!(
+                "{DASHBOARD}: panel {title:?} does not query the ${{datasource}} variable"
+            ));
+        }
+        for target in panel.value["targets"].as_array().into_iter().flatten() {
+            let source = &target["datasource"];
+            if !source.is_null() && source["uid"] != "${datasource}" {
+                problems.push(format!(
+                    "{DASHBOARD}: a query of panel {title:?} ({}) is not on the \
+                     ${{datasource}} variable",
+                    target["refId"].as_str().unwrap_or("?")
+                ));
+            }
+        }
+    }
+    problems
+}
+
+/// The headings of a page outside its code blocks: `(level, text, the text of the `##`
+/// heading it is under)`.
+fn headings(text: &str) -> Vec<(usize, String, Option<String>)> {
+    let mut found = Vec::new();
+    let mut section: Option<String> = None;
+    let mut fenced = false;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let level = line.chars().take_while(|&c| c == '#').count();
+        let Some(text) = line[level..].strip_prefix(' ') else {
+            continue;
+        };
+        let text = text.trim().to_owned();
+        if level == 2 {
+            section = Some(text.clone());
+        }
+        found.push((level, text, section.clone()));
+    }
+    found
+}
+
+/// What is wrong between the dashboard's panels and its page: each row a `##` heading,
+/// each panel a `###` heading under its row's, each `###` heading a panel.
+fn page_problems(dashboard: &Value, page: &str) -> Vec<String> {
+    let headings = headings(page);
+    let mut problems = Vec::new();
+    let panels = panels(dashboard);
+    for panel in &panels {
+        let title = panel.title;
+        let level = if panel.row { 2 } else { 3 };
+        let marks = "#".repeat(level);
+        let found: Vec<&Option<String>> = headings
+            .iter()
+            .filter(|(l, text, _)| *l == level && text == title)
+            .map(|(_, _, section)| section)
+            .collect();
+        let what = if panel.row { "row" } else { "panel" };
+        match found.as_slice() {
+            [] => problems.push(format!(
+                "{PAGE}: no heading `{marks} {title}` for the dashboard's {what} {title:?}"
+            )),
+            [section] if !panel.row && section.as_deref() != panel.within => {
+                problems.push(format!(
+                    "{PAGE}: `{marks} {title}` is under {:?}, but the panel is in the row {:?}",
+                    section.as_deref().unwrap_or("no `##` heading"),
+                    panel.within.unwrap_or("(none)")
+                ));
+            }
+            [_] => {}
+            _ => problems.push(format!("{PAGE}: `{marks} {title}` is there twice")),
+        }
+    }
+    for (level, text, _) in &headings {
+        if *level == 3 && !panels.iter().any(|p| !p.row && p.title == text) {
+            problems.push(format!(
+                "{PAGE}: `### {text}` names no panel of {DASHBOARD}"
+            ));
+        }
+    }
+    problems
 }
 
 /// The dashboard's template variables' queries: for `label_values(METRIC…, label)`, the
@@ -367,8 +516,12 @@ fn shown_as(family: &str, kind: &str) -> String {
     }
 }
 
-/// The names given to `register(…)` and `register_with_unit(…)` anywhere in `src/` (each
-/// call's first string literal), with the file: every metric the code registers.
+/// The families `register(…)` and `register_with_unit(…)` make anywhere in `src/`, with
+/// the file: every metric the code registers. A call's name is its first string literal;
+/// `registry.register` is on the sub-registry the file makes with
+/// `sub_registry_with_prefix("…")`, so its family is `PREFIX_NAME`; `root.register_with_unit`
+/// is on the root, unprefixed (the OpenTelemetry conventions' names), and its family is
+/// `NAME_UNIT`.
 fn registered_in_source() -> Vec<(String, String)> {
     fn walk(dir: &Path, into: &mut Vec<(String, String)>) {
         let entries =
@@ -380,17 +533,48 @@ fn registered_in_source() -> Vec<(String, String)> {
             } else if path.extension().is_some_and(|e| e == "rs") {
                 let text = std::fs::read_to_string(&path).unwrap();
                 let file = path.strip_prefix(pages::root()).unwrap_or(&path);
+                let file = file.display().to_string();
                 for call in ["registry.register(", "root.register_with_unit("] {
                     for (at, _) in text.match_indices(call) {
                         let rest = &text[at + call.len()..];
-                        let name = rest
+                        let Some((name, args)) = rest
                             .trim_start()
                             .strip_prefix('"')
                             .and_then(|r| r.split_once('"'))
-                            .map(|(name, _)| name.to_owned());
-                        if let Some(name) = name {
-                            into.push((file.display().to_string(), name));
-                        }
+                        else {
+                            continue;
+                        };
+                        let family = if call.starts_with("registry.") {
+                            let prefix = text
+                                .split_once("sub_registry_with_prefix(\"")
+                                .and_then(|(_, r)| r.split_once('"'))
+                                .map(|(prefix, _)| prefix)
+                                .unwrap_or_else(|| {
+                                    panic!(
+                                        "{file} registers {name} on a `registry` it makes \
+                                         with no sub_registry_with_prefix(\"…\")"
+                                    )
+                                });
+                            format!("{prefix}_{name}")
+                        } else {
+                            // The call's own arguments: up to its `);`.
+                            let args = args.split(");").next().unwrap_or(args);
+                            let unit: String = args
+                                .split_once("Unit::")
+                                .map(|(_, r)| {
+                                    r.chars().take_while(char::is_ascii_alphanumeric).collect()
+                                })
+                                .unwrap_or_else(|| {
+                                    panic!("{file}: no Unit:: in the registration of {name}")
+                                });
+                            assert!(
+                                unit != "Other",
+                                "{file}: {name} has a unit of its own (Unit::Other), which \
+                                 this test does not read"
+                            );
+                            format!("{name}_{}", unit.to_ascii_lowercase())
+                        };
+                        into.push((file.clone(), family));
                     }
                 }
             }
@@ -481,6 +665,18 @@ async fn guarded_proxy() -> Exposition {
     Exposition::parse(&metrics(&proxy).await)
 }
 
+/// The value of `mcp_proxy_resident_memory_bytes` in an exposition (0 if absent).
+fn resident_memory(text: &str) -> u64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix("mcp_proxy_resident_memory_bytes "))
+        .map_or(0, |value| {
+            value
+                .trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("mcp_proxy_resident_memory_bytes {value:?}: {e}"))
+        })
+}
+
 /// A stdio server (its warm pool) behind a proxy over its memory limit, shedding a
 /// `sessions/create`. Its exposition.
 async fn shedding_proxy() -> Exposition {
@@ -488,11 +684,27 @@ async fn shedding_proxy() -> Exposition {
     // 16 MiB, the least allowed: below what the binary holds once started.
     let toml = format!(
         "[admin]\ntoken = \"{ADMIN_TOKEN}\"\n\
-         [limits]\nmax_memory = 16777216\n\
+         [limits]\nmax_memory = {MAX_MEMORY}\n\
          [upstream]\ncommand = \"python3\"\nargs = [{:?}]\npool_size = 1\n",
         server.display().to_string()
     );
     let proxy = ProxyProcess::launch().toml(&toml).start().await;
+    // The test's premise: the proxy holds more than that once started. The gauge is 0
+    // until the first sample.
+    let sampled = std::cell::Cell::new(0);
+    eventually_async(Duration::from_secs(10), || async {
+        sampled.set(resident_memory(&metrics(&proxy).await));
+        sampled.get() > 0
+    })
+    .await;
+    let resident = sampled.get();
+    assert!(
+        resident > MAX_MEMORY,
+        "the proxy started with {resident} bytes of resident memory \
+         (mcp_proxy_resident_memory_bytes; 0: never sampled in 10 s), not above \
+         limits.max_memory = {MAX_MEMORY} (16 MiB, the least allowed), so it cannot be made \
+         to shed for memory: this test needs another way to make it shed"
+    );
     let shedding = eventually_async(Duration::from_secs(10), || async {
         metrics(&proxy)
             .await
@@ -537,6 +749,88 @@ fn dashboard_expressions_name_their_metrics() {
     assert_eq!(found, expected);
 }
 
+/// Panels nested in a collapsed row are read as the others: their data sources, their
+/// expressions, their row.
+#[test]
+fn dashboard_panels_nested_in_rows_are_read() {
+    let dashboard = json!({"panels": [
+        {"type": "row", "title": "Open", "panels": []},
+        {"type": "timeseries", "title": "a", "datasource": {"uid": "${datasource}"},
+         "targets": [{"expr": "a_total"}]},
+        {"type": "row", "title": "Collapsed", "collapsed": true, "panels": [
+            {"type": "timeseries", "title": "b", "datasource": {"uid": "prom"},
+             "targets": [{"expr": "b_total", "datasource": {"uid": "prom"}, "refId": "A"}]}
+        ]},
+    ]});
+    let found: Vec<(&str, bool, Option<&str>)> = panels(&dashboard)
+        .iter()
+        .map(|p| (p.title, p.row, p.within))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("Open", true, None),
+            ("a", false, Some("Open")),
+            ("Collapsed", true, None),
+            ("b", false, Some("Collapsed")),
+        ]
+    );
+    assert_eq!(
+        panel_expressions(&dashboard),
+        [
+            ("panel \"a\"".to_owned(), "a_total".to_owned()),
+            ("panel \"b\"".to_owned(), "b_total".to_owned()),
+        ]
+    );
+    let problems = datasource_problems(&dashboard);
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(
+        problems.iter().all(|p| p.contains("\"b\"")),
+        "{problems:#?}"
+    );
+    let page = "# D\n\n```\n### not a heading\n```\n\n## Open\n\n### a\n\n## Collapsed\n\n\
+                ### b\n\n### c\n";
+    assert_eq!(
+        page_problems(&dashboard, page),
+        [format!("{PAGE}: `### c` names no panel of {DASHBOARD}")]
+    );
+}
+
+/// The metrics the code registers are read as their families' exact names.
+#[test]
+fn dashboard_registered_metrics_are_their_families() {
+    let registered: BTreeSet<String> = registered_in_source()
+        .into_iter()
+        .map(|(_, family)| family)
+        .collect();
+    for family in [
+        "mcp_proxy_sealed_tombstones",
+        "mcp_proxy_sealed_tombstones_dropped",
+        "mcp_proxy_requests",
+        "mcp_server_operation_duration_seconds",
+    ] {
+        assert!(registered.contains(family), "{family} in {registered:#?}");
+    }
+}
+
+/// The dashboard's page describes each of its rows and panels under its own heading, and
+/// no panel the dashboard does not have.
+#[test]
+fn dashboard_page_has_a_heading_for_every_panel() {
+    let dashboard: Value = serde_json::from_str(&pages::read(Path::new(DASHBOARD)))
+        .unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"));
+    assert!(
+        panels(&dashboard).iter().filter(|p| !p.row).count() > 10,
+        "{DASHBOARD}: few panels found"
+    );
+    let problems = page_problems(&dashboard, &pages::read(Path::new(PAGE)));
+    assert!(
+        problems.is_empty(),
+        "the dashboard's page and the dashboard disagree:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
 /// Every metric the dashboard queries and the reference names is one the proxy exports,
 /// and the reference names every family it exports (see the module documentation).
 #[tokio::test]
@@ -552,12 +846,7 @@ async fn the_dashboard_and_the_metrics_reference_name_what_the_proxy_exports() {
     );
     let unseen: Vec<String> = registered
         .iter()
-        .filter(|(_, name)| {
-            !exposition
-                .families
-                .keys()
-                .any(|f| f.contains(name.as_str()))
-        })
+        .filter(|(_, family)| !exposition.families.contains_key(family))
         .map(|(file, name)| format!("{name} ({file})"))
         .collect();
     assert!(
@@ -594,17 +883,9 @@ async fn the_dashboard_and_the_metrics_reference_name_what_the_proxy_exports() {
             problems.push(format!("{DASHBOARD}: no template variable ${wanted}"));
         }
     }
-    let mut queries = Vec::new();
-    expressions(&dashboard["panels"], "panels", &mut queries);
+    let mut queries = panel_expressions(&dashboard);
     assert!(!queries.is_empty(), "{DASHBOARD} has no panel expression");
-    for panel in dashboard["panels"].as_array().into_iter().flatten() {
-        let title = panel["title"].as_str().unwrap_or("?");
-        if panel["type"] != "row" && panel["datasource"]["uid"] != "${datasource}" {
-            problems.push(format!(
-                "{DASHBOARD}: panel {title:?} does not query the ${{datasource}} variable"
-            ));
-        }
-    }
+    problems.extend(datasource_problems(&dashboard));
     queries.extend(variable_queries(&dashboard));
     for (at, expr) in &queries {
         for metric in queried_metrics(expr) {

@@ -34,6 +34,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use crate::common::binary::{BIN, ProxyProcess};
+use crate::common::interop::{ensure_installed, tools_dir};
 use crate::pages::{self, Page};
 
 /// How long one example may take, everything it starts included.
@@ -60,6 +61,8 @@ struct Example {
     kind: Option<Kind>,
     /// `PAGE#heading` whose first `sh` block runs first.
     uses: Option<String>,
+    /// A ```` ```sh ```` block (the others are never run).
+    runnable: bool,
 }
 
 impl Example {
@@ -120,42 +123,82 @@ fn parse_comment(line: &str) -> Option<(Kind, Option<String>)> {
     }
 }
 
-/// Every `sh` block of `page`, with the heading it is under and what its comment says.
+/// The languages of fenced blocks a reader would type into a shell (` ```sh ` runs; the
+/// others must be skipped, with a reason).
+const SHELL_FENCES: [&str; 5] = ["sh", "bash", "shell", "console", ""];
+
+/// Every shell block of `page` — fenced in a shell language, or indented (four spaces
+/// after a blank line, not inside a list) — with the heading it is under and what the
+/// comment on the line before it says.
 fn examples_of(page: &Page) -> Vec<Example> {
     let mut examples = Vec::new();
     let mut heading = String::from("(top)");
+    // The last line that is not blank, whether a blank line came after it, and whether
+    // it belonged to a list (whose indented lines are its paragraphs, not code).
     let mut previous = "";
-    let mut lines = page.text.lines();
-    while let Some(line) = lines.next() {
-        if line.starts_with('#') && line.contains(' ') {
-            heading = line.to_owned();
-        }
-        if line.trim_start().starts_with("```") {
-            let fence = line.trim_start();
-            let mut body = String::new();
-            for inner in lines.by_ref() {
-                if inner.trim_start().starts_with("```") {
-                    break;
-                }
-                body.push_str(inner);
-                body.push('\n');
-            }
-            if fence == "```sh" {
-                let said = parse_comment(previous);
-                examples.push(Example {
-                    page: page.path.clone(),
-                    heading: heading.clone(),
-                    script: body,
-                    kind: said.as_ref().map(|(kind, _)| kind.clone()),
-                    uses: said.and_then(|(_, uses)| uses),
-                });
-            }
-            previous = "";
+    let mut after_blank = true;
+    let mut in_list = false;
+    let lines: Vec<&str> = page.text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        if line.trim().is_empty() {
+            after_blank = true;
+            i += 1;
             continue;
         }
-        if !line.trim().is_empty() {
+        let mut found: Option<(&str, String)> = None;
+        if let Some(info) = trimmed.strip_prefix("```") {
+            let mut body = String::new();
+            i += 1;
+            while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+                body.push_str(lines[i]);
+                body.push('\n');
+                i += 1;
+            }
+            i += 1;
+            let info = info.split_whitespace().next().unwrap_or("");
+            if SHELL_FENCES.contains(&info) {
+                found = Some((info, body));
+            }
+        } else if line.starts_with("    ") && after_blank && !in_list {
+            let mut body = String::new();
+            while i < lines.len() && (lines[i].starts_with("    ") || lines[i].trim().is_empty()) {
+                body.push_str(lines[i].get(4..).unwrap_or(""));
+                body.push('\n');
+                i += 1;
+            }
+            found = Some(("indented", body));
+        } else {
+            if line.starts_with('#') && line.contains(' ') {
+                heading = line.to_owned();
+            }
+            in_list = (in_list && (line.starts_with(' ') || !after_blank))
+                || trimmed.starts_with("- ")
+                || trimmed.starts_with("* ")
+                || trimmed
+                    .split_once(". ")
+                    .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
             previous = line;
+            after_blank = false;
+            i += 1;
+            continue;
         }
+        if let Some((info, script)) = found {
+            let said = parse_comment(previous);
+            examples.push(Example {
+                page: page.path.clone(),
+                heading: heading.clone(),
+                script,
+                kind: said.as_ref().map(|(kind, _)| kind.clone()),
+                uses: said.and_then(|(_, uses)| uses),
+                runnable: info == "sh",
+            });
+        }
+        previous = "";
+        after_blank = false;
+        in_list = false;
     }
     examples
 }
@@ -176,28 +219,13 @@ fn used(target: &str) -> String {
     };
     examples_of(&page)
         .into_iter()
-        .find(|e| slug_of(&e.heading) == id)
+        .find(|e| e.runnable && pages::slug(e.heading.trim_start_matches('#')) == id)
         .unwrap_or_else(|| panic!("uses={target}: no sh block under that heading"))
         .script
         .split("\n\n")
         .next()
         .map(|prelude| format!("{prelude}\n"))
         .unwrap_or_default()
-}
-
-/// A heading line's id (`### The session lifecycle with curl` → `the-session-lifecycle-with-curl`).
-fn slug_of(heading: &str) -> String {
-    heading
-        .trim_start_matches('#')
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Whether `line` matches `pattern`, where `…` stands for any text.
@@ -233,7 +261,9 @@ fn output_matches(expected: &[String], lines: &[&str]) -> bool {
     }
 }
 
-/// A port nobody listens on now.
+/// A port nobody listens on now. Another test may take it before the block's server binds
+/// it (the kernel hands out ephemeral ports in turn, so that is rare); the block then
+/// fails saying its server could not listen.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -290,7 +320,7 @@ fn renumber(text: &str, ports: &BTreeMap<u16, u16>) -> String {
 /// The directories put before `PATH`: the binary's, the interop tools' npm programs.
 fn search_path() -> String {
     let bin = Path::new(BIN).parent().expect("the binary's directory");
-    let npm = pages::root().join("target/interop-tools/npm/node_modules/.bin");
+    let npm = tools_dir().join("npm/node_modules/.bin");
     let path = std::env::var("PATH").unwrap_or_default();
     format!("{}:{}:{path}", bin.display(), npm.display())
 }
@@ -326,7 +356,7 @@ struct Run {
 async fn run_script(script: &str) -> Run {
     let mut child = Command::new("sh")
         .args(["-e", "-c", script])
-        .current_dir(pages::root().join("target/interop-tools/npm"))
+        .current_dir(tools_dir().join("npm"))
         .env("PATH", search_path())
         .env("npm_config_offline", "true")
         .envs_remove_proxy_settings()
@@ -337,7 +367,7 @@ async fn run_script(script: &str) -> Run {
         .kill_on_drop(true)
         .spawn()
         .expect("sh");
-    let group = Pid::from_raw(child.id().expect("a running sh") as i32);
+    let group = Group(Pid::from_raw(child.id().expect("a running sh") as i32));
     let mut out = child.stdout.take().expect("stdout");
     let mut err = child.stderr.take().expect("stderr");
     // Background processes keep the pipes open: read while the shell runs, and stop
@@ -348,17 +378,18 @@ async fn run_script(script: &str) -> Run {
         (stdout, stderr)
     });
     let status = tokio::time::timeout(WITHIN, child.wait()).await;
-    let _ = killpg(group, Signal::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let _ = killpg(group, Signal::SIGKILL);
-    let (stdout, stderr) = tokio::time::timeout(Duration::from_secs(5), reading)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    group.end().await;
+    let read = tokio::time::timeout(Duration::from_secs(5), reading).await;
+    let ((stdout, stderr), lost) = match read {
+        Ok(Ok(output)) => (output, false),
+        _ => (Default::default(), true),
+    };
     let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+    if lost {
+        stderr.push_str("\n(its output was lost: something it started held the pipes open)");
+    }
     let success = match status {
-        Ok(Ok(status)) => status.success(),
+        Ok(Ok(status)) => status.success() && !lost,
         Ok(Err(e)) => panic!("waiting for sh: {e}"),
         Err(_) => {
             stderr.push_str(&format!("\n(still running after {WITHIN:?}: killed)"));
@@ -369,6 +400,34 @@ async fn run_script(script: &str) -> Run {
         success,
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr,
+    }
+}
+
+/// A block's process group: whatever the block started in the background (a proxy, its
+/// stdio children's own groups aside, which the proxy ends as it shuts down; Redis; a
+/// server) is in it. Ended on drop too, so that a panicking test leaves nothing behind.
+struct Group(Pid);
+
+impl Group {
+    /// SIGTERM to the group, time to shut down (a proxy ends its children), then SIGKILL.
+    async fn end(&self) {
+        if killpg(self.0, Signal::SIGTERM).is_err() {
+            return;
+        }
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Signal 0: is anyone left in the group?
+            if killpg(self.0, None).is_err() {
+                return;
+            }
+        }
+        let _ = killpg(self.0, Signal::SIGKILL);
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = killpg(self.0, Signal::SIGKILL);
     }
 }
 
@@ -431,10 +490,23 @@ fn every_example_that_talks_to_the_proxy_says_how_it_runs() {
         .collect();
     assert!(
         unsaid.is_empty(),
-        "sh blocks that talk to the proxy without an `<!-- example: … -->` line before \
+        "shell blocks that talk to the proxy without an `<!-- example: … -->` line before \
          them (proxy, self, or skip REASON): {unsaid:#?}"
     );
     for example in &examples {
+        let runs = matches!(example.kind, Some(Kind::Proxy(_) | Kind::SelfContained));
+        assert!(
+            example.runnable || !runs,
+            "{}: only ```sh blocks run (POSIX sh); fence it as sh, or skip it with a reason",
+            example.name()
+        );
+        if let Some(target) = &example.uses {
+            assert!(
+                !used(target).is_empty(),
+                "{}: uses={target} is empty",
+                example.name()
+            );
+        }
         if let Some(Kind::Skip(reason)) = &example.kind {
             assert!(
                 !reason.is_empty(),
@@ -455,13 +527,14 @@ fn every_example_that_talks_to_the_proxy_says_how_it_runs() {
     }
     let run = examples
         .iter()
-        .filter(|e| matches!(e.kind, Some(Kind::Proxy(_) | Kind::SelfContained)))
+        .filter(|e| e.runnable && matches!(e.kind, Some(Kind::Proxy(_) | Kind::SelfContained)))
         .count();
     assert!(run >= 4, "only {run} examples are run");
 }
 
 #[tokio::test]
 async fn every_example_prints_what_its_page_shows() {
+    ensure_installed();
     let curl = std::process::Command::new("curl")
         .arg("--version")
         .stdout(Stdio::null())
@@ -473,7 +546,7 @@ async fn every_example_prints_what_its_page_shows() {
     );
     let examples: Vec<Example> = all_examples()
         .into_iter()
-        .filter(|e| matches!(e.kind, Some(Kind::Proxy(_) | Kind::SelfContained)))
+        .filter(|e| e.runnable && matches!(e.kind, Some(Kind::Proxy(_) | Kind::SelfContained)))
         .collect();
     // Side by side: each has its own ports (and its own proxy).
     let checks = examples.iter().map(check);

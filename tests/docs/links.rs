@@ -9,26 +9,6 @@ use std::path::{Component, Path, PathBuf};
 
 use crate::pages::{self, Page};
 
-/// A page's text without its fenced code blocks (links in code are not links).
-fn prose(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut fence: Option<&str> = None;
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        match fence {
-            Some(marker) if trimmed.starts_with(marker) => fence = None,
-            Some(_) => {}
-            None if trimmed.starts_with("```") => fence = Some("```"),
-            None if trimmed.starts_with("~~~") => fence = Some("~~~"),
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-    }
-    out
-}
-
 /// `text` without inline code spans.
 fn without_code_spans(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -45,7 +25,11 @@ fn without_code_spans(text: &str) -> String {
 
 /// The targets of the inline links `[text](target)` and `![alt](target)` of `text`.
 fn link_targets(text: &str) -> Vec<String> {
-    let text = without_code_spans(&prose(text));
+    // Code spans per line: a stray backtick hides no more than its line.
+    let text: String = pages::prose_lines(text)
+        .into_iter()
+        .map(|line| without_code_spans(line) + "\n")
+        .collect();
     let mut targets = Vec::new();
     let mut rest = text.as_str();
     while let Some(at) = rest.find("](") {
@@ -60,41 +44,16 @@ fn link_targets(text: &str) -> Vec<String> {
     targets
 }
 
-/// The id mdBook (and GitHub) give a heading.
-fn slug(heading: &str) -> String {
-    // A heading's own markup: code spans keep their text, links their text.
-    let mut text = heading.replace('`', "");
-    while let (Some(open), Some(mid)) = (text.find('['), text.find("](")) {
-        let Some(close) = text[mid..].find(')') else {
-            break;
-        };
-        if open > mid {
-            break;
-        }
-        let label = text[open + 1..mid].to_owned();
-        text.replace_range(open..mid + close + 1, &label);
-    }
-    text.trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The ids of a page's headings (a repeated one gets `-1`, `-2`… as mdBook does), and
 /// the explicit `id="…"` anchors of its HTML.
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut ids = BTreeSet::new();
-    for line in prose(text).lines() {
+    for line in pages::prose_lines(text) {
         let trimmed = line.trim_start();
         let hashes = trimmed.chars().take_while(|&c| c == '#').count();
         if (1..=6).contains(&hashes) && trimmed[hashes..].starts_with(' ') {
-            let base = slug(&trimmed[hashes + 1..]);
+            let base = pages::slug(&trimmed[hashes + 1..]);
             let n = seen.entry(base.clone()).or_default();
             ids.insert(if *n == 0 {
                 base.clone()
@@ -114,19 +73,22 @@ fn anchors(text: &str) -> BTreeSet<String> {
     ids
 }
 
-/// `path` with `.` and `..` taken out (no file system access: the target may not exist).
-fn normalize(path: &Path) -> PathBuf {
+/// `path` with `.` and `..` taken out (no file system access: the target may not exist);
+/// `None` when it climbs above where it starts.
+fn normalize(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for part in path.components() {
         match part {
             Component::ParentDir => {
-                out.pop();
+                if !out.pop() {
+                    return None;
+                }
             }
             Component::CurDir => {}
             other => out.push(other),
         }
     }
-    out
+    Some(out)
 }
 
 /// What is wrong with the link `target` on `page`, if anything.
@@ -145,10 +107,20 @@ fn broken(page: &Page, target: &str) -> Option<String> {
     let resolved = if file.is_empty() {
         page.path.clone()
     } else {
-        normalize(&here.join(file))
+        match normalize(&here.join(file)) {
+            Some(resolved) => resolved,
+            None => return Some(format!("{target} leads out of the repository")),
+        }
     };
-    if resolved.starts_with("..") {
-        return Some(format!("{target} leads out of the repository"));
+    // The book is read as HTML too, where only its own pages are: a page of the book
+    // links to another page, or names a repository file as code.
+    let book = Path::new("docs/src");
+    if page.path.starts_with(book) && !resolved.starts_with(book) {
+        return Some(format!(
+            "{target} leaves the book (docs/src): the HTML book has no {}; write the path \
+             as code, or include the file in a page",
+            resolved.display()
+        ));
     }
     let on_disk = pages::root().join(&resolved);
     if !on_disk.exists() {
@@ -193,7 +165,7 @@ fn every_page_of_the_book_is_in_its_summary() {
     let summary = pages::read(summary_path);
     let listed: BTreeSet<PathBuf> = link_targets(&summary)
         .into_iter()
-        .map(|target| normalize(&Path::new("docs/src").join(target)))
+        .filter_map(|target| normalize(&Path::new("docs/src").join(target)))
         .collect();
     let unlisted: Vec<String> = pages::all()
         .into_iter()
@@ -210,6 +182,7 @@ fn every_page_of_the_book_is_in_its_summary() {
 
 #[test]
 fn ids_are_made_the_way_mdbook_makes_them() {
+    let slug = pages::slug;
     assert_eq!(slug("Every era of upstream"), "every-era-of-upstream");
     assert_eq!(
         slug("In front of a stdio server (sidecar)"),
@@ -221,14 +194,22 @@ fn ids_are_made_the_way_mdbook_makes_them() {
         "stateless-clients-2026-07-28-in-front-of-a-legacy-server"
     );
     assert_eq!(slug("The `[auth]` table"), "the-auth-table");
-    let ids = anchors("# A\n## B\n## B\n```sh\n# not a heading\n```\n");
+    assert_eq!(slug("The **bold** one"), "the-bold-one");
+    let ids = anchors("# A\n## B\n## B\n```sh\n# not a heading\n```\n\n    # nor this\n");
     assert_eq!(
         ids.into_iter().collect::<Vec<_>>(),
         ["a", "b", "b-1"],
         "a repeated heading's id is numbered, code is not a heading"
     );
+    assert_eq!(normalize(Path::new("docs/../../x")), None);
     assert_eq!(
-        link_targets("[a](x.md#y) `[b](not)` ![c](d.svg \"title\")\n```\n[e](f)\n```\n"),
-        ["x.md#y", "d.svg"]
+        normalize(Path::new("docs/src/../x.md")),
+        Some(PathBuf::from("docs/x.md"))
+    );
+    assert_eq!(
+        link_targets(
+            "[a](x.md#y) `[b](not)` ![c](d.svg \"title\")\n```\n[e](f)\n```\na ` b\n[g](h)\n"
+        ),
+        ["x.md#y", "d.svg", "h"]
     );
 }

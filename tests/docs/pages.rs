@@ -50,3 +50,72 @@ fn collect(dir: &Path, into: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// The id mdBook (and GitHub) give a heading: its text without markup, lowercase, spaces
+/// to `-`, punctuation other than `-` and `_` dropped.
+pub fn slug(heading: &str) -> String {
+    // A heading's own markup: code spans and emphasis keep their text, links their label.
+    let mut text = heading.replace(['`', '*'], "");
+    while let (Some(open), Some(mid)) = (text.find('['), text.find("](")) {
+        let Some(close) = text[mid..].find(')') else {
+            break;
+        };
+        if open > mid {
+            break;
+        }
+        let label = text[open + 1..mid].to_owned();
+        text.replace_range(open..mid + close + 1, &label);
+    }
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A page's lines outside code: fenced blocks and indented blocks (four spaces or a tab
+/// after a blank line) are left out.
+pub fn prose_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut fence: Option<&str> = None;
+    let mut indented = false;
+    let mut after_blank = true;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if let Some(marker) = fence {
+            if trimmed.starts_with(marker) {
+                fence = None;
+            }
+            continue;
+        }
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fence = Some(&trimmed[..3]);
+            continue;
+        }
+        let is_indented = line.starts_with("    ") || line.starts_with('\t');
+        if line.trim().is_empty() {
+            after_blank = true;
+            continue;
+        }
+        // An indented block starts after a blank line and goes on while lines are
+        // indented (a list item's continuation is indented too, but follows no blank).
+        indented = is_indented && (indented || after_blank) && !is_list_continuation(&lines);
+        after_blank = false;
+        if !indented {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+/// Whether the last prose line was part of a list (whose paragraphs are indented).
+fn is_list_continuation(lines: &[&str]) -> bool {
+    lines.last().is_some_and(|line| {
+        let t = line.trim_start();
+        line.starts_with(' ') || t.starts_with("- ") || t.starts_with("* ") || t.starts_with("| ")
+    })
+}

@@ -21,7 +21,7 @@
 #                      or dual), client.mjs (the v2 Client) and tasks-client.mjs (ext-tasks), Node >= 20
 #   oauth/             oidc-provider 9.13.3, a real OAuth 2.1 authorization server, from
 #                      oauth/package-lock.json; tests/interop/oauth/server.mjs runs on it
-#   mdbook/            mdBook 0.5.4 (cargo install --locked, without its server and watcher):
+#   mdbook/            mdBook 0.5.4 (cargo install --locked --debug, without its server and watcher):
 #                      .ci/test.sh builds the book in docs/ with it
 # The fixtures in this directory that run on these (tests/interop/README.md, "Peers of every era"):
 #   ts2/server.mjs     TypeScript SDK 2.x server: --mode reject (2026-07-28 only; initialize
@@ -36,11 +36,11 @@
 #                      with aud = the resource indicator); clients/oauth_client.mjs, the
 #                      TypeScript SDK 1.x client with its ClientCredentialsProvider, on sdk/
 # and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
-#   curl               tests/docs runs the curl examples of README.md and the book as written
+#   curl, openssl      tests/docs runs the shell examples of README.md and the book as written
 #   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
 #                      and a real load balancer in front of two proxy processes
 # Needs: node >= 20 with npm (the TypeScript SDK 2.x needs 20), python3 >= 3.10
-# (override with $PYTHON), the npm registry and PyPI. Safe to run concurrently
+# (override with $PYTHON), cargo (mdBook), the npm registry, PyPI and crates.io. Safe to run concurrently
 # (serialised with flock).
 set -euo pipefail
 
@@ -78,6 +78,7 @@ fi
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 debian=()
 have curl || debian+=(curl)
+have openssl || debian+=(openssl)
 have redis-server || debian+=(redis-server)
 have nginx || debian+=(nginx-light)
 if [ "${#debian[@]}" -gt 0 ]; then
@@ -93,7 +94,7 @@ if [ "${#debian[@]}" -gt 0 ]; then
   for service in redis-server nginx; do
     if command -v service >/dev/null 2>&1; then "${SUDO[@]}" service "$service" stop >/dev/null 2>&1 || true; fi
   done
-  have curl && have redis-server && have nginx || { echo "interop setup: ${debian[*]} still missing after apt-get" >&2; exit 1; }
+  have curl && have openssl && have redis-server && have nginx || { echo "interop setup: ${debian[*]} still missing after apt-get" >&2; exit 1; }
 fi
 
 command -v node >/dev/null || { echo "interop setup: node not found" >&2; exit 1; }
@@ -135,7 +136,7 @@ PARTS=(
   "inspector|$(npm_stamp "inspector=$INSPECTOR_VERSION" inspector)|$MCPDO_JS"
   "ts2|$(npm_stamp "ts2=$TS2_VERSION" ts2)|$TS2_PKG"
   "oauth|$(npm_stamp "oidc-provider=$OIDC_PROVIDER_VERSION" oauth)|$OIDC_PROVIDER_PKG"
-  "mdbook|mdbook=$MDBOOK_VERSION features=search|$TOOLS/mdbook/bin/mdbook"
+  "mdbook|mdbook=$MDBOOK_VERSION features=search debug|$TOOLS/mdbook/bin/mdbook"
 )
 part_ok() { # name stamp file
   [ -f "$TOOLS/.stamp-$1" ] && [ "$(cat "$TOOLS/.stamp-$1")" = "$2" ] && [ -e "$3" ]
@@ -292,9 +293,10 @@ install_mdbook() {
   command -v cargo >/dev/null || fail "cargo not found (mdBook is built from crates.io)"
   rm -rf "${TOOLS:?}/mdbook"
   # Only the search index besides the HTML renderer: no `serve` or `watch` (a web server
-  # and a file watcher the check does not use, and most of the build time). Its own
-  # target directory, removed after: the binary is all that is kept.
-  CARGO_TARGET_DIR="$TOOLS/mdbook-build" cargo install --quiet --locked \
+  # and a file watcher the check does not use, and most of the build time). Unoptimised
+  # (--debug): it builds in about half the time and still renders this book in a second.
+  # Its own target directory, removed after: the binary is all that is kept.
+  CARGO_TARGET_DIR="$TOOLS/mdbook-build" cargo install --quiet --locked --debug \
     --version "$MDBOOK_VERSION" --no-default-features --features search \
     --root "$TOOLS/mdbook" mdbook
   rm -rf "${TOOLS:?}/mdbook-build"
