@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
-# The proxy's cost per call, counted by the kernel (benches/README.md, "Per-call profile"):
+# The proxy's cost per call against nginx's, counted by the kernel (benches/README.md,
+# "Per-call profile"):
 #
 #   benches/profile.sh [PROXY_BINARY] [--record]
 #
-# Runs one saturation round of `cargo bench --bench proxy` (the proxy's release binary,
-# or PROXY_BINARY through MCP_BENCH_PROXY_BIN), attaches `perf stat` to the proxy for 3 s
-# of its data-layer window and prints, per proxied `tools/call` (counted by the proxy's
-# own /metrics over the same 3 s): CPU time (task-clock: user + system), context
-# switches and system calls. With --record, `perf record` (DWARF call graphs) instead,
-# into target/profile.data (read it with `perf report -i target/profile.data`).
+# Runs saturation rounds of `cargo bench --bench proxy` (the proxy's release binary, or
+# PROXY_BINARY through MCP_BENCH_PROXY_BIN) and, in the measured window of each hop —
+# nginx, the proxy with data-layer sessions, the proxy passing an old client through (the
+# hop alone) — measures for 3 s, per proxied `tools/call` (counted by the load generator's
+# own tally: the hop's requests over the same 3 s, from nginx's or the proxy's counters):
+#
+#   round 1: CPU time split into user space and kernel (the processes' own /proc
+#            accounting: utime, stime), task-clock, context switches, system calls, and
+#            the bytes moved through read/write system calls (/proc/PID/io rchar, wchar);
+#   round 2: heap allocations per call (the proxy only: uprobes on mimalloc's allocation
+#            entry points, counted by `perf stat`; uprobes slow the process, not the count);
+#   round 3 (--record): `perf record` of each hop (DWARF call graphs), folded into
+#            target/profile/{nginx,proxy,pass-through}.folded, drawn as flame graphs
+#            (.svg) and as differential flame graphs against nginx (diff-*.svg, with
+#            inferno, installed into target/tools on first use).
+#
+# The machine must be quiet: another build beside it changes every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,37 +33,146 @@ for arg in "$@"; do
     esac
 done
 command -v perf >/dev/null || { echo "profile.sh: perf is not installed (apt-get install linux-perf)" >&2; exit 2; }
+out=target/profile
+mkdir -p "$out"
+if [ "$record" = 1 ] && ! [ -x target/tools/bin/inferno-flamegraph ]; then
+    echo "profile.sh: installing inferno into target/tools (once)" >&2
+    cargo install --quiet --locked --root target/tools inferno
+fi
 
+rounds=2
+[ "$record" = 1 ] && rounds=3
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+probes=()
+cleanup() {
+    rm -f "$log"
+    for p in "${probes[@]}"; do perf probe -q -d "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
 env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
-    --only saturation --rounds 1 --duration 8 --warmup 1 >/dev/null 2>"$log" &
+    --only saturation --rounds "$rounds" --duration 8 --warmup 1 >/dev/null 2>"$log" &
 bench=$!
-until grep -q "round 1/1: proxy (" "$log"; do
-    kill -0 "$bench" 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.2
-done
-sleep 1.5
-name=${binary:-mcp-session-proxy}
-pid=$(pgrep -f "^$(basename "$name")|/$(basename "$name") " | head -1)
-addr=$(ss -ltnp | grep "pid=$pid," | awk '{print $4}' | head -1)
-calls() { curl -s "http://$addr/metrics" | awk '/^mcp_proxy_requests_total\{method="tools\/call",outcome="ok"\}/ {print $2}'; }
-before=$(calls)
-if [ "$record" = 1 ]; then
-    perf record -F 2999 --call-graph dwarf,8192 -o target/profile.data -p "$pid" -- sleep 3 2>/dev/null
-    stat=""
-else
-    stat=$(perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$pid" -- sleep 3 2>&1)
-fi
-after=$(calls)
-wait "$bench"
-n=$((after - before))
-echo "proxied tools/call in 3 s: $n"
-if [ -n "$stat" ]; then
+
+# Waits until the bench's log says round $1 of hop $2 has started, then 1.5 s more (its
+# warm-up).
+window() {
+    until grep -q "saturation round $1/$rounds: $2 (" "$log"; do
+        kill -0 "$bench" 2>/dev/null || { cat "$log" >&2; exit 1; }
+        sleep 0.1
+    done
+    sleep 1.5
+}
+name=$(basename "${binary:-mcp-session-proxy}")
+proxy_pid() { pgrep -f "^$name|/$name " | head -1; }
+nginx_pids() { pgrep -f "nginx: worker process" | paste -sd, -; }
+# The hop's tools/call answered so far: the proxy's /metrics, or nginx's upstream requests
+# (the bench's nginx serves nothing else in the window).
+proxy_calls() {
+    local addr
+    addr=$(ss -ltnp | grep "pid=$(proxy_pid)," | awk '{print $4}' | head -1)
+    curl -s "http://$addr/metrics" | awk '/^mcp_proxy_requests_total\{method="tools\/call",outcome="ok"\}/ {print $2}'
+}
+# utime + stime ticks and rchar/wchar of a comma-separated pid list.
+proc_totals() {
+    local user=0 system=0 rchar=0 wchar=0 pid fields
+    for pid in ${1//,/ }; do
+        fields=$(sed 's/.*) //' "/proc/$pid/stat")
+        user=$((user + $(echo "$fields" | awk '{print $12}')))
+        system=$((system + $(echo "$fields" | awk '{print $13}')))
+        rchar=$((rchar + $(awk '/^rchar/ {print $2}' "/proc/$pid/io")))
+        wchar=$((wchar + $(awk '/^wchar/ {print $2}' "/proc/$pid/io")))
+    done
+    echo "$user $system $rchar $wchar"
+}
+ticks=$(getconf CLK_TCK)
+
+# Round 1: CPU split, kernel events and bytes through system calls, per call. nginx counts
+# nothing the script can read: its calls are the rate the load generator reports for its
+# window (its "req/s" line) times the 3 s.
+stat_round() { # label pids calls-function
+    local label=$1 pids=$2 before after a b n stat
+    before=$($3)
+    a=$(proc_totals "$pids")
+    stat=$(perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$pids" -- sleep 3 2>&1)
+    b=$(proc_totals "$pids")
+    after=$($3)
+    n=$((after - before))
+    echo "$label: tools/call in 3 s: $n"
+    read -r u1 s1 r1 w1 <<<"$a"
+    read -r u2 s2 r2 w2 <<<"$b"
+    awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v r=$((r2 - r1)) -v w=$((w2 - w1)) 'BEGIN {
+        printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
+        printf "  bytes read / written per call (system calls): %.0f / %.0f\n", r / n, w / n }'
     echo "$stat" | awk -F, -v n="$n" '
-        $3 == "task-clock" { printf "CPU per call:              %.1f us\n", $1 * 1000 / n }
-        $3 == "context-switches" { printf "context switches per call: %.2f\n", $1 / n }
-        $3 == "raw_syscalls:sys_enter" { printf "system calls per call:     %.2f\n", $1 / n }'
+        $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
+        $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
+        $3 == "raw_syscalls:sys_enter" { printf "  system calls per call:        %.2f\n", $1 / n }'
+}
+window 1 nginx
+npids=$(nginx_pids)
+a=$(proc_totals "$npids")
+nstat=$(perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$npids" -- sleep 3 2>&1)
+b=$(proc_totals "$npids")
+window 1 proxy
+stat_round "proxy (data-layer sessions)" "$(proxy_pid)" proxy_calls
+window 1 "proxy pass-through"
+stat_round "proxy pass-through (the hop alone)" "$(proxy_pid)" proxy_calls
+# nginx's per-call figures, from the rate the bench measured for it in round 1.
+until grep -A1 "saturation round 1/$rounds: nginx (" "$log" | grep -q "req/s"; do sleep 0.2; done
+nrate=$(grep -A1 "saturation round 1/$rounds: nginx (" "$log" | grep -o '[0-9.]* req/s' | head -1 | awk '{print $1}')
+n=$(awk -v r="$nrate" 'BEGIN { printf "%d", r * 3 }')
+echo "nginx: tools/call in 3 s (from its window's rate, $nrate req/s): $n"
+read -r u1 s1 r1 w1 <<<"$a"
+read -r u2 s2 r2 w2 <<<"$b"
+awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v r=$((r2 - r1)) -v w=$((w2 - w1)) 'BEGIN {
+    printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
+    printf "  bytes read / written per call (system calls): %.0f / %.0f\n", r / n, w / n }'
+echo "$nstat" | awk -F, -v n="$n" '
+    $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
+    $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
+    $3 == "raw_syscalls:sys_enter" { printf "  system calls per call:        %.2f\n", $1 / n }'
+
+# Round 2: heap allocations per call (mimalloc's entry points, as the global allocator
+# calls them).
+bin=$(readlink -f "/proc/$(proxy_pid)/exe")
+events=()
+for fn in mi_malloc_aligned mi_zalloc_aligned mi_realloc_aligned; do
+    if perf probe -q -x "$bin" -a "$fn" 2>/dev/null; then
+        probes+=("probe_$(basename "$bin" | tr -c 'a-zA-Z0-9_\n' '_'):$fn")
+        events+=("${probes[-1]}")
+    fi
+done
+if [ "${#events[@]}" -gt 0 ]; then
+    for hop in proxy "proxy pass-through"; do
+        window 2 "$hop"
+        before=$(proxy_calls)
+        astat=$(perf stat -x, $(printf -- '-e %s ' "${events[@]}") -p "$(proxy_pid)" -- sleep 3 2>&1)
+        after=$(proxy_calls)
+        n=$((after - before))
+        echo "$hop: heap allocations per call (tools/call in 3 s under uprobes: $n)"
+        echo "$astat" | awk -F, -v n="$n" '$3 ~ /^probe_/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
+            END { printf "  %-20s %.1f\n", "all", total / n }'
+    done
 else
-    echo "profile written to target/profile.data"
+    echo "allocations: no uprobe could be placed on mimalloc in $bin (perf probe -x)"
 fi
+
+# Round 3: where the time goes, as flame graphs.
+if [ "$record" = 1 ]; then
+    # Round 3 runs the hops in this order (the bench rotates the order every round).
+    for hop in proxy "proxy pass-through" nginx; do
+        window 3 "$hop"
+        file=$out/$(echo "$hop" | sed 's/proxy pass-through/pass-through/')
+        if [ "$hop" = nginx ]; then pids=$(nginx_pids); else pids=$(proxy_pid); fi
+        perf record -q -F 2999 --call-graph dwarf,8192 -o "$file.data" -p "$pids" -- sleep 3 2>/dev/null
+        perf script -i "$file.data" 2>/dev/null | target/tools/bin/inferno-collapse-perf >"$file.folded"
+        target/tools/bin/inferno-flamegraph --title "$hop" <"$file.folded" >"$file.svg"
+        rm -f "$file.data"
+    done
+    for hop in proxy pass-through; do
+        target/tools/bin/inferno-diff-folded "$out/nginx.folded" "$out/$hop.folded" |
+            target/tools/bin/inferno-flamegraph --title "$hop against nginx" >"$out/diff-$hop.svg"
+    done
+    echo "flame graphs: $out/{nginx,proxy,pass-through}.svg, against nginx: $out/diff-{proxy,pass-through}.svg"
+fi
+wait "$bench"

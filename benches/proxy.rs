@@ -266,17 +266,22 @@ fn cpu_probe(hop: Vec<u32>, upstream: u32, ticks: u64) -> impl Fn() -> Vec<u64> 
         let mut hop_pids = hop.clone();
         hop_pids.extend(hop.iter().flat_map(|&pid| procs::children(pid)));
         let (_, interrupts, steal) = procs::machine_cpu_micros(ticks);
+        let (user, system) = if hop.is_empty() {
+            (0, 0)
+        } else {
+            procs::cpu_split_micros(&hop_pids, ticks)
+        };
+        // 0: the hop's CPU; 1: the upstream's; 2: the generator's; 3: other processes';
+        // 4: interrupts; 5: steal; 6 and 7: the hop's in user space and in the kernel.
         vec![
-            if hop.is_empty() {
-                0
-            } else {
-                procs::cpu_micros(&hop_pids, ticks)
-            },
+            user + system,
             procs::cpu_micros(&[upstream], ticks),
             procs::cpu_micros(&[std::process::id()], ticks),
             foreign.read(),
             interrupts,
             steal,
+            user,
+            system,
         ]
     }
 }
@@ -1518,6 +1523,24 @@ impl Report {
                 lat_us(t),
                 cpu(t),
                 cpu(p)
+            );
+        }
+        // Where each hop's CPU went: its own user-space code, or the kernel on its behalf.
+        let split = |o: &Outcome| match (o.per_op(6), o.per_op(7)) {
+            (Some(u), Some(s)) => format!("{u:.1} / {s:.1}"),
+            _ => "?".into(),
+        };
+        let splits: Vec<String> = self
+            .saturation
+            .iter()
+            .filter(|(label, _)| *label != "direct")
+            .map(|(label, o)| format!("{label} {}", split(o)))
+            .collect();
+        if !splits.is_empty() {
+            let _ = writeln!(
+                out,
+                "- CPU per call at saturation, user / kernel (µs, the hop's own /proc accounting): {}.",
+                splits.join(", ")
             );
         }
         if let (Some(n), Some(p)) = (

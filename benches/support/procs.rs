@@ -474,6 +474,12 @@ http {{
 /// CPU time (user + system) of a set of processes, in microseconds, from
 /// /proc/<pid>/stat (clock ticks; dead threads included).
 pub fn cpu_micros(pids: &[u32], ticks_per_sec: u64) -> u64 {
+    let (user, system) = cpu_split_micros(pids, ticks_per_sec);
+    user + system
+}
+
+/// CPU time used so far by `pids`, in µs: in user space and in the kernel (utime, stime).
+pub fn cpu_split_micros(pids: &[u32], ticks_per_sec: u64) -> (u64, u64) {
     pids.iter()
         .map(|pid| {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -483,13 +489,17 @@ pub fn cpu_micros(pids: &[u32], ticks_per_sec: u64) -> u64 {
                 .map(|(_, rest)| rest.split_whitespace().collect())
                 .unwrap_or_default();
             // utime and stime are fields 14 and 15; `fields[0]` is field 3.
-            let ticks: u64 = [11, 12]
-                .iter()
-                .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
-                .sum();
-            ticks * 1_000_000 / ticks_per_sec.max(1)
+            let micros = |i: usize| {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    * 1_000_000
+                    / ticks_per_sec.max(1)
+            };
+            (micros(11), micros(12))
         })
-        .sum()
+        .fold((0, 0), |(u, s), (user, system)| (u + user, s + system))
 }
 
 /// CPU time used by processes that are not the benchmark's (not this process nor its
