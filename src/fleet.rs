@@ -105,8 +105,8 @@ impl Served {
         }
         let era = match upstream.era() {
             Some(era) => era,
-            None => upstream
-                .find_era()
+            // Boxed: probing is rare (until the era is known), and large.
+            None => Box::pin(upstream.find_era())
                 .await
                 .map_err(|e| upstream_error(upstream, e))?,
         };

@@ -126,8 +126,10 @@ pub async fn handle(
             return response;
         }
     }
+    // Boxed, as the paths are (`dispatch`): the operations endpoints' future is larger
+    // than an MCP request's.
     if (path == HEALTH_PATH || role.serves_operations())
-        && let Some(response) = front.ops.route(&request, role).await
+        && let Some(response) = Box::pin(front.ops.route(&request, role)).await
     {
         return response;
     }
@@ -213,8 +215,9 @@ async fn mcp(
                 } else {
                     "DELETE"
                 };
-                let response = endpoint
-                    .bare(request, &front.metrics)
+                // Boxed: a GET (a stream opened) or DELETE is rarer than a POST, and its
+                // future larger.
+                let response = Box::pin(endpoint.bare(request, &front.metrics))
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
                 (response, label)
@@ -405,9 +408,8 @@ impl Endpoint<'_> {
                     .and_then(|auth| Deadline::of(auth, self.served, message, &route))
                 {
                     Some(deadline) => {
-                        deadline
-                            .run(message, dispatch(self.served, message, route))
-                            .await
+                        // Boxed: a timed call is rare, and its deadline's future large.
+                        Box::pin(deadline.run(message, dispatch(self.served, message, route))).await
                     }
                     None => dispatch(self.served, message, route).await,
                 },
@@ -516,30 +518,42 @@ impl Endpoint<'_> {
 }
 
 /// Hands a classified message to its path.
+///
+/// Each path's future is boxed: they differ in size by kilobytes (a stateless call's,
+/// with its driver and task, is the largest), and an unboxed `match` would make every
+/// request's future — moved into place level by level, and by hyper into its own box —
+/// as large as the largest path's.
 async fn dispatch(
     served: &Served,
     message: &Message<'_, '_>,
     route: Route<'_>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     match route {
-        Route::Create { id, era } => served.session.create(message, id, era).await,
+        Route::Create { id, era } => Box::pin(served.session.create(message, id, era)).await,
         Route::Sep1364Initialize { id, session } => {
-            served
-                .session
-                .initialize(message, id, session.as_ref())
-                .await
+            Box::pin(served.session.initialize(message, id, session.as_ref())).await
         }
-        Route::LegacyInitialize { id } => served.session.initialize_legacy(message, id).await,
-        Route::Delete { id, session } => served.session.delete(message, id, &session).await,
-        Route::Stateless => served.stateless.handle(message).await,
+        Route::LegacyInitialize { id } => {
+            Box::pin(served.session.initialize_legacy(message, id)).await
+        }
+        Route::Delete { id, session } => {
+            Box::pin(served.session.delete(message, id, &session)).await
+        }
+        Route::Stateless => Box::pin(served.stateless.handle(message)).await,
         Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
-        Route::InSession { session, era } => served.session.forward(message, &session, era).await,
-        Route::TaskInSession { session } => served.stateless.in_session(message, &session).await,
+        Route::InSession { session, era } => {
+            Box::pin(served.session.forward(message, &session, era)).await
+        }
+        Route::TaskInSession { session } => {
+            Box::pin(served.stateless.in_session(message, &session)).await
+        }
         Route::PassThrough => {
-            served
-                .passthrough
-                .forward(Method::POST, message.headers, message.body.clone())
-                .await
+            Box::pin(served.passthrough.forward(
+                Method::POST,
+                message.headers,
+                message.body.clone(),
+            ))
+            .await
         }
     }
 }

@@ -145,7 +145,9 @@ impl TokenExchange {
         if let Some(known) = self.known(&key) {
             return known;
         }
-        match self.ask(token, key).await {
+        // Boxed: asking the server is the exception (a token is kept), and its request's
+        // future would make every request's future larger.
+        match Box::pin(self.ask(token, key)).await {
             // The server unavailable while the kept token is still good: it serves.
             Err(ExchangeError::Unavailable(why)) if self.still_good(&key) => {
                 tracing::warn!(error = %why, "a kept exchanged token could not be renewed; used until it expires");

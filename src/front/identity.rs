@@ -155,7 +155,9 @@ impl Identity {
         ) else {
             return Ok(response);
         };
-        self.filtered(upstream, response, id.get()).await
+        // Boxed: only a list answer (or what offers the lists) under rules is read, and
+        // its reading would make every request's future kilobytes larger.
+        Box::pin(self.filtered(upstream, response, id.get())).await
     }
 
     /// `response` with the lists in it (a list answer; a stream's events) showing only

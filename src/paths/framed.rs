@@ -71,7 +71,8 @@ pub async fn exchange(
         upstream = %upstream.label(),
         "a tools/call was refused for its headers (-32020): listing the tools and sending it again"
     );
-    list_tools(upstream, tools, route, &forwarded, Some(frame)).await;
+    // Boxed: rare, and it would make every call to a 2026-07-28 server's future larger.
+    Box::pin(list_tools(upstream, tools, route, &forwarded, Some(frame))).await;
     upstream
         .exchange(route, body, &with_params(&forwarded))
         .await

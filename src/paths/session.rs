@@ -326,7 +326,9 @@ impl SessionPath {
         }
         self.used_locally(&lease.record.backing);
         if is_bridged(&lease.record) {
-            let answered = self.bridge.forward(message, &lease, &session.id).await?;
+            // Boxed, as the rare paths here are: a bridged session's call is large, and
+            // would make every other session call's future as large.
+            let answered = Box::pin(self.bridge.forward(message, &lease, &session.id)).await?;
             return Ok(with_session(answered, &session.id));
         }
         let mut upstream_body = match message.payload {
@@ -377,9 +379,8 @@ impl SessionPath {
         let answer = match exchanged {
             Ok(answer) => answer,
             Err(UpstreamError::SessionGone) => {
-                let route = self
-                    .lost(&session.id, &lease.record, message.headers)
-                    .await?;
+                let route =
+                    Box::pin(self.lost(&session.id, &lease.record, message.headers)).await?;
                 if !self.safe_to_repeat(message) {
                     return Err(ProxyError::NotRetried {
                         upstream: self.upstream.label().to_string(),
@@ -393,10 +394,10 @@ impl SessionPath {
                     .await;
                 match retried {
                     Ok(answer) => answer,
-                    Err(e) => return Err(self.failed(e, &session.id).await),
+                    Err(e) => return Err(Box::pin(self.failed(e, &session.id)).await),
                 }
             }
-            Err(e) => return Err(self.failed(e, &session.id).await),
+            Err(e) => return Err(Box::pin(self.failed(e, &session.id)).await),
         };
         let envelope = message.envelope;
         let request_id = envelope
@@ -804,19 +805,18 @@ impl SessionPath {
         };
         match self.cluster.whereabouts(record.backing.owner.as_deref()) {
             Whereabouts::There(owner) => {
-                let forwarded = self
-                    .cluster
-                    .forward(Forward {
-                        owner,
-                        path: &self.path,
-                        method,
-                        headers: client_headers,
-                        body: body.clone(),
-                        session_id: id,
-                        caller,
-                        client,
-                    })
-                    .await;
+                // Boxed, as in `elsewhere`.
+                let forwarded = Box::pin(self.cluster.forward(Forward {
+                    owner,
+                    path: &self.path,
+                    method,
+                    headers: client_headers,
+                    body: body.clone(),
+                    session_id: id,
+                    caller,
+                    client,
+                }))
+                .await;
                 Some(forwarded)
             }
             Whereabouts::Here | Whereabouts::Gone => None,
@@ -842,24 +842,23 @@ impl SessionPath {
             Whereabouts::Here => Ok(None),
             Whereabouts::There(owner) => {
                 let owner = owner.to_owned();
-                self.cluster
-                    .forward(Forward {
-                        owner: &owner,
-                        path: &self.path,
-                        method,
-                        headers: client_headers,
-                        body: body.clone(),
-                        session_id: &session.id,
-                        caller,
-                        client,
-                    })
-                    .await
-                    .map(Some)
+                // Boxed: forwarding to another replica is rare, and its future large.
+                Box::pin(self.cluster.forward(Forward {
+                    owner: &owner,
+                    path: &self.path,
+                    method,
+                    headers: client_headers,
+                    body: body.clone(),
+                    session_id: &session.id,
+                    caller,
+                    client,
+                }))
+                .await
+                .map(Some)
             }
             Whereabouts::Gone => {
-                lease.record.backing = self
-                    .lost(&session.id, &lease.record, client_headers)
-                    .await?;
+                lease.record.backing =
+                    Box::pin(self.lost(&session.id, &lease.record, client_headers)).await?;
                 Ok(None)
             }
         }

@@ -190,7 +190,9 @@ impl Connections {
                 return Ok(conn);
             }
         }
-        let mut conn = self.connect().await?;
+        // Boxed: a new connection is the exception, and connecting (the TCP connect, the
+        // handshake, their timeouts) would make every request's future larger.
+        let mut conn = Box::pin(self.connect()).await?;
         poll_fn(|cx| conn.poll_ready(cx))
             .await
             .map_err(SendError::Http)?;
