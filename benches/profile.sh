@@ -7,12 +7,13 @@
 # Runs saturation rounds of `cargo bench --bench proxy` (the proxy's release binary, or
 # PROXY_BINARY through MCP_BENCH_PROXY_BIN) and, in the measured window of each hop —
 # nginx, the proxy with data-layer sessions, the proxy passing an old client through (the
-# hop alone) — measures for 3 s, per proxied `tools/call` (counted by the load generator's
-# own tally: the hop's requests over the same 3 s, from nginx's or the proxy's counters):
+# hop alone) — measures for 3 s, per `tools/call` answered in those 3 s (the proxy's own
+# /metrics; nginx's from the rate the load generator reported for its window):
 #
 #   round 1: CPU time split into user space and kernel (the processes' own /proc
 #            accounting: utime, stime), task-clock, context switches, system calls, and
-#            the bytes moved through read/write system calls (/proc/PID/io rchar, wchar);
+#            the bytes written through write/writev (/proc/PID/io wchar; reads are recv
+#            calls, which it does not count);
 #   round 2: heap allocations per call (the proxy only: uprobes on mimalloc's allocation
 #            entry points, counted by `perf stat`; uprobes slow the process, not the count);
 #   round 3 (--record): `perf record` of each hop (DWARF call graphs), folded into
@@ -44,11 +45,20 @@ rounds=2
 [ "$record" = 1 ] && rounds=3
 log=$(mktemp)
 probes=()
+bench=""
 cleanup() {
-    rm -f "$log"
+    # An early exit leaves no load behind (the bench ends its children on SIGTERM), and
+    # no probe.
+    if [ -n "$bench" ] && kill -0 "$bench" 2>/dev/null; then
+        pkill -TERM -P "$bench" 2>/dev/null || true
+        kill "$bench" 2>/dev/null || true
+    fi
     for p in "${probes[@]}"; do perf probe -q -d "$p" 2>/dev/null || true; done
+    rm -f "$log"
 }
 trap cleanup EXIT
+# Probes a killed run left behind would make adding them fail.
+perf probe -q -d 'mcpprofile:*' 2>/dev/null || true
 env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
     --only saturation --rounds "$rounds" --duration 8 --warmup 1 >/dev/null 2>"$log" &
 bench=$!
@@ -62,9 +72,28 @@ window() {
     done
     sleep 1.5
 }
-name=$(basename "${binary:-mcp-session-proxy}")
-proxy_pid() { pgrep -f "^$name|/$name " | head -1; }
-nginx_pids() { pgrep -f "nginx: worker process" | paste -sd, -; }
+exe=$(realpath "${binary:-target/release/mcp-session-proxy}")
+# The proxy: the process running that executable (not this script, whose command line
+# names it too).
+proxy_pid() {
+    local p
+    for p in $(pgrep -f -- "$(basename "$exe")"); do
+        if [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ]; then
+            echo "$p"
+            return
+        fi
+    done
+}
+# A count of calls, or the script stops saying whose it could not count.
+counted() { # label count
+    [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -gt 0 ] || { echo "profile.sh: no calls counted for $1" >&2; exit 1; }
+}
+# The bench's nginx: the workers of the master started with the bench's own nginx.conf.
+nginx_pids() {
+    local master
+    master=$(pgrep -f "nginx: master process.*nginx.conf" | head -1)
+    pgrep -P "$master" | paste -sd, -
+}
 # The hop's tools/call answered so far: the proxy's /metrics, or nginx's upstream requests
 # (the bench's nginx serves nothing else in the window).
 proxy_calls() {
@@ -72,17 +101,16 @@ proxy_calls() {
     addr=$(ss -ltnp | grep "pid=$(proxy_pid)," | awk '{print $4}' | head -1)
     curl -s "http://$addr/metrics" | awk '/^mcp_proxy_requests_total\{method="tools\/call",outcome="ok"\}/ {print $2}'
 }
-# utime + stime ticks and rchar/wchar of a comma-separated pid list.
+# utime and stime ticks and wchar bytes of a comma-separated pid list.
 proc_totals() {
-    local user=0 system=0 rchar=0 wchar=0 pid fields
+    local user=0 system=0 wchar=0 pid fields
     for pid in ${1//,/ }; do
         fields=$(sed 's/.*) //' "/proc/$pid/stat")
         user=$((user + $(echo "$fields" | awk '{print $12}')))
         system=$((system + $(echo "$fields" | awk '{print $13}')))
-        rchar=$((rchar + $(awk '/^rchar/ {print $2}' "/proc/$pid/io")))
         wchar=$((wchar + $(awk '/^wchar/ {print $2}' "/proc/$pid/io")))
     done
-    echo "$user $system $rchar $wchar"
+    echo "$user $system $wchar"
 }
 ticks=$(getconf CLK_TCK)
 
@@ -96,13 +124,14 @@ stat_round() { # label pids calls-function
     stat=$(perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$pids" -- sleep 3 2>&1)
     b=$(proc_totals "$pids")
     after=$($3)
-    n=$((after - before))
+    n=$((${after:-0} - ${before:-0}))
+    counted "$label" "$n"
     echo "$label: tools/call in 3 s: $n"
-    read -r u1 s1 r1 w1 <<<"$a"
-    read -r u2 s2 r2 w2 <<<"$b"
-    awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v r=$((r2 - r1)) -v w=$((w2 - w1)) 'BEGIN {
+    read -r u1 s1 w1 <<<"$a"
+    read -r u2 s2 w2 <<<"$b"
+    awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v w=$((w2 - w1)) 'BEGIN {
         printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
-        printf "  bytes read / written per call (system calls): %.0f / %.0f\n", r / n, w / n }'
+        printf "  bytes written per call (write, writev): %.0f\n", w / n }'
     echo "$stat" | awk -F, -v n="$n" '
         $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
         $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
@@ -118,15 +147,19 @@ stat_round "proxy (data-layer sessions)" "$(proxy_pid)" proxy_calls
 window 1 "proxy pass-through"
 stat_round "proxy pass-through (the hop alone)" "$(proxy_pid)" proxy_calls
 # nginx's per-call figures, from the rate the bench measured for it in round 1.
-until grep -A1 "saturation round 1/$rounds: nginx (" "$log" | grep -q "req/s"; do sleep 0.2; done
+until grep -A1 "saturation round 1/$rounds: nginx (" "$log" | grep -q "req/s"; do
+    kill -0 "$bench" 2>/dev/null || { cat "$log" >&2; exit 1; }
+    sleep 0.2
+done
 nrate=$(grep -A1 "saturation round 1/$rounds: nginx (" "$log" | grep -o '[0-9.]* req/s' | head -1 | awk '{print $1}')
 n=$(awk -v r="$nrate" 'BEGIN { printf "%d", r * 3 }')
+counted nginx "$n"
 echo "nginx: tools/call in 3 s (from its window's rate, $nrate req/s): $n"
-read -r u1 s1 r1 w1 <<<"$a"
-read -r u2 s2 r2 w2 <<<"$b"
-awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v r=$((r2 - r1)) -v w=$((w2 - w1)) 'BEGIN {
+read -r u1 s1 w1 <<<"$a"
+read -r u2 s2 w2 <<<"$b"
+awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v w=$((w2 - w1)) 'BEGIN {
     printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
-    printf "  bytes read / written per call (system calls): %.0f / %.0f\n", r / n, w / n }'
+    printf "  bytes written per call (write, writev): %.0f\n", w / n }'
 echo "$nstat" | awk -F, -v n="$n" '
     $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
     $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
@@ -137,9 +170,9 @@ echo "$nstat" | awk -F, -v n="$n" '
 bin=$(readlink -f "/proc/$(proxy_pid)/exe")
 events=()
 for fn in mi_malloc_aligned mi_zalloc_aligned mi_realloc_aligned; do
-    if perf probe -q -x "$bin" -a "$fn" 2>/dev/null; then
-        probes+=("probe_$(basename "$bin" | tr -c 'a-zA-Z0-9_\n' '_'):$fn")
-        events+=("${probes[-1]}")
+    if perf probe -q -x "$bin" -a "mcpprofile:$fn=$fn" 2>/dev/null; then
+        probes+=("mcpprofile:$fn")
+        events+=("mcpprofile:$fn")
     fi
 done
 if [ "${#events[@]}" -gt 0 ]; then
@@ -148,9 +181,10 @@ if [ "${#events[@]}" -gt 0 ]; then
         before=$(proxy_calls)
         astat=$(perf stat -x, $(printf -- '-e %s ' "${events[@]}") -p "$(proxy_pid)" -- sleep 3 2>&1)
         after=$(proxy_calls)
-        n=$((after - before))
+        n=$((${after:-0} - ${before:-0}))
+        counted "$hop" "$n"
         echo "$hop: heap allocations per call (tools/call in 3 s under uprobes: $n)"
-        echo "$astat" | awk -F, -v n="$n" '$3 ~ /^probe_/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
+        echo "$astat" | awk -F, -v n="$n" '$3 ~ /^mcpprofile:/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
             END { printf "  %-20s %.1f\n", "all", total / n }'
     done
 else
@@ -165,6 +199,10 @@ if [ "$record" = 1 ]; then
         file=$out/$(echo "$hop" | sed 's/proxy pass-through/pass-through/')
         if [ "$hop" = nginx ]; then pids=$(nginx_pids); else pids=$(proxy_pid); fi
         perf record -q -F 2999 --call-graph dwarf,8192 -o "$file.data" -p "$pids" -- sleep 3 2>/dev/null
+    done
+    # Folded after every window: unwinding takes longer than a window.
+    for hop in nginx proxy pass-through; do
+        file=$out/$hop
         perf script -i "$file.data" 2>/dev/null | target/tools/bin/inferno-collapse-perf >"$file.folded"
         target/tools/bin/inferno-flamegraph --title "$hop" <"$file.folded" >"$file.svg"
         rm -f "$file.data"
@@ -175,4 +213,4 @@ if [ "$record" = 1 ]; then
     done
     echo "flame graphs: $out/{nginx,proxy,pass-through}.svg, against nginx: $out/diff-{proxy,pass-through}.svg"
 fi
-wait "$bench"
+wait "$bench" || { cat "$log" >&2; exit 1; }
