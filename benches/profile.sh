@@ -114,9 +114,20 @@ proc_totals() {
 }
 ticks=$(getconf CLK_TCK)
 
-# Round 1: CPU split, kernel events and bytes through system calls, per call. nginx counts
-# nothing the script can read: its calls are the rate the load generator reports for its
-# window (its "req/s" line) times the 3 s.
+# Prints the per-call figures of `n` calls: CPU split and bytes written (from two
+# proc_totals readings) and perf stat's counts.
+per_call() { # n totals-before totals-after perf-stat-output
+    local u1 s1 w1 u2 s2 w2
+    read -r u1 s1 w1 <<<"$2"
+    read -r u2 s2 w2 <<<"$3"
+    awk -v n="$1" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v w=$((w2 - w1)) 'BEGIN {
+        printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
+        printf "  bytes written per call (write, writev): %.0f\n", w / n }'
+    echo "$4" | awk -F, -v n="$1" '
+        $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
+        $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
+        $3 == "raw_syscalls:sys_enter" { printf "  system calls per call:        %.2f\n", $1 / n }'
+}
 stat_round() { # label pids calls-function
     local label=$1 pids=$2 before after a b n stat
     before=$($3)
@@ -127,16 +138,12 @@ stat_round() { # label pids calls-function
     n=$((${after:-0} - ${before:-0}))
     counted "$label" "$n"
     echo "$label: tools/call in 3 s: $n"
-    read -r u1 s1 w1 <<<"$a"
-    read -r u2 s2 w2 <<<"$b"
-    awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v w=$((w2 - w1)) 'BEGIN {
-        printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
-        printf "  bytes written per call (write, writev): %.0f\n", w / n }'
-    echo "$stat" | awk -F, -v n="$n" '
-        $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
-        $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
-        $3 == "raw_syscalls:sys_enter" { printf "  system calls per call:        %.2f\n", $1 / n }'
+    per_call "$n" "$a" "$b" "$stat"
 }
+
+# Round 1: CPU split, kernel events and bytes through system calls, per call. nginx counts
+# nothing the script can read: its calls are the rate the load generator reports for its
+# window (its "req/s" line) times the 3 s.
 window 1 nginx
 npids=$(nginx_pids)
 a=$(proc_totals "$npids")
@@ -155,15 +162,7 @@ nrate=$(grep -A1 "saturation round 1/$rounds: nginx (" "$log" | grep -o '[0-9.]*
 n=$(awk -v r="$nrate" 'BEGIN { printf "%d", r * 3 }')
 counted nginx "$n"
 echo "nginx: tools/call in 3 s (from its window's rate, $nrate req/s): $n"
-read -r u1 s1 w1 <<<"$a"
-read -r u2 s2 w2 <<<"$b"
-awk -v n="$n" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v w=$((w2 - w1)) 'BEGIN {
-    printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
-    printf "  bytes written per call (write, writev): %.0f\n", w / n }'
-echo "$nstat" | awk -F, -v n="$n" '
-    $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
-    $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
-    $3 == "raw_syscalls:sys_enter" { printf "  system calls per call:        %.2f\n", $1 / n }'
+per_call "$n" "$a" "$b" "$nstat"
 
 # Round 2: heap allocations per call (mimalloc's entry points, as the global allocator
 # calls them).

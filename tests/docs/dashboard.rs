@@ -523,65 +523,54 @@ fn shown_as(family: &str, kind: &str) -> String {
 /// is on the root, unprefixed (the OpenTelemetry conventions' names), and its family is
 /// `NAME_UNIT`.
 fn registered_in_source() -> Vec<(String, String)> {
-    fn walk(dir: &Path, into: &mut Vec<(String, String)>) {
-        let entries =
-            std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, into);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                let file = path.strip_prefix(pages::root()).unwrap_or(&path);
-                let file = file.display().to_string();
-                for call in ["registry.register(", "root.register_with_unit("] {
-                    for (at, _) in text.match_indices(call) {
-                        let rest = &text[at + call.len()..];
-                        let Some((name, args)) = rest
-                            .trim_start()
-                            .strip_prefix('"')
-                            .and_then(|r| r.split_once('"'))
-                        else {
-                            continue;
-                        };
-                        let family = if call.starts_with("registry.") {
-                            let prefix = text
-                                .split_once("sub_registry_with_prefix(\"")
-                                .and_then(|(_, r)| r.split_once('"'))
-                                .map(|(prefix, _)| prefix)
-                                .unwrap_or_else(|| {
-                                    panic!(
-                                        "{file} registers {name} on a `registry` it makes \
-                                         with no sub_registry_with_prefix(\"…\")"
-                                    )
-                                });
-                            format!("{prefix}_{name}")
-                        } else {
-                            // The call's own arguments: up to its `);`.
-                            let args = args.split(");").next().unwrap_or(args);
-                            let unit: String = args
-                                .split_once("Unit::")
-                                .map(|(_, r)| {
-                                    r.chars().take_while(char::is_ascii_alphanumeric).collect()
-                                })
-                                .unwrap_or_else(|| {
-                                    panic!("{file}: no Unit:: in the registration of {name}")
-                                });
-                            assert!(
-                                unit != "Other",
-                                "{file}: {name} has a unit of its own (Unit::Other), which \
-                                 this test does not read"
-                            );
-                            format!("{name}_{}", unit.to_ascii_lowercase())
-                        };
-                        into.push((file.clone(), family));
-                    }
-                }
+    let mut registered = Vec::new();
+    for path in pages::files_under(&pages::root().join("src"), "rs") {
+        let into = &mut registered;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = path.strip_prefix(pages::root()).unwrap_or(&path);
+        let file = file.display().to_string();
+        for call in ["registry.register(", "root.register_with_unit("] {
+            for (at, _) in text.match_indices(call) {
+                let rest = &text[at + call.len()..];
+                let Some((name, args)) = rest
+                    .trim_start()
+                    .strip_prefix('"')
+                    .and_then(|r| r.split_once('"'))
+                else {
+                    continue;
+                };
+                let family = if call.starts_with("registry.") {
+                    let prefix = text
+                        .split_once("sub_registry_with_prefix(\"")
+                        .and_then(|(_, r)| r.split_once('"'))
+                        .map(|(prefix, _)| prefix)
+                        .unwrap_or_else(|| {
+                            panic!(
+                                "{file} registers {name} on a `registry` it makes \
+                                 with no sub_registry_with_prefix(\"…\")"
+                            )
+                        });
+                    format!("{prefix}_{name}")
+                } else {
+                    // The call's own arguments: up to its `);`.
+                    let args = args.split(");").next().unwrap_or(args);
+                    let unit: String = args
+                        .split_once("Unit::")
+                        .map(|(_, r)| r.chars().take_while(char::is_ascii_alphanumeric).collect())
+                        .unwrap_or_else(|| {
+                            panic!("{file}: no Unit:: in the registration of {name}")
+                        });
+                    assert!(
+                        unit != "Other",
+                        "{file}: {name} has a unit of its own (Unit::Other), which \
+                         this test does not read"
+                    );
+                    format!("{name}_{}", unit.to_ascii_lowercase())
+                };
+                into.push((file.clone(), family));
             }
         }
     }
-    let mut registered = Vec::new();
-    walk(&pages::root().join("src"), &mut registered);
     registered
 }
 

@@ -16,8 +16,7 @@ pub struct Page {
 /// README.md and every `.md` under `docs/src`, in a stable order.
 pub fn all() -> Vec<Page> {
     let mut paths = vec![PathBuf::from("README.md")];
-    let mut book = Vec::new();
-    collect(&root().join("docs/src"), &mut book);
+    let mut book = files_under(&root().join("docs/src"), "md");
     book.sort();
     paths.extend(
         book.into_iter()
@@ -38,14 +37,21 @@ pub fn read(path: &Path) -> String {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-fn collect(dir: &Path, into: &mut Vec<PathBuf>) {
+/// Every file under `dir` (at any depth) whose name ends in `.{extension}`, unsorted.
+pub fn files_under(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    collect(dir, extension, &mut found);
+    found
+}
+
+fn collect(dir: &Path, extension: &str, into: &mut Vec<PathBuf>) {
     let entries =
         std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
     for entry in entries {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            collect(&path, into);
-        } else if path.extension().is_some_and(|e| e == "md") {
+            collect(&path, extension, into);
+        } else if path.extension().is_some_and(|e| e == extension) {
             into.push(path);
         }
     }
