@@ -107,13 +107,19 @@ fn prepare(command: &mut Command, dir: &Path, env: &[(&str, &str)]) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    without_proxy_settings(command);
+    command.envs(env.iter().copied());
+}
+
+/// `command` without the test process's own `MCP_PROXY_*` and `RUST_LOG`.
+pub fn without_proxy_settings(command: &mut Command) -> &mut Command {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
         if key.starts_with("MCP_PROXY_") || key == "RUST_LOG" {
             command.env_remove(key.as_ref());
         }
     }
-    command.envs(env.iter().copied());
+    command
 }
 
 /// Sends the signal `name` (`TERM`, `HUP`, `KILL`, `STOP`…) to `pid`.

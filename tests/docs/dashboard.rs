@@ -379,14 +379,8 @@ fn datasource_problems(dashboard: &Value) -> Vec<String> {
 fn headings(text: &str) -> Vec<(usize, String, Option<String>)> {
     let mut found = Vec::new();
     let mut section: Option<String> = None;
-    let mut fenced = false;
-    for line in text.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with("```") {
-            fenced = !fenced;
-            continue;
-        }
-        if fenced || !line.starts_with('#') {
+    for line in pages::prose_lines(text) {
+        if !line.starts_with('#') {
             continue;
         }
         let level = line.chars().take_while(|&c| c == '#').count();

@@ -33,7 +33,7 @@ use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use crate::common::binary::{BIN, ProxyProcess};
+use crate::common::binary::{BIN, ProxyProcess, without_proxy_settings};
 use crate::common::interop::{ensure_installed, tools_dir};
 use crate::pages::{self, Page};
 
@@ -325,23 +325,6 @@ fn search_path() -> String {
     format!("{}:{}:{path}", bin.display(), npm.display())
 }
 
-/// The test's own `MCP_PROXY_*` and `RUST_LOG` are not the page's.
-trait WithoutProxySettings {
-    fn envs_remove_proxy_settings(&mut self) -> &mut Self;
-}
-
-impl WithoutProxySettings for Command {
-    fn envs_remove_proxy_settings(&mut self) -> &mut Self {
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if key.starts_with("MCP_PROXY_") || key == "RUST_LOG" {
-                self.env_remove(key.as_ref());
-            }
-        }
-        self
-    }
-}
-
 /// What running a block printed, and how it ended.
 struct Run {
     success: bool,
@@ -354,12 +337,12 @@ struct Run {
 /// is told to stay offline); everything it started is killed when it ends (or after
 /// [`WITHIN`]).
 async fn run_script(script: &str) -> Run {
-    let mut child = Command::new("sh")
+    // The test's own `MCP_PROXY_*` and `RUST_LOG` are not the page's.
+    let mut child = without_proxy_settings(&mut Command::new("sh"))
         .args(["-e", "-c", script])
         .current_dir(tools_dir().join("npm"))
         .env("PATH", search_path())
         .env("npm_config_offline", "true")
-        .envs_remove_proxy_settings()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
