@@ -258,7 +258,12 @@ async fn an_expired_session_closes_its_upstream_stream() {
         .await,
         "the expired session's stream was not closed"
     );
-    assert_eq!(h.proxy.live_sessions(), 0);
+    // The stream can close first: the owner's sweep ends a stream idle for the TTL on
+    // its own clock, the reaper takes the record on its own tick.
+    assert!(
+        eventually(Duration::from_secs(5), || h.proxy.live_sessions() == 0).await,
+        "the expired session is still counted live"
+    );
     h.stop().await;
 }
 
