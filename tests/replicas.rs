@@ -895,6 +895,17 @@ async fn a_task_made_at_one_replica_is_polled_and_cancelled_at_the_other_and_out
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         assert!(finished, "the short task completed at A");
+        // Its end is written to Redis just after A shows it: the three ended tasks'.
+        let written = || async {
+            redis
+                .query::<Vec<String>>(&["KEYS", "mcp-session-proxy:t:*"])
+                .await
+                .is_ok_and(|keys| keys.len() == 3)
+        };
+        assert!(
+            eventually_async(Duration::from_secs(5), written).await,
+            "the ended tasks were not written to Redis"
+        );
         a.kill().await;
         drop(a);
         answered_after_its_owner(&mut on_b, &ended, &running).await;

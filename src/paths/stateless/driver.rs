@@ -293,14 +293,16 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
             }
         }
     }
+    // A task that ended is written where every replica finds it (with a shared store)
+    // first: its client may already have seen it end here, and this replica may not live
+    // through the upstream session's release.
+    if let Some(running) = &task {
+        call.path.keep_ended(&running.task).await;
+    }
     // The client has its answer; now the upstream session goes back to the pool, is
     // ended (its own, or one whose state is unknown), or stays (pinned, a handle's).
     call.session.release().await;
-    // A task that ended is written where every replica finds it (with a shared store).
-    if let Some(running) = task {
-        drop(running.place);
-        call.path.keep_ended(&running.task).await;
-    }
+    drop(task);
 }
 
 /// A call running as a task: the task, what its client says to it, and the waiting
@@ -308,7 +310,8 @@ pub async fn run(mut call: StatelessCall, first: oneshot::Sender<First>) {
 struct Running {
     task: Arc<Task>,
     heard: tokio::sync::mpsc::UnboundedReceiver<Control>,
-    place: WaitingPlace,
+    /// Held, not read: given back when the driver ends.
+    _place: WaitingPlace,
 }
 
 impl Running {
@@ -358,7 +361,11 @@ async fn become_task(call: &StatelessCall, out: &mut Answer) -> Option<Running> 
         write::result(&call.client_id, &task.created()),
     )
     .await;
-    Some(Running { task, heard, place })
+    Some(Running {
+        task,
+        heard,
+        _place: place,
+    })
 }
 
 /// The task's call answered: `completed` with its result (a tool error too), or `failed`
