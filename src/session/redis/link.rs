@@ -15,8 +15,10 @@
 //!   the clients of a server it demotes). Requests never look it up themselves: one that
 //!   finds no primary waits for the task until its own deadline, then fails.
 //!
-//! Every operation is bounded by `session.redis_timeout` and is one round trip once the
-//! primary is known: a command, a pipeline, or a script (`EVALSHA`; loaded first where the
+//! Each worker thread has connections of its own (and the other threads share one set):
+//! a connection's driver task runs on the thread that first used it, so a request's
+//! round trip to Redis never wakes another thread. Every operation is bounded by
+//! `session.redis_timeout` and is one round trip once the primary is known: a command, a pipeline, or a script (`EVALSHA`; loaded first where the
 //! server lacks it, as on a freshly promoted replica). A script whose writes must reach
 //! replicas before the client hears of them goes in one pipeline with its `WAIT`. `WAIT`
 //! holds the connection it is sent on until the replicas answer, so those go on a second
@@ -55,6 +57,9 @@ use crate::telemetry::client::ClientSpan;
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest pause between two look-ups while the sentinels name no usable primary.
 const LOOKUP_PAUSE_MAX: Duration = Duration::from_millis(500);
+/// The least time between two reconnections of every thread's connections to one server
+/// (while it refuses them, every request would ask for one).
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// How long writes do not wait for replicas after a wait that ran out of time.
 const SKIP_AFTER_SHORT: Duration = Duration::from_secs(1);
 
@@ -204,14 +209,19 @@ impl Link {
         match &self.to {
             To::Server(server) => {
                 let managers = server.managers.load_full();
-                let mut connection = managers.pick(wait.is_some()).clone();
+                let mut connection = managers.threads.here().pick(wait.is_some()).clone();
                 let answer = exchange(&mut connection, op, wait);
                 match tokio::time::timeout_at(deadline, answer).await {
                     Ok(Ok(value)) => Ok(value),
                     Ok(Err(e)) => {
-                        // A broken connection the manager replaces by itself.
                         if demoted(&e) {
                             server.renew(&managers, &e);
+                        } else if e.is_connection_dropped() {
+                            // The manager would replace this thread's connection by
+                            // itself; every other thread's broke too (the server
+                            // restarted or went away), and each would lose a request
+                            // finding out.
+                            server.reconnect(&managers);
                         }
                         Err(unavailable(e))
                     }
@@ -220,8 +230,11 @@ impl Link {
             }
             To::Sentinel(sentinel) => {
                 let primary = sentinel.primary(deadline).await?;
-                let mut connection = primary.connections.pick(wait.is_some()).clone();
-                let answer = exchange(&mut connection, op, wait);
+                let answer = async {
+                    let connections = primary.connections().await?;
+                    let mut connection = connections.pick(wait.is_some()).clone();
+                    exchange(&mut connection, op, wait).await
+                };
                 match tokio::time::timeout_at(deadline, answer).await {
                     Ok(Ok(value)) => Ok(value),
                     Ok(Err(e)) => {
@@ -325,8 +338,29 @@ fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// One `T` per worker thread, and one for the threads that are not workers
+/// ([`crate::workers`]).
+struct PerWorker<T>(Box<[T]>);
+
+// === impl PerWorker ===
+
+impl<T> PerWorker<T> {
+    fn new<E>(mut make: impl FnMut(usize) -> Result<T, E>) -> Result<PerWorker<T>, E> {
+        let slots = crate::workers::slots().max(1);
+        Ok(PerWorker(
+            (0..slots).map(&mut make).collect::<Result<_, E>>()?,
+        ))
+    }
+
+    /// This thread's.
+    fn here(&self) -> &T {
+        &self.0[crate::workers::current() % self.0.len()]
+    }
+}
+
 /// Two connections to the same server: `main` for everything but the writes that wait
 /// for replicas, which go on `waiting` (the same connection when nothing waits).
+#[derive(Clone)]
 struct Pair<C> {
     main: C,
     waiting: C,
@@ -345,7 +379,14 @@ struct Server {
     client: redis::Client,
     config: ConnectionManagerConfig,
     waits: bool,
-    managers: ArcSwap<Pair<ConnectionManager>>,
+    managers: ArcSwap<Managers>,
+}
+
+/// Connection managers to one server: each thread's, each connecting when that thread
+/// first uses it.
+struct Managers {
+    threads: PerWorker<Pair<ConnectionManager>>,
+    made: Instant,
 }
 
 // === impl Server ===
@@ -365,35 +406,59 @@ impl Server {
         })
     }
 
-    /// Connection managers, connecting when first used.
+    /// Connection managers for every thread, each connecting when first used (on the
+    /// thread that uses it).
     fn managers(
         client: &redis::Client,
         config: &ConnectionManagerConfig,
         waits: bool,
-    ) -> Result<Pair<ConnectionManager>, StoreError> {
+    ) -> Result<Managers, StoreError> {
         let manager = || {
             ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                 .map_err(unavailable)
         };
-        let main = manager()?;
-        let waiting = if waits { manager()? } else { main.clone() };
-        Ok(Pair { main, waiting })
+        let threads = PerWorker::new(|_| {
+            let main = manager()?;
+            let waiting = if waits { manager()? } else { main.clone() };
+            Ok(Pair { main, waiting })
+        })?;
+        Ok(Managers {
+            threads,
+            made: Instant::now(),
+        })
     }
 
     /// `managers` reached a demoted server: the next operation connects anew (unless
     /// another request did it first).
-    fn renew(&self, managers: &Arc<Pair<ConnectionManager>>, why: &RedisError) {
-        let Ok(fresh) = Server::managers(&self.client, &self.config, self.waits) else {
-            return;
-        };
-        let previous = self.managers.compare_and_swap(managers, Arc::new(fresh));
-        if Arc::ptr_eq(&previous, managers) {
+    fn renew(&self, managers: &Arc<Managers>, why: &RedisError) {
+        if self.replace(managers) {
             tracing::warn!(
                 server = %self.client.get_connection_info().addr(),
                 error = %why,
                 "the Redis server no longer takes writes; connecting to its address anew"
             );
         }
+    }
+
+    /// A connection of `managers` broke: every thread connects anew when it next uses
+    /// the server — at most once per [`RECONNECT_PAUSE`].
+    fn reconnect(&self, managers: &Arc<Managers>) {
+        if managers.made.elapsed() >= RECONNECT_PAUSE && self.replace(managers) {
+            tracing::debug!(
+                server = %self.client.get_connection_info().addr(),
+                "a connection to the Redis server broke; every thread connects anew"
+            );
+        }
+    }
+
+    /// Puts fresh managers in place of `managers`, unless another request did first;
+    /// whether this one did.
+    fn replace(&self, managers: &Arc<Managers>) -> bool {
+        let Ok(fresh) = Server::managers(&self.client, &self.config, self.waits) else {
+            return false;
+        };
+        let previous = self.managers.compare_and_swap(managers, Arc::new(fresh));
+        Arc::ptr_eq(&previous, managers)
     }
 }
 
@@ -462,9 +527,47 @@ struct Sentinel {
 
 /// Connections to the primary.
 struct Primary {
-    connections: Pair<MultiplexedConnection>,
+    server: redis::Client,
+    config: AsyncConnectionConfig,
+    waits: bool,
+    /// Each thread's, connected when that thread first uses them (the look-up's own
+    /// are its thread's).
+    connections: PerWorker<tokio::sync::OnceCell<Pair<MultiplexedConnection>>>,
     /// `host:port`, for logs.
     address: String,
+}
+
+// === impl Primary ===
+
+impl Primary {
+    /// This thread's connections to the primary, connected if they are not yet.
+    async fn connections(&self) -> RedisResult<Pair<MultiplexedConnection>> {
+        let connections = self
+            .connections
+            .here()
+            .get_or_try_init(|| connect(&self.server, &self.config, self.waits))
+            .await?;
+        Ok(connections.clone())
+    }
+}
+
+/// Connections to `server`: two when writes wait for replicas.
+async fn connect(
+    server: &redis::Client,
+    config: &AsyncConnectionConfig,
+    waits: bool,
+) -> RedisResult<Pair<MultiplexedConnection>> {
+    let main = server
+        .get_multiplexed_async_connection_with_config(config)
+        .await?;
+    let waiting = if waits {
+        server
+            .get_multiplexed_async_connection_with_config(config)
+            .await?
+    } else {
+        main.clone()
+    };
+    Ok(Pair { main, waiting })
 }
 
 // === impl Sentinel ===
@@ -599,18 +702,18 @@ impl LookUp {
     async fn once(&mut self) -> RedisResult<Primary> {
         let server = self.client.async_get_client().await?;
         let address = server.get_connection_info().addr().to_string();
-        let main = server
-            .get_multiplexed_async_connection_with_config(&self.connection)
-            .await?;
-        let waiting = if self.waits {
-            server
-                .get_multiplexed_async_connection_with_config(&self.connection)
-                .await?
-        } else {
-            main.clone()
-        };
+        // Connected here: a primary that does not take connections is not the one.
+        let mine = connect(&server, &self.connection, self.waits).await?;
+        let connections =
+            PerWorker::new(|_| Ok::<_, std::convert::Infallible>(tokio::sync::OnceCell::new()))
+                .unwrap_or_else(|never| match never {});
+        // Nothing else holds the cells yet.
+        let _ = connections.here().set(mine);
         Ok(Primary {
-            connections: Pair { main, waiting },
+            server,
+            config: self.connection.clone(),
+            waits: self.waits,
+            connections,
             address,
         })
     }
