@@ -512,9 +512,9 @@ impl Upstream {
 
     /// Names an upstream session after the data-layer session it serves, where the
     /// upstream logs per session (a stdio child's stderr).
-    pub fn label_session(&self, binding: SessionAddr<'_>, label: String) {
+    pub fn label_session(&self, binding: SessionAddr<'_>, label: impl FnOnce() -> String) {
         if let (Transport::Stdio(stdio), Some(key)) = (&self.transport, binding.session_id) {
-            stdio.label_session(key, label);
+            stdio.label_session(key, label());
         }
     }
 

@@ -308,7 +308,7 @@ impl SessionPath {
         session: &SessionRef<'_>,
         era: ClientEra,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        tracing::Span::current().record("session", log_tag(&session.id));
+        record_session(&session.id);
         // What a legacy server would refuse the whole message for is refused here, with
         // the key named, before the session is used.
         if let Some(params) = message.params() {
@@ -924,7 +924,7 @@ impl SessionPath {
                 {
                     self.hold_locally(id, key.to_owned());
                 }
-                self.upstream.label_session(addr(&backing), log_tag(id));
+                self.upstream.label_session(addr(&backing), || log_tag(id));
                 tracing::info!(session = %log_tag(id), replica = backing.replica, "upstream lost the session; reinitialized it with the client's recorded initialize");
                 Ok(backing)
             }
@@ -1133,7 +1133,7 @@ impl SessionPath {
                 .map_err(|e| self.session_error(e, ""))?;
             // The record holds it now: its delete, expiry or loss ends it.
             self.upstream
-                .label_session(session.addr(), log_tag(&issued.id));
+                .label_session(session.addr(), || log_tag(&issued.id));
             let kept = session.keep();
             if let (Some(_), Some(key)) = (owner, kept.id) {
                 self.hold_locally(&issued.id, key.to_string());
@@ -1144,7 +1144,7 @@ impl SessionPath {
         match &opened {
             Ok(issued) => {
                 self.metrics.sessions_created.inc();
-                tracing::Span::current().record("session", log_tag(&issued.id));
+                record_session(&issued.id);
                 tracing::info!("session created");
             }
             Err(e) => {
@@ -1304,4 +1304,13 @@ pub fn raw_bytes(body: &Bytes, raw: &RawValue) -> Bytes {
     range_in(body, raw)
         .map(|r| body.slice(r))
         .unwrap_or_else(|| Bytes::copy_from_slice(raw.get().as_bytes()))
+}
+
+/// Names session `id` (by its tag) in the request's span — unless the span records
+/// nothing (its level is off): the tag is a hash, not worth computing for no one.
+fn record_session(id: &str) {
+    let span = tracing::Span::current();
+    if !span.is_disabled() {
+        span.record("session", log_tag(id));
+    }
 }
