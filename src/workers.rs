@@ -38,6 +38,42 @@ pub fn slots() -> usize {
     MOST.load(Ordering::Relaxed)
 }
 
+/// One `T` per worker thread, and one for the threads that are not workers (slot 0,
+/// shared by them): what a worker keeps for itself — idle upstream connections, its
+/// Redis connections — so that it never waits for, or wakes, another thread. Sized by
+/// [`slots`] when made (after the workers started).
+#[derive(Debug)]
+pub struct PerWorker<T>(Box<[T]>);
+
+impl<T> PerWorker<T> {
+    /// One `make(slot)` per slot.
+    pub fn new(make: impl FnMut(usize) -> T) -> PerWorker<T> {
+        PerWorker((0..slots().max(1)).map(make).collect())
+    }
+
+    /// As [`PerWorker::new`], failing on the first slot `make` fails for.
+    pub fn try_new<E>(make: impl FnMut(usize) -> Result<T, E>) -> Result<PerWorker<T>, E> {
+        Ok(PerWorker(
+            (0..slots().max(1)).map(make).collect::<Result<_, E>>()?,
+        ))
+    }
+
+    /// This thread's.
+    pub fn here(&self) -> &T {
+        &self.0[current() % self.0.len()]
+    }
+
+    /// How many slots (never 0).
+    pub fn slot_count(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Every slot's.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter()
+    }
+}
+
 /// How many workers `workers` asks for: 0 is one per core.
 pub fn count(workers: Option<usize>) -> usize {
     match workers {

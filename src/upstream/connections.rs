@@ -23,6 +23,8 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 
+use crate::workers::PerWorker;
+
 type Driver = Connection<TokioIo<TcpStream>, Full<Bytes>>;
 
 /// One connection: the handle requests are sent on, and the state machine that does
@@ -68,7 +70,7 @@ struct Shared {
     idle_timeout: Duration,
     max_idle: usize,
     /// Idle connections, one list per worker.
-    idle: Box<[Mutex<Vec<Idle>>]>,
+    idle: PerWorker<Mutex<Vec<Idle>>>,
     /// Whether the task closing idle connections runs.
     sweeping: std::sync::atomic::AtomicBool,
 }
@@ -118,10 +120,9 @@ impl Connections {
         idle_timeout: Duration,
         max_idle: usize,
     ) -> Connections {
-        let slots = crate::workers::slots().max(1);
-        let idle = (0..slots).map(|_| Mutex::new(Vec::new())).collect();
+        let idle = PerWorker::new(|_| Mutex::new(Vec::new()));
         // The bound is the configured one in all: shared out over the workers.
-        let max_idle = (max_idle / slots).max(max_idle.min(1));
+        let max_idle = (max_idle / idle.slot_count()).max(max_idle.min(1));
         Connections {
             shared: Arc::new(Shared {
                 host,
@@ -175,13 +176,8 @@ impl Connections {
 
     /// An idle connection of this worker that is still open, else a new one.
     async fn checkout(&self) -> Result<Conn, SendError> {
-        let worker = crate::workers::current() % self.shared.idle.len().max(1);
         loop {
-            let idle = self
-                .shared
-                .idle
-                .get(worker)
-                .and_then(|list| list.lock().pop());
+            let idle = self.shared.idle.here().lock().pop();
             let Some(Idle { mut conn, .. }) = idle else {
                 break;
             };
@@ -285,15 +281,12 @@ impl Shared {
         if conn.closed || conn.sender.is_closed() {
             return;
         }
-        let worker = crate::workers::current() % self.idle.len().max(1);
-        if let Some(list) = self.idle.get(worker) {
-            let mut list = list.lock();
-            if list.len() < self.max_idle {
-                list.push(Idle {
-                    conn,
-                    since: Instant::now(),
-                });
-            }
+        let mut list = self.idle.here().lock();
+        if list.len() < self.max_idle {
+            list.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
         }
     }
 }

@@ -17,9 +17,12 @@
 //!
 //! Each worker thread has connections of its own (and the other threads share one set):
 //! a connection's driver task runs on the thread that first used it, so a request's
-//! round trip to Redis never wakes another thread. Every operation is bounded by
-//! `session.redis_timeout` and is one round trip once the primary is known: a command, a pipeline, or a script (`EVALSHA`; loaded first where the
-//! server lacks it, as on a freshly promoted replica). A script whose writes must reach
+//! round trip to Redis never wakes another thread. They speak RESP2 whatever the URL
+//! says: a RESP3 connection manager reconnects from the thread that made it.
+//!
+//! Every operation is bounded by `session.redis_timeout` and is one round trip once the
+//! primary is known: a command, a pipeline, or a script (`EVALSHA`; loaded first where
+//! the server lacks it, as on a freshly promoted replica). A script whose writes must reach
 //! replicas before the client hears of them goes in one pipeline with its `WAIT`. `WAIT`
 //! holds the connection it is sent on until the replicas answer, so those go on a second
 //! connection of their own: the per-call scripts never queue behind one. After a `WAIT`
@@ -40,7 +43,7 @@ use redis::aio::{
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, Pipeline,
-    RedisConnectionInfo, RedisError, RedisResult, Script, ServerErrorKind, Value,
+    ProtocolVersion, RedisConnectionInfo, RedisError, RedisResult, Script, ServerErrorKind, Value,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -49,6 +52,7 @@ use tokio::time::Instant;
 use crate::config::{RedisConfig, RedisServers};
 use crate::session::store::StoreError;
 use crate::telemetry::client::ClientSpan;
+use crate::workers::PerWorker;
 
 /// How long one look-up of the primary may take (the sentinels asked, the primary's
 /// `ROLE` checked, a connection opened). Requests do not wait for it: it runs in the
@@ -57,8 +61,8 @@ use crate::telemetry::client::ClientSpan;
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest pause between two look-ups while the sentinels name no usable primary.
 const LOOKUP_PAUSE_MAX: Duration = Duration::from_millis(500);
-/// The least time between two reconnections of every thread's connections to one server
-/// (while it refuses them, every request would ask for one).
+/// The least time between two replacements of every thread's connections to one server
+/// (while it refuses them, or answers `READONLY`, every request would ask for one).
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
 /// How long writes do not wait for replicas after a wait that ran out of time.
 const SKIP_AFTER_SHORT: Duration = Duration::from_secs(1);
@@ -126,10 +130,11 @@ impl Link {
                 Some(user) => info.set_username(user),
                 None => info,
             };
-            match &config.password {
+            let info = match &config.password {
                 Some(password) => info.set_password(String::from_utf8_lossy(&password.0)),
                 None => info,
-            }
+            };
+            info.set_protocol(ProtocolVersion::RESP2)
         };
         let waits = config.wait_replicas > 0;
         let to = match &config.servers {
@@ -338,26 +343,6 @@ fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-/// One `T` per worker thread, and one for the threads that are not workers
-/// ([`crate::workers`]).
-struct PerWorker<T>(Box<[T]>);
-
-// === impl PerWorker ===
-
-impl<T> PerWorker<T> {
-    fn new<E>(mut make: impl FnMut(usize) -> Result<T, E>) -> Result<PerWorker<T>, E> {
-        let slots = crate::workers::slots().max(1);
-        Ok(PerWorker(
-            (0..slots).map(&mut make).collect::<Result<_, E>>()?,
-        ))
-    }
-
-    /// This thread's.
-    fn here(&self) -> &T {
-        &self.0[crate::workers::current() % self.0.len()]
-    }
-}
-
 /// Two connections to the same server: `main` for everything but the writes that wait
 /// for replicas, which go on `waiting` (the same connection when nothing waits).
 #[derive(Clone)]
@@ -385,7 +370,9 @@ struct Server {
 /// Connection managers to one server: each thread's, each connecting when that thread
 /// first uses it.
 struct Managers {
+    /// Each thread's.
     threads: PerWorker<Pair<ConnectionManager>>,
+    /// When they were made: they are not replaced again within [`RECONNECT_PAUSE`].
     made: Instant,
 }
 
@@ -417,7 +404,7 @@ impl Server {
             ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                 .map_err(unavailable)
         };
-        let threads = PerWorker::new(|_| {
+        let threads = PerWorker::try_new(|_| {
             let main = manager()?;
             let waiting = if waits { manager()? } else { main.clone() };
             Ok(Pair { main, waiting })
@@ -431,7 +418,7 @@ impl Server {
     /// `managers` reached a demoted server: the next operation connects anew (unless
     /// another request did it first).
     fn renew(&self, managers: &Arc<Managers>, why: &RedisError) {
-        if self.replace(managers) {
+        if managers.made.elapsed() >= RECONNECT_PAUSE && self.replace(managers) {
             tracing::warn!(
                 server = %self.client.get_connection_info().addr(),
                 error = %why,
@@ -454,6 +441,10 @@ impl Server {
     /// Puts fresh managers in place of `managers`, unless another request did first;
     /// whether this one did.
     fn replace(&self, managers: &Arc<Managers>) -> bool {
+        if !Arc::ptr_eq(&self.managers.load(), managers) {
+            // Already replaced: nothing to make and throw away.
+            return false;
+        }
         let Ok(fresh) = Server::managers(&self.client, &self.config, self.waits) else {
             return false;
         };
@@ -557,16 +548,15 @@ async fn connect(
     config: &AsyncConnectionConfig,
     waits: bool,
 ) -> RedisResult<Pair<MultiplexedConnection>> {
-    let main = server
-        .get_multiplexed_async_connection_with_config(config)
-        .await?;
-    let waiting = if waits {
-        server
-            .get_multiplexed_async_connection_with_config(config)
-            .await?
-    } else {
-        main.clone()
-    };
+    let one = || server.get_multiplexed_async_connection_with_config(config);
+    if !waits {
+        let main = one().await?;
+        return Ok(Pair {
+            waiting: main.clone(),
+            main,
+        });
+    }
+    let (main, waiting) = tokio::try_join!(one(), one())?;
     Ok(Pair { main, waiting })
 }
 
@@ -704,9 +694,7 @@ impl LookUp {
         let address = server.get_connection_info().addr().to_string();
         // Connected here: a primary that does not take connections is not the one.
         let mine = connect(&server, &self.connection, self.waits).await?;
-        let connections =
-            PerWorker::new(|_| Ok::<_, std::convert::Infallible>(tokio::sync::OnceCell::new()))
-                .unwrap_or_else(|never| match never {});
+        let connections = PerWorker::new(|_| tokio::sync::OnceCell::new());
         // Nothing else holds the cells yet.
         let _ = connections.here().set(mine);
         Ok(Primary {
