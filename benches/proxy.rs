@@ -256,6 +256,12 @@ fn progress(what: &str) {
     eprintln!("[bench] {what}");
 }
 
+/// How many readings [`cpu_probe`] gives; the hop's user-space and kernel CPU are the
+/// last two.
+const CPU_READINGS: usize = 8;
+const HOP_USER: usize = CPU_READINGS - 2;
+const HOP_KERNEL: usize = CPU_READINGS - 1;
+
 /// CPU of the processes a run involves, in µs: [the hop (proxy or nginx, with its child
 /// processes; 0 for direct), the upstream, the load generator (this process), every other
 /// process on the machine, interrupts machine-wide, stolen by the hypervisor].
@@ -272,8 +278,9 @@ fn cpu_probe(hop: Vec<u32>, upstream: u32, ticks: u64) -> impl Fn() -> Vec<u64> 
             procs::cpu_split_micros(&hop_pids, ticks)
         };
         // 0: the hop's CPU; 1: the upstream's; 2: the generator's; 3: other processes';
-        // 4: interrupts; 5: steal; 6 and 7: the hop's in user space and in the kernel.
-        vec![
+        // 4: interrupts; 5: steal; HOP_USER and HOP_KERNEL: the hop's in user space and
+        // in the kernel (the last two; the array's type checks how many).
+        let readings: [u64; CPU_READINGS] = [
             user + system,
             procs::cpu_micros(&[upstream], ticks),
             procs::cpu_micros(&[std::process::id()], ticks),
@@ -282,7 +289,8 @@ fn cpu_probe(hop: Vec<u32>, upstream: u32, ticks: u64) -> impl Fn() -> Vec<u64> 
             steal,
             user,
             system,
-        ]
+        ];
+        readings.to_vec()
     }
 }
 
@@ -385,9 +393,9 @@ const ERA_PATHS: [EraPath; 5] = [
     },
 ];
 
-/// Where [`eras`]' probe puts the modern upstream's `server/discover` count (after
-/// [`cpu_probe`]'s six readings).
-const DISCOVERS: usize = 6;
+/// Where [`eras`]' probe puts the modern upstream's `server/discover` count: after
+/// [`cpu_probe`]'s readings.
+const DISCOVERS: usize = CPU_READINGS;
 
 struct Creates {
     connections: usize,
@@ -1526,7 +1534,7 @@ impl Report {
             );
         }
         // Where each hop's CPU went: its own user-space code, or the kernel on its behalf.
-        let split = |o: &Outcome| match (o.per_op(6), o.per_op(7)) {
+        let split = |o: &Outcome| match (o.per_op(HOP_USER), o.per_op(HOP_KERNEL)) {
             (Some(u), Some(s)) => format!("{u:.1} / {s:.1}"),
             _ => "?".into(),
         };
