@@ -250,7 +250,9 @@ impl Link {
                     }
                     Err(_) => {
                         let e = self.timed_out();
-                        sentinel.lost(&primary, &e);
+                        if primary.connected_here() {
+                            sentinel.lost(&primary, &e);
+                        }
                         Err(e)
                     }
                 }
@@ -531,14 +533,32 @@ struct Primary {
 // === impl Primary ===
 
 impl Primary {
-    /// This thread's connections to the primary, connected if they are not yet.
-    async fn connections(&self) -> RedisResult<Pair<MultiplexedConnection>> {
-        let connections = self
-            .connections
-            .here()
-            .get_or_try_init(|| connect(&self.server, &self.config, self.waits))
-            .await?;
-        Ok(connections.clone())
+    /// This thread's connections to the primary. When there are none yet, a task of
+    /// this thread's makes them, which a request that stops waiting does not cancel: the
+    /// next request finds them made, and making them has its own connect timeout, not
+    /// what is left of one request's.
+    async fn connections(self: &Arc<Self>) -> RedisResult<Pair<MultiplexedConnection>> {
+        if let Some(made) = self.connections.here().get() {
+            return Ok(made.clone());
+        }
+        let primary = self.clone();
+        let making = tokio::spawn(async move {
+            primary
+                .connections
+                .here()
+                .get_or_try_init(|| connect(&primary.server, &primary.config, primary.waits))
+                .await
+                .cloned()
+        });
+        making
+            .await
+            .map_err(|e| RedisError::from(std::io::Error::other(e.to_string())))?
+    }
+
+    /// Whether this thread has its connections: a request that ran out of time before
+    /// they were made says nothing about the primary.
+    fn connected_here(&self) -> bool {
+        self.connections.here().initialized()
     }
 }
 
