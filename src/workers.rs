@@ -46,15 +46,17 @@ pub fn slots() -> usize {
 pub struct PerWorker<T>(Box<[T]>);
 
 impl<T> PerWorker<T> {
-    /// One `make(slot)` per slot.
-    pub fn new(make: impl FnMut(usize) -> T) -> PerWorker<T> {
-        PerWorker((0..slots().max(1)).map(make).collect())
+    /// One `make()` per slot.
+    pub fn new(mut make: impl FnMut() -> T) -> PerWorker<T> {
+        PerWorker((0..slots().max(1)).map(|_| make()).collect())
     }
 
     /// As [`PerWorker::new`], failing on the first slot `make` fails for.
-    pub fn try_new<E>(make: impl FnMut(usize) -> Result<T, E>) -> Result<PerWorker<T>, E> {
+    pub fn try_new<E>(mut make: impl FnMut() -> Result<T, E>) -> Result<PerWorker<T>, E> {
         Ok(PerWorker(
-            (0..slots().max(1)).map(make).collect::<Result<_, E>>()?,
+            (0..slots().max(1))
+                .map(|_| make())
+                .collect::<Result<_, E>>()?,
         ))
     }
 

@@ -804,21 +804,10 @@ impl SessionPath {
             Err(e) => return Some(Err(self.session_error(e, id))),
         };
         match self.cluster.whereabouts(record.backing.owner.as_deref()) {
-            Whereabouts::There(owner) => {
-                // Boxed, as in `elsewhere`.
-                let forwarded = Box::pin(self.cluster.forward(Forward {
-                    owner,
-                    path: &self.path,
-                    method,
-                    headers: client_headers,
-                    body: body.clone(),
-                    session_id: id,
-                    caller,
-                    client,
-                }))
-                .await;
-                Some(forwarded)
-            }
+            Whereabouts::There(owner) => Some(
+                self.to_replica(owner, id, method, client_headers, body, (caller, client))
+                    .await,
+            ),
             Whereabouts::Here | Whereabouts::Gone => None,
         }
     }
@@ -841,20 +830,10 @@ impl SessionPath {
         {
             Whereabouts::Here => Ok(None),
             Whereabouts::There(owner) => {
-                let owner = owner.to_owned();
-                // Boxed: forwarding to another replica is rare, and its future large.
-                Box::pin(self.cluster.forward(Forward {
-                    owner: &owner,
-                    path: &self.path,
-                    method,
-                    headers: client_headers,
-                    body: body.clone(),
-                    session_id: &session.id,
-                    caller,
-                    client,
-                }))
-                .await
-                .map(Some)
+                let who = (caller, client);
+                self.to_replica(owner, &session.id, method, client_headers, body, who)
+                    .await
+                    .map(Some)
             }
             Whereabouts::Gone => {
                 lease.record.backing =
@@ -862,6 +841,30 @@ impl SessionPath {
                 Ok(None)
             }
         }
+    }
+
+    /// The request, as it came, to `owner`, the replica holding what session `id` has
+    /// in its process; its answer. Boxed: forwarding is rare, and its future large.
+    async fn to_replica(
+        &self,
+        owner: &str,
+        id: &str,
+        method: http::Method,
+        client_headers: &HeaderMap,
+        body: &Bytes,
+        (caller, client): (Caller, Option<IpAddr>),
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        Box::pin(self.cluster.forward(Forward {
+            owner,
+            path: &self.path,
+            method,
+            headers: client_headers,
+            body: body.clone(),
+            session_id: id,
+            caller,
+            client,
+        }))
+        .await
     }
 
     /// Whether a request may be sent again on a new upstream session: a list, read or

@@ -120,7 +120,7 @@ impl Connections {
         idle_timeout: Duration,
         max_idle: usize,
     ) -> Connections {
-        let idle = PerWorker::new(|_| Mutex::new(Vec::new()));
+        let idle = PerWorker::new(|| Mutex::new(Vec::new()));
         // The bound is the configured one in all: shared out over the workers.
         let max_idle = (max_idle / idle.slot_count()).max(max_idle.min(1));
         Connections {
