@@ -258,6 +258,44 @@ async fn expired_redis_sessions_are_ended_upstream_exactly_once() {
 }
 
 #[tokio::test]
+async fn a_redis_restart_costs_no_request_that_may_run_twice() {
+    bounded(async {
+        let mut redis = Redis::start().await;
+        let upstream = Replicas::start(1).await;
+        // One worker: its connection to Redis is the one the restart breaks.
+        let proxy = ProxyProcess::start(&format!(
+            "workers = 1\n{}",
+            config(0, &upstream.urls(), &redis_session(&redis))
+        ))
+        .await;
+        let mut client = SessionClient::new(proxy.url("/mcp"));
+        client.create().await;
+        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
+
+        // Restarted empty: the next use finds its connection dropped and is sent again
+        // on a fresh one (a renewal may run twice): the session is gone with Redis's
+        // data (-32043), not a 503.
+        redis.restart().await;
+        let id = client.session_id().to_owned();
+        let reply = client
+            .request("tools/call", json!({"name": "counter", "arguments": {}}))
+            .await;
+        assert::assert_session_not_found(&reply, &id);
+        // A creation likewise: it works at once.
+        let mut fresh = SessionClient::new(proxy.url("/mcp"));
+        fresh.create().await;
+        assert_eq!(
+            fresh.tool_text("echo", json!({"msg": "at once"})).await,
+            "at once"
+        );
+        redis.restart().await;
+        let mut again = SessionClient::new(proxy.url("/mcp"));
+        again.create().await;
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_redis_outage_answers_503_and_the_proxy_recovers_by_itself() {
     bounded(async {
         let mut redis = Redis::start().await;

@@ -18,7 +18,9 @@
 //!   expires with the task.
 //!
 //! Every operation on the request path is one round trip: a Lua script (`EVALSHA`) that
-//! reads and renews together. A session's creation and deletion — what a client is told
+//! reads and renews together (sent once more if its connection turned out to be
+//! dropped, when running it twice does the same: `Link::run_repeatable`). A session's
+//! creation and deletion — what a client is told
 //! about — also wait for `session.redis_wait_replicas` replicas (`WAIT`, in the same
 //! pipeline), so that a failover does not lose them; a renewal does not wait (losing the
 //! last renewals to a failover only brings a session's expiry back by as much).
@@ -58,7 +60,8 @@ pub const PREFIX: &str = "mcp-session-proxy:";
 pub const REAP_GRACE: Duration = Duration::from_secs(600);
 
 const CREATE: &str = r"
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
+if not redis.call('ZSCORE', KEYS[2], ARGV[6])
+  and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then return 0 end
 redis.call('HSET', KEYS[1], 'r', ARGV[1], 'q', 0, 'u', ARGV[2])
 if ARGV[7] ~= '-' then redis.call('HSET', KEYS[1], 'w', ARGV[7]) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[4])
@@ -316,14 +319,14 @@ impl RedisStore {
             .arg(replica)
             .arg("PX")
             .arg(ttl.max(1));
-        self.link.run(Op::Cmd(&cmd)).await
+        self.link.run_repeatable(Op::Cmd(&cmd)).await
     }
 
     /// The replica an old client's upstream session lives on, if a proxy learned it.
     pub async fn affinity(&self, upstream: &str, session: &str) -> Result<Option<u64>, StoreError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(affinity_key(upstream, session));
-        self.link.run(Op::Cmd(&cmd)).await
+        self.link.run_repeatable(Op::Cmd(&cmd)).await
     }
 
     /// Keeps an ended task's `tasks/get` result `view` until `expires_at`, when the task
@@ -344,7 +347,7 @@ impl RedisStore {
             .arg(view)
             .arg("PX")
             .arg(left);
-        self.link.run(Op::Cmd(&cmd)).await
+        self.link.run_repeatable(Op::Cmd(&cmd)).await
     }
 
     /// The ended task `task` as kept by the replica that ran it, if it was.
@@ -355,14 +358,14 @@ impl RedisStore {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(task_key(upstream, task));
-        self.link.run(Op::Cmd(&cmd)).await
+        self.link.run_repeatable(Op::Cmd(&cmd)).await
     }
 
     /// Forgets an old client's upstream session (it ended).
     pub async fn forget_affinity(&self, upstream: &str, session: &str) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("DEL");
         cmd.arg(affinity_key(upstream, session));
-        self.link.run(Op::Cmd(&cmd)).await
+        self.link.run_repeatable(Op::Cmd(&cmd)).await
     }
 }
 
@@ -383,8 +386,12 @@ impl SessionStore for RedisStore {
                     .caller
                     .map_or_else(|| "-".to_owned(), |caller| caller.hex()),
             );
-        // The client is told of its session only once replicas have it.
-        let created: i64 = self.link.run(Op::Replicated(script, &cmd)).await?;
+        // The client is told of its session only once replicas have it. Run twice, the
+        // script keeps the same record under the same id.
+        let created: i64 = self
+            .link
+            .run_repeatable(Op::Replicated(script, &cmd))
+            .await?;
         if created == 0 {
             return Err(StoreError::Full {
                 max: self.max_sessions,
@@ -401,7 +408,9 @@ impl SessionStore for RedisStore {
             .arg(self.key_expiry(renewal.expires_at))
             .arg(id)
             .arg(renewal.caller.hex());
-        let renewed: Option<(Vec<u8>, u64)> = self.link.run(Op::Script(script, &cmd)).await?;
+        // Run twice, a use renews to the same expiry (its sequence moves on by one more).
+        let renewed: Option<(Vec<u8>, u64)> =
+            self.link.run_repeatable(Op::Script(script, &cmd)).await?;
         renewed
             .map(|(blob, seq)| decode(&blob, seq, renewal.expires_at))
             .transpose()
@@ -411,7 +420,8 @@ impl SessionStore for RedisStore {
         let script = &self.scripts.get;
         let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
         cmd.arg(now).arg(id);
-        let found: Option<(Vec<u8>, u64)> = self.link.run(Op::Script(script, &cmd)).await?;
+        let found: Option<(Vec<u8>, u64)> =
+            self.link.run_repeatable(Op::Script(script, &cmd)).await?;
         // The exact expiry is not needed by `get`'s callers; "live" is.
         found
             .map(|(blob, seq)| decode(&blob, seq, now.saturating_add(1)))
@@ -422,7 +432,8 @@ impl SessionStore for RedisStore {
         let script = &self.scripts.remove;
         let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
         cmd.arg(id);
-        // A deletion the client was told of must not come back with a failover.
+        // A deletion the client was told of must not come back with a failover. Not
+        // repeated: run twice, it would say the session never existed.
         let removed: Option<(Vec<u8>, u64)> = self.link.run(Op::Replicated(script, &cmd)).await?;
         removed.map(|(blob, seq)| decode(&blob, seq, 0)).transpose()
     }
@@ -439,6 +450,7 @@ impl SessionStore for RedisStore {
         cmd.arg(from.unwrap_or(""))
             .arg(blob)
             .arg(to.upstream_session.as_deref().unwrap_or(""));
+        // Not repeated: a compare-and-swap run twice says another did it.
         let done: i64 = self.link.run(Op::Script(script, &cmd)).await?;
         Ok(done == 1)
     }
@@ -451,6 +463,7 @@ impl SessionStore for RedisStore {
         let script = &self.scripts.take_expired;
         let mut cmd = evalsha(script, &[&expiry_key()]);
         cmd.arg(now).arg(limit).arg(format!("{PREFIX}s:"));
+        // Not repeated: what a lost answer claimed would never be ended.
         let flat: Vec<redis::Value> = self.link.run(Op::Script(script, &cmd)).await?;
         let mut out = Vec::with_capacity(flat.len() / 3);
         for triple in flat.chunks_exact(3) {
@@ -472,7 +485,7 @@ impl SessionStore for RedisStore {
             .saturating_sub(1);
         let mut cmd = redis::cmd("ZRANGE");
         cmd.arg(expiry_key()).arg(0).arg(last).arg("WITHSCORES");
-        let ids: Vec<(String, u64)> = self.link.run(Op::Cmd(&cmd)).await?;
+        let ids: Vec<(String, u64)> = self.link.run_repeatable(Op::Cmd(&cmd)).await?;
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -480,7 +493,8 @@ impl SessionStore for RedisStore {
         for (id, _) in &ids {
             pipe.cmd("HMGET").arg(session_key(id)).arg("r").arg("q");
         }
-        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> = self.link.run(Op::Pipeline(&pipe)).await?;
+        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> =
+            self.link.run_repeatable(Op::Pipeline(&pipe)).await?;
         Ok(ids
             .into_iter()
             .zip(rows)
@@ -494,7 +508,7 @@ impl SessionStore for RedisStore {
     async fn count(&self) -> Result<Option<usize>, StoreError> {
         let mut cmd = redis::cmd("ZCARD");
         cmd.arg(expiry_key());
-        self.link.run(Op::Cmd(&cmd)).await.map(Some)
+        self.link.run_repeatable(Op::Cmd(&cmd)).await.map(Some)
     }
 }
 

@@ -28,8 +28,10 @@
 //! connection of their own: the per-call scripts never queue behind one. After a `WAIT`
 //! that ran out of time (a replica down or far behind), writes do not wait for
 //! [`SKIP_AFTER_SHORT`]: one write a period pays the wait, not every one. A failure is
-//! [`StoreError::Unavailable`] (the client hears HTTP 503 and retries); nothing is
-//! retried here, since a script whose answer was lost may have run.
+//! [`StoreError::Unavailable`] (the client hears HTTP 503 and retries). Only what may run
+//! twice with the same outcome ([`Link::run_repeatable`]) is sent once more, and only
+//! when its connection turned out to be dropped; nothing else is, since a script whose
+//! answer was lost may have run.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -189,8 +191,25 @@ impl Link {
 
     /// Sends `op` and reads its answer as a `T`.
     pub async fn run<T: FromRedisValue>(&self, op: Op<'_>) -> Result<T, StoreError> {
+        self.run_as(op, false).await
+    }
+
+    /// As [`Link::run`], for an operation that may run twice with the same outcome (a
+    /// read, a renewal, a write of the same value): sent once more, within the same
+    /// deadline, when its connection turned out to be dropped. A restarted Redis broke
+    /// every thread's connection, and each thread finds out only when it next uses its
+    /// own; such an operation need not fail for that.
+    pub async fn run_repeatable<T: FromRedisValue>(&self, op: Op<'_>) -> Result<T, StoreError> {
+        self.run_as(op, true).await
+    }
+
+    async fn run_as<T: FromRedisValue>(
+        &self,
+        op: Op<'_>,
+        repeatable: bool,
+    ) -> Result<T, StoreError> {
         let span = ClientSpan::store(op.name());
-        let sent = self.send(op).await;
+        let sent = self.send(op, repeatable).await;
         if let Some(span) = span {
             span.sent(
                 sent.as_ref()
@@ -204,13 +223,29 @@ impl Link {
         })
     }
 
-    async fn send(&self, op: Op<'_>) -> Result<Value, StoreError> {
+    async fn send(&self, op: Op<'_>, repeatable: bool) -> Result<Value, StoreError> {
         let deadline = Instant::now() + self.timeout;
         // Whether this write waits for replicas, and so goes on the waiting connection.
         let wait = match op {
             Op::Replicated(..) => self.wait.as_ref().filter(|wait| wait.due()),
             _ => None,
         };
+        match self.attempt(op, wait, deadline).await {
+            Err(Failed::Dropped(_)) if repeatable => self
+                .attempt(op, wait, deadline)
+                .await
+                .map_err(Failed::into_error),
+            answer => answer.map_err(Failed::into_error),
+        }
+    }
+
+    /// One try of `op`, until `deadline`.
+    async fn attempt(
+        &self,
+        op: Op<'_>,
+        wait: Option<&Wait>,
+        deadline: Instant,
+    ) -> Result<Value, Failed> {
         match &self.to {
             To::Server(server) => {
                 let managers = server.managers.load_full();
@@ -218,23 +253,23 @@ impl Link {
                 let answer = exchange(&mut connection, op, wait);
                 match tokio::time::timeout_at(deadline, answer).await {
                     Ok(Ok(value)) => Ok(value),
-                    Ok(Err(e)) => {
-                        if demoted(&e) {
-                            server.renew(&managers, &e);
-                        } else if e.is_connection_dropped() {
-                            // The manager would replace this thread's connection by
-                            // itself; every other thread's broke too (the server
-                            // restarted or went away), and each would lose a request
-                            // finding out.
-                            server.reconnect(&managers);
-                        }
-                        Err(unavailable(e))
+                    Ok(Err(e)) if demoted(&e) => {
+                        server.renew(&managers, &e);
+                        Err(Failed::Other(unavailable(e)))
                     }
-                    Err(_) => Err(self.timed_out()),
+                    Ok(Err(e)) if e.is_connection_dropped() => {
+                        // The manager would replace this thread's connection by itself;
+                        // every other thread's broke too (the server restarted or went
+                        // away): they connect anew as well.
+                        server.reconnect(&managers);
+                        Err(Failed::Dropped(unavailable(e)))
+                    }
+                    Ok(Err(e)) => Err(Failed::Other(unavailable(e))),
+                    Err(_) => Err(Failed::Other(self.timed_out())),
                 }
             }
             To::Sentinel(sentinel) => {
-                let primary = sentinel.primary(deadline).await?;
+                let primary = sentinel.primary(deadline).await.map_err(Failed::Other)?;
                 let answer = async {
                     let connections = primary.connections().await?;
                     let mut connection = connections.pick(wait.is_some()).clone();
@@ -246,14 +281,18 @@ impl Link {
                         if primary_gone(&e) {
                             sentinel.lost(&primary, &e);
                         }
-                        Err(unavailable(e))
+                        Err(if e.is_connection_dropped() {
+                            Failed::Dropped(unavailable(e))
+                        } else {
+                            Failed::Other(unavailable(e))
+                        })
                     }
                     Err(_) => {
                         let e = self.timed_out();
                         if primary.connected_here() {
                             sentinel.lost(&primary, &e);
                         }
-                        Err(e)
+                        Err(Failed::Other(e))
                     }
                 }
             }
@@ -265,6 +304,21 @@ impl Link {
             "Redis did not answer within {}",
             humantime::format_duration(self.timeout)
         ))
+    }
+}
+
+/// Why a try of an operation failed: its connection was dropped (the server restarted,
+/// went away, or refused it), or anything else.
+enum Failed {
+    Dropped(StoreError),
+    Other(StoreError),
+}
+
+impl Failed {
+    fn into_error(self) -> StoreError {
+        match self {
+            Failed::Dropped(e) | Failed::Other(e) => e,
+        }
     }
 }
 
@@ -406,7 +460,7 @@ impl Server {
             ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
                 .map_err(unavailable)
         };
-        let threads = PerWorker::try_new(|_| {
+        let threads = PerWorker::try_new(|| {
             let main = manager()?;
             let waiting = if waits { manager()? } else { main.clone() };
             Ok(Pair { main, waiting })
@@ -420,7 +474,7 @@ impl Server {
     /// `managers` reached a demoted server: the next operation connects anew (unless
     /// another request did it first).
     fn renew(&self, managers: &Arc<Managers>, why: &RedisError) {
-        if managers.made.elapsed() >= RECONNECT_PAUSE && self.replace(managers) {
+        if self.replace(managers) {
             tracing::warn!(
                 server = %self.client.get_connection_info().addr(),
                 error = %why,
@@ -432,7 +486,7 @@ impl Server {
     /// A connection of `managers` broke: every thread connects anew when it next uses
     /// the server — at most once per [`RECONNECT_PAUSE`].
     fn reconnect(&self, managers: &Arc<Managers>) {
-        if managers.made.elapsed() >= RECONNECT_PAUSE && self.replace(managers) {
+        if self.replace(managers) {
             tracing::debug!(
                 server = %self.client.get_connection_info().addr(),
                 "a connection to the Redis server broke; every thread connects anew"
@@ -440,11 +494,13 @@ impl Server {
         }
     }
 
-    /// Puts fresh managers in place of `managers`, unless another request did first;
-    /// whether this one did.
+    /// Puts fresh managers in place of `managers`, unless another request did first or
+    /// they were made less than [`RECONNECT_PAUSE`] ago; whether this one did.
     fn replace(&self, managers: &Arc<Managers>) -> bool {
-        if !Arc::ptr_eq(&self.managers.load(), managers) {
-            // Already replaced: nothing to make and throw away.
+        if managers.made.elapsed() < RECONNECT_PAUSE
+            || !Arc::ptr_eq(&self.managers.load(), managers)
+        {
+            // Too soon, or already replaced: nothing to make and throw away.
             return false;
         }
         let Ok(fresh) = Server::managers(&self.client, &self.config, self.waits) else {
@@ -714,7 +770,7 @@ impl LookUp {
         let address = server.get_connection_info().addr().to_string();
         // Connected here: a primary that does not take connections is not the one.
         let mine = connect(&server, &self.connection, self.waits).await?;
-        let connections = PerWorker::new(|_| tokio::sync::OnceCell::new());
+        let connections = PerWorker::new(tokio::sync::OnceCell::new);
         // Nothing else holds the cells yet.
         let _ = connections.here().set(mine);
         Ok(Primary {
