@@ -519,7 +519,6 @@ fn shown_as(family: &str, kind: &str) -> String {
 fn registered_in_source() -> Vec<(String, String)> {
     let mut registered = Vec::new();
     for path in pages::files_under(&pages::root().join("src"), "rs") {
-        let into = &mut registered;
         let text = std::fs::read_to_string(&path).unwrap();
         let file = path.strip_prefix(pages::root()).unwrap_or(&path);
         let file = file.display().to_string();
@@ -561,7 +560,7 @@ fn registered_in_source() -> Vec<(String, String)> {
                     );
                     format!("{name}_{}", unit.to_ascii_lowercase())
                 };
-                into.push((file.clone(), family));
+                registered.push((file.clone(), family));
             }
         }
     }

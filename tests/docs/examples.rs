@@ -34,6 +34,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use crate::common::binary::{BIN, ProxyProcess, without_proxy_settings};
+use crate::common::fleet::{free_port, which};
 use crate::common::interop::{ensure_installed, tools_dir};
 use crate::pages::{self, Page};
 
@@ -259,16 +260,6 @@ fn output_matches(expected: &[String], lines: &[&str]) -> bool {
             .split_first()
             .is_some_and(|(line, more)| line_matches(first, line) && output_matches(rest, more)),
     }
-}
-
-/// A port nobody listens on now. Another test may take it before the block's server binds
-/// it (the kernel hands out ephemeral ports in turn, so that is rare); the block then
-/// fails saying its server could not listen.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// `script` with each `127.0.0.1:PORT` given a port of its own (`fixed` first).
@@ -518,13 +509,8 @@ fn every_example_that_talks_to_the_proxy_says_how_it_runs() {
 #[tokio::test]
 async fn every_example_prints_what_its_page_shows() {
     ensure_installed();
-    let curl = std::process::Command::new("curl")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
     assert!(
-        curl,
+        which("curl").is_some(),
         "the examples use curl: install it (apt-get install curl)"
     );
     let examples: Vec<Example> = all_examples()

@@ -74,7 +74,7 @@ fn anchors(text: &str) -> BTreeSet<String> {
 }
 
 /// `path` with `.` and `..` taken out (no file system access: the target may not exist);
-/// `None` when it climbs above where it starts.
+/// `None` when it climbs above where it starts, or starts at the root.
 fn normalize(path: &Path) -> Option<PathBuf> {
     let mut out = PathBuf::new();
     for part in path.components() {
@@ -85,6 +85,8 @@ fn normalize(path: &Path) -> Option<PathBuf> {
                 }
             }
             Component::CurDir => {}
+            // An absolute path is outside the repository whatever it names.
+            Component::RootDir | Component::Prefix(_) => return None,
             other => out.push(other),
         }
     }
@@ -130,7 +132,7 @@ fn broken(page: &Page, target: &str) -> Option<String> {
     if resolved.extension().is_none_or(|e| e != "md") {
         return None;
     }
-    let ids = anchors(&pages::read(&resolved));
+    let ids = anchors(&pages::rendered(&resolved, &pages::read(&resolved)));
     (!ids.contains(anchor)).then(|| {
         format!(
             "{target}: {} has no heading with the id {anchor:?}",
@@ -145,7 +147,9 @@ fn every_relative_link_and_anchor_resolves() {
     let pages = pages::all();
     assert!(pages.len() > 10, "the book's pages were not found");
     for page in &pages {
-        for target in link_targets(&page.text) {
+        // As rendered: a link a book page takes from README.md must lead somewhere from
+        // the book page, where the HTML book shows it.
+        for target in link_targets(&pages::rendered(&page.path, &page.text)) {
             if let Some(problem) = broken(page, &target) {
                 problems.push(format!("{}: {problem}", page.path.display()));
             }
@@ -202,6 +206,7 @@ fn ids_are_made_the_way_mdbook_makes_them() {
         "a repeated heading's id is numbered, code is not a heading"
     );
     assert_eq!(normalize(Path::new("docs/../../x")), None);
+    assert_eq!(normalize(Path::new("/etc/hosts")), None);
     assert_eq!(
         normalize(Path::new("docs/src/../x.md")),
         Some(PathBuf::from("docs/x.md"))

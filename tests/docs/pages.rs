@@ -37,6 +37,51 @@ pub fn read(path: &Path) -> String {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
+/// `text` of the page at `path` as mdBook renders it: each `{{#include FILE}}` or
+/// `{{#include FILE:NAME}}` line replaced by that file (relative to the page), or by its
+/// lines between `<!-- ANCHOR: NAME -->` and `<!-- ANCHOR_END: NAME -->` — so that what a
+/// book page takes from README.md is checked as part of that page.
+pub fn rendered(path: &Path, text: &str) -> String {
+    let here = path.parent().unwrap_or(Path::new(""));
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let Some(include) = line
+            .trim()
+            .strip_prefix("{{#include ")
+            .and_then(|rest| rest.strip_suffix("}}"))
+        else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let (file, name) = match include.split_once(':') {
+            Some((file, name)) => (file, Some(name)),
+            None => (include, None),
+        };
+        let included = std::fs::read_to_string(root().join(here).join(file))
+            .unwrap_or_else(|e| panic!("{}: cannot include {file}: {e}", path.display()));
+        let region: Vec<&str> = match name {
+            None => included.lines().collect(),
+            Some(name) => {
+                let start = format!("<!-- ANCHOR: {name} -->");
+                let end = format!("<!-- ANCHOR_END: {name} -->");
+                let mut lines = included.lines().skip_while(|l| l.trim() != start);
+                assert!(
+                    lines.next().is_some(),
+                    "{}: {file} has no anchor {name}",
+                    path.display()
+                );
+                lines.take_while(|l| l.trim() != end).collect()
+            }
+        };
+        for line in region.into_iter().filter(|l| !l.contains("<!-- ANCHOR")) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// Every file under `dir` (at any depth) whose name ends in `.{extension}`, unsorted.
 pub fn files_under(dir: &Path, extension: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
