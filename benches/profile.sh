@@ -19,7 +19,8 @@
 #   round 3 (--record): `perf record` of each hop (DWARF call graphs), folded into
 #            target/profile/{nginx,proxy,pass-through}.folded, drawn as flame graphs
 #            (.svg) and as differential flame graphs against nginx (diff-*.svg, with
-#            inferno, installed into target/tools on first use).
+#            inferno, installed into target/tools on first use), and each hop's samples
+#            shared out by component (the kernel, hyper, tokio, memcpy, mimalloc…).
 #
 # The machine must be quiet: another build beside it changes every figure.
 set -euo pipefail
@@ -211,5 +212,27 @@ if [ "$record" = 1 ]; then
             target/tools/bin/inferno-flamegraph --title "$hop against nginx" >"$out/diff-$hop.svg"
     done
     echo "flame graphs: $out/{nginx,proxy,pass-through}.svg, against nginx: $out/diff-{proxy,pass-through}.svg"
+    # Where each hop's samples were, by component (benches/README.md's table): the
+    # kernel's whenever a system call or an interrupt is on the stack, else the
+    # component of the frame the sample was in.
+    for hop in nginx proxy pass-through; do
+        echo "$hop: share of samples"
+        awk '{
+            n = $NF; $NF = ""; m = split($0, f, ";"); leaf = f[m]; cat = ""
+            for (i = 1; i <= m; i++)
+                if (f[i] ~ /entry_SYSCALL|do_syscall_64|asm_sysvec|asm_common_interrupt|ret_from_fork/) { cat = "kernel"; break }
+            if (cat == "") {
+                if (leaf ~ /memcpy|memmove/) cat = "moved memory (memcpy)"
+                else if (leaf ~ /(^| )_?mi_/) cat = "mimalloc"
+                else if (leaf ~ /hyper|httparse|http::/) cat = "hyper / http"
+                else if (leaf ~ /tokio|mio/) cat = "tokio"
+                else if (leaf ~ /serde/) cat = "serde"
+                else if (leaf ~ /mcp_session_proxy/) cat = "the proxy'"'"'s code"
+                else if (leaf ~ /ngx_/) cat = "nginx'"'"'s code"
+                else cat = "other user space"
+            }
+            share[cat] += n; total += n
+        } END { for (c in share) printf "  %5.1f%%  %s\n", 100 * share[c] / total, c }' "$out/$hop.folded" | sort -rn
+    done
 fi
 wait "$bench" || { cat "$log" >&2; exit 1; }
