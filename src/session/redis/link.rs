@@ -231,8 +231,9 @@ impl Link {
             _ => None,
         };
         match self.attempt(op, wait, deadline).await {
-            Err(Failed::Dropped(_)) if repeatable => self
-                .attempt(op, wait, deadline)
+            // Boxed: rare, and a second try held inline would make every store
+            // operation's future (and the request's around it) larger.
+            Err(Failed::Dropped(_)) if repeatable => Box::pin(self.attempt(op, wait, deadline))
                 .await
                 .map_err(Failed::into_error),
             answer => answer.map_err(Failed::into_error),
