@@ -4,7 +4,8 @@
 //! Three targets in front of one fast legacy upstream (its own process, answering in
 //! microseconds): the upstream **direct**, **nginx** as a plain reverse proxy, and the
 //! **proxy** (the release binary) with data-layer sessions; at saturation also the proxy
-//! passing a legacy client through (its HTTP hop without the sessions). Same load
+//! passing a legacy client through (its HTTP hop without the sessions), and the floor
+//! (`support::floor`: the least a tokio hop costs on this machine). Same load
 //! generator, same run. The session stores are compared the same way: the proxy with the
 //! memory store, with Redis (a redis-server of its own; and the same server as the
 //! primary a sentinel names, with a replica) and with sealed ids, paced. And the eras: a
@@ -231,6 +232,8 @@ fn install_signal_handler() {
 
 /// The proxy with a legacy client: pass-through, no data-layer session.
 const PASS_THROUGH: &str = "proxy pass-through";
+/// The floor hop (`support::floor`): the least a tokio hop costs on this machine.
+const FLOOR: &str = "floor";
 
 /// A measured window on stderr: its rate, p50, p99 and errors, and where the CPU went.
 fn progress_line(outcome: &Outcome) {
@@ -434,6 +437,7 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     let (upstream, upstream_addr) = procs::spawn_upstream();
     let nginx = nginx_available.then(|| procs::spawn_nginx(upstream_addr, 2));
     let (proxy, proxy_addr) = procs::spawn_proxy(upstream_addr);
+    let (floor, floor_addr) = procs::spawn_floor(upstream_addr);
 
     let mut targets: Vec<(Target, Vec<u32>)> = vec![(
         Target {
@@ -470,6 +474,15 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
             protocol: Protocol::Legacy,
         },
         vec![proxy.pid()],
+    ));
+    // The floor (saturation only): what the runtime and the kernel cost a hop.
+    targets.push((
+        Target {
+            label: FLOOR,
+            addr: floor_addr,
+            protocol: Protocol::Legacy,
+        },
+        vec![floor.pid()],
     ));
     for (target, _) in &targets {
         if let Err(e) = load::smoke(target) {
@@ -528,7 +541,10 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
 
     if options.runs("paced") {
         for tool in [Tool::Json, Tool::Sse] {
-            for (target, pids) in targets.iter().filter(|(t, _)| t.label != PASS_THROUGH) {
+            for (target, pids) in targets
+                .iter()
+                .filter(|(t, _)| t.label != PASS_THROUGH && t.label != FLOOR)
+            {
                 progress(&format!(
                     "paced {} req/s, {}: {} ({} connections, {:?})",
                     options.rate,
@@ -611,7 +627,7 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
             };
             for (target, pids) in targets
                 .iter()
-                .filter(|(t, _)| t.label != "nginx" && t.label != PASS_THROUGH)
+                .filter(|(t, _)| !matches!(t.label, "nginx" | PASS_THROUGH | FLOOR))
             {
                 progress(&format!(
                     "{}: {} ({} connections, {:?})",
@@ -1531,6 +1547,16 @@ impl Report {
                 lat_us(t),
                 cpu(t),
                 cpu(p)
+            );
+        }
+        if let Some(f) = find(&self.saturation, FLOOR) {
+            let cpu = |o: &Outcome| o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "- The floor (a minimal HTTP/1.1 hop on one current-thread tokio runtime, `benches/support/floor.rs`: each message copied whole, nothing parsed beyond its framing; the same saturation rounds): {} req/s, p50 / p99 {} µs, CPU {} µs per call — what the runtime and the kernel cost one hop on this machine.",
+                thousands(f.rate()),
+                lat_us(f),
+                cpu(f)
             );
         }
         // Where each hop's CPU went: its own user-space code, or the kernel on its behalf.

@@ -1,4 +1,4 @@
-//! The benchmark's parts: the fast upstreams (2025-11-25 and 2026-07-28), the processes under test, the HTTP client
+//! The benchmark's parts: the fast upstreams (2025-11-25 and 2026-07-28), the floor hop, the processes under test, the HTTP client
 //! and the load generator; and what every benchmark's `main` does first and last
 //! ([`runtime`], [`write_report`]).
 
@@ -7,6 +7,7 @@
     reason = "each benchmark uses a different part of its support"
 )]
 
+pub mod floor;
 pub mod http;
 pub mod load;
 pub mod modern;

@@ -205,10 +205,25 @@ pub fn spawn_modern_upstream() -> (Guard, SocketAddr) {
     spawn_role("modern-upstream", "modern upstream")
 }
 
+/// The floor hop (`super::floor`) in front of `upstream`.
+pub fn spawn_floor(upstream: SocketAddr) -> (Guard, SocketAddr) {
+    spawn_role_with(
+        "floor",
+        "the floor hop",
+        &[("MCP_BENCH_FLOOR_UPSTREAM", &upstream.to_string())],
+    )
+}
+
 /// This binary as the upstream `role`, once it says `READY <port>`.
 fn spawn_role(role: &str, name: &'static str) -> (Guard, SocketAddr) {
+    spawn_role_with(role, name, &[])
+}
+
+/// [`spawn_role`], with `env` set for it.
+fn spawn_role_with(role: &str, name: &'static str, env: &[(&str, &str)]) -> (Guard, SocketAddr) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = Command::new(exe)
+        .envs(env.iter().copied())
         .env("MCP_BENCH_ROLE", role)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -74,12 +74,14 @@ struct Params<'a> {
 }
 
 /// Runs an upstream instead of the benchmark when this binary was started as one
-/// (`MCP_BENCH_ROLE=upstream`: this one; `modern-upstream`: `super::modern`'s; by
-/// `procs::spawn_upstream` / `procs::spawn_modern_upstream`); returns otherwise.
+/// (`MCP_BENCH_ROLE=upstream`: this one; `modern-upstream`: `super::modern`'s; `floor`:
+/// the floor hop, `super::floor`; by `procs::spawn_upstream`,
+/// `procs::spawn_modern_upstream`, `procs::spawn_floor`); returns otherwise.
 pub fn serve_if_asked() {
     match std::env::var("MCP_BENCH_ROLE").as_deref() {
         Ok("upstream") => run(serve()),
         Ok("modern-upstream") => run(super::modern::serve()),
+        Ok("floor") => super::floor::run(),
         _ => {}
     }
 }
