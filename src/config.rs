@@ -251,6 +251,9 @@ pub struct RedisConfig {
     pub wait_replicas: usize,
     /// How long a creation or deletion waits for them at most.
     pub wait_timeout: Duration,
+    /// Sessions each worker thread keeps in memory between uses, kept true by Redis
+    /// (`session.redis_cache_sessions`; 0: every use asks Redis).
+    pub cache_sessions: usize,
 }
 
 /// Which Redis servers keep the sessions.
@@ -276,6 +279,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("timeout", &self.timeout)
             .field("wait_replicas", &self.wait_replicas)
             .field("wait_timeout", &self.wait_timeout)
+            .field("cache_sessions", &self.cache_sessions)
             .finish()
     }
 }

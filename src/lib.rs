@@ -205,9 +205,17 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let tombstones = matches!(s.store, StoreConfig::Sealed { .. })
         .then(|| Arc::new(Tombstones::new(s.max_tombstones, s.idle_ttl)));
     let store = match (&s.store, &tombstones) {
-        (StoreConfig::Redis(redis), _) => Store::Redis(
-            RedisStore::new(redis, s.idle_ttl, s.max_sessions).map_err(StartError::Store)?,
-        ),
+        (StoreConfig::Redis(redis), _) => {
+            let counted = session::CacheCounted {
+                hit: metrics.session_cache("hit"),
+                miss: metrics.session_cache("miss"),
+                untracked: metrics.session_cache("untracked"),
+            };
+            Store::Redis(
+                RedisStore::new(redis, s.idle_ttl, s.max_sessions, counted)
+                    .map_err(StartError::Store)?,
+            )
+        }
         (StoreConfig::Sealed { .. }, Some(tombstones)) => Store::Sealed(
             SealedStore::new(&sealing, tombstones.clone()).map_err(StartError::Store)?,
         ),

@@ -205,6 +205,11 @@ pub struct PoolLabels {
     pub pool: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionCacheLabels {
+    pub outcome: &'static str,
+}
+
 /// Every metric the proxy exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -218,6 +223,8 @@ pub struct Metrics {
     pub sessions_lost: Counter,
     pub sessions_reinitialized: Counter,
     pub sessions_other_caller: Counter,
+    /// Uses of Redis sessions, by whether a worker's memory served them.
+    pub session_cache: Family<SessionCacheLabels, Counter>,
     pub auth_refused: Family<AuthLabels, Counter>,
     pub policy_decisions: Family<PolicyLabels, Counter>,
     pub replica_healthy: Family<ReplicaLabels, Gauge>,
@@ -265,6 +272,7 @@ impl Metrics {
             sessions_lost: Counter::default(),
             sessions_reinitialized: Counter::default(),
             sessions_other_caller: Counter::default(),
+            session_cache: Family::default(),
             auth_refused: Family::default(),
             policy_decisions: Family::default(),
             replica_healthy: Family::default(),
@@ -334,6 +342,11 @@ impl Metrics {
             "sessions_other_caller",
             "Requests naming a live session bound to another caller (answered as an unknown session)",
             m.sessions_other_caller.clone(),
+        );
+        registry.register(
+            "session_cache",
+            "Uses of sessions kept in Redis: served from a worker's memory (hit), asked of Redis (miss), or asked because the worker is not told of changes now (untracked)",
+            m.session_cache.clone(),
         );
         registry.register(
             "auth_refused",
@@ -544,6 +557,12 @@ impl Metrics {
             era: era.unwrap_or("unknown"),
         };
         self.replica_era.get_or_create(&labels).set(1);
+    }
+
+    /// The counter of Redis session uses with `outcome` (`hit`, `miss`, `untracked`).
+    pub fn session_cache(&self, outcome: &'static str) -> Counter {
+        self.session_cache
+            .get_or_create_owned(&SessionCacheLabels { outcome })
     }
 
     /// The size gauge of one pool.

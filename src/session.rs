@@ -22,7 +22,7 @@ pub use manager::{
 };
 pub use memory::MemoryStore;
 pub use record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis, rfc3339};
-pub use redis::RedisStore;
+pub use redis::{Counted as CacheCounted, RedisStore};
 pub use sealed::SealedStore;
 pub use state::{StateSigner, keyed_hmac};
 pub use store::{Renewal, Reroute, SessionStore, Store, StoreError};

@@ -62,7 +62,12 @@ impl<T> PerWorker<T> {
 
     /// This thread's.
     pub fn here(&self) -> &T {
-        &self.0[current() % self.0.len()]
+        &self.0[self.here_index()]
+    }
+
+    /// Which slot is this thread's (the same for every call on one thread).
+    pub fn here_index(&self) -> usize {
+        current() % self.0.len()
     }
 
     /// How many slots (never 0).

@@ -291,63 +291,131 @@ async fn a_tool_call_is_one_command_in_redis_under_sentinel() {
 
         let mut client = SessionClient::new(proxy.url("/mcp"));
         client.create().await;
-        // The first use loads the renewal's script (once per server); then it is known.
-        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
+        // The first uses load the scripts (once per server): the renewal asked of Redis
+        // while the worker does not remember the session, and the one written behind a use
+        // served from memory (`session.redis_cache_sessions`); then both are known.
+        let mut calls = 0;
+        while hits(&proxy).await < 2 {
+            calls += 1;
+            assert_eq!(
+                counter(&client.call_tool("counter", json!({})).await),
+                calls
+            );
+            assert!(calls < 50, "no use was served from memory");
+        }
         let mut monitor = Monitor::start(primary).await;
-        for i in 2..=21 {
-            assert_eq!(counter(&client.call_tool("counter", json!({})).await), i);
+        for _ in 0..20 {
+            calls += 1;
+            assert_eq!(
+                counter(&client.call_tool("counter", json!({})).await),
+                calls
+            );
         }
         let sent = monitor.commands().await;
-        // One `EVALSHA` (the renewal) per call; nothing else.
-        assert_eq!(sent, HashMap::from([("evalsha".to_owned(), 20)]));
+        // At most one `EVALSHA` (a use's renewal, written behind the answer) per call;
+        // nothing else.
+        let evalsha = sent.get("evalsha").copied().unwrap_or(0);
+        assert!((1..=20).contains(&evalsha), "{sent:?}");
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        // And every use is counted (renewals written together count each use).
+        let uses_key = format!("mcp-session-proxy:q:{}", client.session_id());
+        let counted = eventually_async(Duration::from_secs(5), || async {
+            ha.server(primary)
+                .query::<Option<u64>>(&["GET", &uses_key])
+                .await
+                .ok()
+                .flatten()
+                == Some(calls)
+        })
+        .await;
+        assert!(counted, "Redis did not count the {calls} uses");
     })
     .await;
+}
+
+/// Uses of a session served from a worker's memory, as the proxy counts them.
+async fn hits(proxy: &ProxyProcess) -> u64 {
+    let (_, metrics) = proxy.get("/metrics").await;
+    metrics
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("mcp_proxy_session_cache_total{outcome=\"hit\"} ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 #[tokio::test]
 async fn one_url_that_follows_the_primary_leaves_a_demoted_server_for_the_new_one() {
     bounded(async {
-        let first = Redis::start().await;
-        let second = Redis::start_replica_of(&first).await;
-        let endpoint = Endpoint::start(first.port).await;
-        let upstream = Replicas::start(1).await;
-        let proxy = ProxyProcess::start(&config_one(&upstream, &endpoint.url())).await;
-        let mut client = SessionClient::new(proxy.url("/mcp"));
-        client.create().await;
-        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
-        let key = format!("mcp-session-proxy:s:{}", client.session_id());
-        let replicated = eventually_async(Duration::from_secs(10), || async {
-            second
-                .query::<Option<u64>>(&["HGET", &key, "q"])
-                .await
-                .ok()
-                .flatten()
-                == Some(1)
-        })
-        .await;
-        assert!(replicated, "the replica never had the session's use");
+        // Every use asking Redis: a request meets the demoted server (and is refused).
+        demoted_then_followed("redis_cache_sessions = 0", true).await;
+        // Uses served from memory: the renewal written behind one meets it, and the link
+        // moves on all the same; no client need be refused for it.
+        demoted_then_followed("", false).await;
+    })
+    .await;
+}
 
-        // The failover a managed Redis makes: the replica promoted, the old primary made
-        // its replica (keeping its clients), the endpoint's name moved.
-        let _: () = second.query(&["REPLICAOF", "NO", "ONE"]).await.unwrap();
-        let port = second.port.to_string();
-        let _: () = first
-            .query(&["REPLICAOF", "127.0.0.1", &port])
+/// A managed Redis's failover under a proxy configured with `extra` `[session]` keys: the
+/// session carries on, on the server the endpoint's name moved to.
+async fn demoted_then_followed(extra: &str, refused_first: bool) {
+    let first = Redis::start().await;
+    let second = Redis::start_replica_of(&first).await;
+    let endpoint = Endpoint::start(first.port).await;
+    let upstream = Replicas::start(1).await;
+    let config = format!("{}{extra}\n", config_one(&upstream, &endpoint.url()));
+    let proxy = ProxyProcess::start(&config).await;
+    let mut client = SessionClient::new(proxy.url("/mcp"));
+    client.create().await;
+    assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
+    let uses_key = format!("mcp-session-proxy:q:{}", client.session_id());
+    let replicated = eventually_async(Duration::from_secs(10), || async {
+        second
+            .query::<Option<u64>>(&["GET", &uses_key])
             .await
-            .unwrap();
-        endpoint.point_to(second.port);
+            .ok()
+            .flatten()
+            == Some(1)
+    })
+    .await;
+    assert!(replicated, "the replica never had the session's use");
 
-        let (count, refused) = counter_once_served(&mut client).await;
+    // The failover a managed Redis makes: the replica promoted, the old primary made
+    // its replica (keeping its clients), the endpoint's name moved.
+    let _: () = second.query(&["REPLICAOF", "NO", "ONE"]).await.unwrap();
+    let port = second.port.to_string();
+    let _: () = first
+        .query(&["REPLICAOF", "127.0.0.1", &port])
+        .await
+        .unwrap();
+    endpoint.point_to(second.port);
+
+    let (count, refused) = counter_once_served(&mut client).await;
+    if refused_first {
         assert!(
             refused > 0,
             "no request met the demoted server: the test did not test it"
         );
-        assert_eq!(count, 2, "the session is the one it was");
-        assert!(
-            proxy.log().contains("no longer takes writes"),
-            "{}",
-            proxy.log()
-        );
+    }
+    assert_eq!(count, 2, "the session is the one it was");
+    let moved = eventually(Duration::from_secs(5), || {
+        proxy.log().contains("no longer takes writes")
     })
     .await;
+    assert!(moved, "{}", proxy.log());
+    // From then on the uses go to the new primary.
+    let (count, _) = counter_once_served(&mut client).await;
+    assert_eq!(count, 3);
+    let written = eventually_async(Duration::from_secs(5), || async {
+        second
+            .query::<Option<u64>>(&["GET", &uses_key])
+            .await
+            .ok()
+            .flatten()
+            >= Some(2)
+    })
+    .await;
+    assert!(written, "the new primary never had the session's uses");
 }

@@ -218,6 +218,113 @@ async fn redis_sessions_are_shared_by_replicas_and_survive_a_restart() {
     .await;
 }
 
+/// A proxy's count of Redis session uses with `outcome` (`hit`, `miss`, `untracked`).
+async fn cache_uses(proxy: &ProxyProcess, outcome: &str) -> u64 {
+    let (_, metrics) = proxy.get("/metrics").await;
+    let sample = format!("mcp_proxy_session_cache_total{{outcome=\"{outcome}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&sample)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A session created at `proxy` and used until one of its uses was served from memory
+/// (one keep-alive connection: one worker remembers it); its count so far.
+async fn remembered(proxy: &ProxyProcess) -> (SessionClient, u64) {
+    let mut client = SessionClient::new(proxy.url("/mcp"));
+    client.create().await;
+    let before = cache_uses(proxy, "hit").await;
+    let mut calls = 0;
+    while cache_uses(proxy, "hit").await == before {
+        calls += 1;
+        assert_eq!(
+            counter(&client.call_tool("counter", json!({})).await),
+            calls
+        );
+        assert!(calls < 50, "no use was served from memory");
+    }
+    (client, calls)
+}
+
+#[tokio::test]
+async fn redis_sessions_are_served_from_memory_and_a_change_anywhere_is_heard_before_the_next_use()
+{
+    bounded(async {
+        let on = OnRedis::start(1).await;
+
+        // Deleted at B while A remembers it: A refuses it at once.
+        let (mut on_a, calls) = remembered(&on.a).await;
+        let mut on_b = via(&on_a, on.b.url("/mcp"));
+        assert_eq!(
+            counter(&on_b.call_tool("counter", json!({})).await),
+            calls + 1
+        );
+        let deleted = on_b.delete().await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text);
+        let reply = on_a.request("tools/list", json!({})).await;
+        assert::assert_session_not_found(&reply, on_a.session_id());
+
+        // Deleted in Redis by hand, or everything flushed: the same.
+        let (mut by_hand, _) = remembered(&on.a).await;
+        let key = format!("mcp-session-proxy:s:{}", by_hand.session_id());
+        let removed: i64 = on.redis.query(&["DEL", &key]).await.unwrap();
+        assert_eq!(removed, 1);
+        let reply = by_hand.request("tools/list", json!({})).await;
+        assert::assert_session_not_found(&reply, by_hand.session_id());
+        let (mut flushed, _) = remembered(&on.a).await;
+        let _: () = on.redis.query(&["FLUSHALL"]).await.unwrap();
+        let reply = flushed.request("tools/list", json!({})).await;
+        assert::assert_session_not_found(&reply, flushed.session_id());
+
+        // Its reports connection killed, a worker asks Redis for every use (nothing it
+        // remembered can be trusted), then connects again and remembers anew.
+        let (mut client, mut calls) = remembered(&on.a).await;
+        let killed: i64 = on
+            .redis
+            .query(&["CLIENT", "KILL", "TYPE", "pubsub"])
+            .await
+            .unwrap();
+        assert!(killed >= 1, "no reports connection to kill");
+        let untracked = cache_uses(&on.a, "untracked").await;
+        calls += 1;
+        assert_eq!(
+            counter(&client.call_tool("counter", json!({})).await),
+            calls
+        );
+        assert!(
+            cache_uses(&on.a, "untracked").await > untracked,
+            "a use was served from memory without reports"
+        );
+        let hits = cache_uses(&on.a, "hit").await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while cache_uses(&on.a, "hit").await == hits {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the worker never remembered again"
+            );
+            calls += 1;
+            assert_eq!(
+                counter(&client.call_tool("counter", json!({})).await),
+                calls
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Every use was counted in Redis, those served from memory too.
+        let uses_key = format!("mcp-session-proxy:q:{}", client.session_id());
+        let counted = eventually_async(Duration::from_secs(5), || async {
+            on.redis
+                .query::<Option<u64>>(&["GET", &uses_key])
+                .await
+                .ok()
+                .flatten()
+                == Some(calls)
+        })
+        .await;
+        assert!(counted, "Redis did not count the {calls} uses");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn expired_redis_sessions_are_ended_upstream_exactly_once() {
     bounded(async {
@@ -303,9 +410,9 @@ async fn a_redis_outage_answers_503_and_the_proxy_recovers_by_itself() {
         let proxy = ProxyProcess::start(&config(0, &upstream.urls(), &redis_session(&redis))).await;
         let mut client = SessionClient::new(proxy.url("/mcp"));
         client.create().await;
-        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
 
-        // Redis stops answering.
+        // Redis stops answering. The session's first use needs it (a session no worker
+        // remembers yet: `session.redis_cache_sessions`).
         redis.pause();
         let reply = client
             .request("tools/call", json!({"name": "counter", "arguments": {}}))
@@ -341,7 +448,7 @@ async fn a_redis_outage_answers_503_and_the_proxy_recovers_by_itself() {
         })
         .await;
         assert!(recovered, "/readyz did not recover");
-        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 2);
+        assert_eq!(counter(&client.call_tool("counter", json!({})).await), 1);
 
         // Redis restarted empty (no persistence): the proxy reconnects; the old session is
         // gone (-32043), new ones work.

@@ -438,6 +438,8 @@ pub struct RawSession {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_wait_replicas: Option<u64>,
     pub redis_wait_timeout: String,
+    /// Sessions each worker thread keeps in memory between uses (0: every use asks Redis).
+    pub redis_cache_sessions: u64,
     pub sealed_keys: Vec<String>,
     /// Deleted sealed sessions remembered at once (their ids still open).
     pub max_tombstones: u64,
@@ -577,6 +579,7 @@ impl Default for RawSession {
             redis_timeout: "1s".into(),
             redis_wait_replicas: None,
             redis_wait_timeout: "100ms".into(),
+            redis_cache_sessions: 10_000,
             sealed_keys: Vec::new(),
             max_tombstones: 100_000,
         }

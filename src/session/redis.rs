@@ -3,11 +3,15 @@
 //! on every live session.
 //!
 //! Layout (every key under [`PREFIX`]):
-//! - `s:<sessionId>`, a hash: `r` the record (compact JSON), `q` the use sequence, `u`
-//!   the upstream session id (compared when a lost one is replaced), `w` the caller the
-//!   session is bound to (a hash; compared before a use renews it). Its TTL is the idle
-//!   expiry plus [`REAP_GRACE`], renewed by every use, so Redis drops what no proxy
-//!   reaped (all of them down) after the grace.
+//! - `s:<sessionId>`, a hash: `r` the record (compact JSON), `u` the upstream session id
+//!   (compared when a lost one is replaced), `w` the caller the session is bound to (a
+//!   hash; compared before a use renews it), and `q`, the uses counted by builds before
+//!   the use count moved to `q:`. Its TTL is the idle expiry plus [`REAP_GRACE`], so
+//!   Redis drops what no proxy reaped (all of them down) after the grace; a use moves it
+//!   only once less than half the grace would be left, because every write of this key is
+//!   reported to every replica's [`cache`], which then forgets the session.
+//! - `q:<sessionId>`: the session's uses (its sequence: `q` of the hash plus this), with
+//!   the record key's TTL; written by every use.
 //! - `expiry`, a sorted set of sessionIds by idle expiry (ms). Reapers claim expired
 //!   sessions from it in a script, atomically: each expired session is ended upstream by
 //!   exactly one replica.
@@ -19,7 +23,9 @@
 //!
 //! Every operation on the request path is one round trip: a Lua script (`EVALSHA`) that
 //! reads and renews together (sent once more if its connection turned out to be
-//! dropped, when running it twice does the same: `Link::run_repeatable`). A session's
+//! dropped, when running it twice does the same: `Link::run_repeatable`) — or none, for
+//! a session this worker remembers ([`cache`]): then the renewal is written behind the
+//! answer, batched with the worker's others. A session's
 //! creation and deletion — what a client is told
 //! about — also wait for `session.redis_wait_replicas` replicas (`WAIT`, in the same
 //! pipeline), so that a failover does not lose them; a renewal does not wait (losing the
@@ -35,16 +41,21 @@
 //! to share one hash slot — one shard holding everything, which is what a primary and
 //! its replicas under Sentinel already are.
 
+mod cache;
 mod link;
+mod tracking;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, Script};
+use redis::{Cmd, Script, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+pub use self::cache::Counted;
+use self::cache::{Cache, Lease, Tracked};
 use self::link::{Link, Op};
+use self::tracking::Tracker;
 use super::id;
 use super::record::{Backing, ClientIdentity, Millis, SessionRecord};
 use super::store::{Renewal, Reroute, SessionStore, StoreError};
@@ -58,6 +69,10 @@ use crate::mcp::version;
 pub const PREFIX: &str = "mcp-session-proxy:";
 /// How long after its idle expiry an unreaped record stays in Redis.
 pub const REAP_GRACE: Duration = Duration::from_secs(600);
+/// How long the renewals of uses served from memory are gathered before they are written
+/// together (a session's expiry in Redis lags its last use by about this much; the cache
+/// stops serving a session a second before its expiry).
+const WRITE_BEHIND: Duration = Duration::from_millis(5);
 
 const CREATE: &str = r"
 if not redis.call('ZSCORE', KEYS[2], ARGV[6])
@@ -69,17 +84,39 @@ redis.call('ZADD', KEYS[2], ARGV[3], ARGV[6])
 return 1
 ";
 
+/// One use: the record if the session is live, its sequence moved on and its expiry
+/// renewed (unless it is bound to another caller). KEYS: the record, the expiry index,
+/// the use count. ARGV: now, the new expiry, the keys' new deadline, the id, the caller,
+/// and how long the record's key must have left for its deadline to stay as it is.
 const RENEW: &str = r"
 local exp = redis.call('ZSCORE', KEYS[2], ARGV[4])
 if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return false end
 local blob = redis.call('HGET', KEYS[1], 'r')
 if not blob then return false end
+local before = tonumber(redis.call('HGET', KEYS[1], 'q')) or 0
 local w = redis.call('HGET', KEYS[1], 'w')
-if w and w ~= ARGV[5] then return {blob, tonumber(redis.call('HGET', KEYS[1], 'q')) or 0} end
-local seq = redis.call('HINCRBY', KEYS[1], 'q', 1)
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+if w and w ~= ARGV[5] then return {blob, before + (tonumber(redis.call('GET', KEYS[3])) or 0)} end
+local seq = before + redis.call('INCR', KEYS[3])
+redis.call('PEXPIREAT', KEYS[3], ARGV[3])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[6]) then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
 return {blob, seq}
+";
+
+/// Uses served from a worker's memory, written behind: [`RENEW`] without the record, for
+/// ARGV[7] uses (the last one's expiry); 1 if renewed, 0 if the session is gone (or bound
+/// to another caller).
+const TOUCH: &str = r"
+local exp = redis.call('ZSCORE', KEYS[2], ARGV[4])
+if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return 0 end
+local w = redis.call('HGET', KEYS[1], 'w')
+if w and w ~= ARGV[5] then return 0 end
+if not w and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('INCRBY', KEYS[3], ARGV[7])
+redis.call('PEXPIREAT', KEYS[3], ARGV[3])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[6]) then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+return 1
 ";
 
 const GET: &str = r"
@@ -87,15 +124,16 @@ local exp = redis.call('ZSCORE', KEYS[2], ARGV[2])
 if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return false end
 local v = redis.call('HMGET', KEYS[1], 'r', 'q')
 if not v[1] then return false end
-return {v[1], tonumber(v[2])}
+return {v[1], (tonumber(v[2]) or 0) + (tonumber(redis.call('GET', KEYS[3])) or 0)}
 ";
 
 const REMOVE: &str = r"
 local v = redis.call('HMGET', KEYS[1], 'r', 'q')
-redis.call('DEL', KEYS[1])
+local uses = tonumber(redis.call('GET', KEYS[3])) or 0
+redis.call('DEL', KEYS[1], KEYS[3])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if not v[1] then return false end
-return {v[1], tonumber(v[2])}
+return {v[1], (tonumber(v[2]) or 0) + uses}
 ";
 
 const REROUTE: &str = r"
@@ -110,12 +148,14 @@ local out = {}
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local key = ARGV[3] .. id
+  local uses = ARGV[4] .. id
   local v = redis.call('HMGET', key, 'r', 'q')
-  redis.call('DEL', key)
+  local n = tonumber(redis.call('GET', uses)) or 0
+  redis.call('DEL', key, uses)
   if v[1] then
     table.insert(out, id)
     table.insert(out, v[1])
-    table.insert(out, tonumber(v[2]) or 0)
+    table.insert(out, (tonumber(v[2]) or 0) + n)
   end
 end
 return out
@@ -123,7 +163,9 @@ return out
 
 /// Sessions in Redis.
 pub struct RedisStore {
-    link: Link,
+    link: Arc<Link>,
+    /// What each worker remembers of live sessions.
+    cache: Arc<Cache>,
     idle_ttl: Duration,
     max_sessions: usize,
     scripts: Scripts,
@@ -132,6 +174,7 @@ pub struct RedisStore {
 struct Scripts {
     create: Script,
     renew: Script,
+    touch: Script,
     get: Script,
     remove: Script,
     reroute: Script,
@@ -267,6 +310,38 @@ fn session_key(id: &str) -> String {
     format!("{PREFIX}s:{id}")
 }
 
+/// The prefix of every record's key (what the cache's reports name).
+fn session_prefix() -> String {
+    format!("{PREFIX}s:")
+}
+
+fn uses_key(id: &str) -> String {
+    format!("{PREFIX}q:{id}")
+}
+
+/// When Redis may drop a record whose idle expiry is `expires_at`.
+fn key_expiry(expires_at: Millis) -> Millis {
+    expires_at.saturating_add(REAP_GRACE.as_millis() as Millis)
+}
+
+/// A use's `EVALSHA` of `script` ([`RENEW`] or [`TOUCH`]): its keys and arguments.
+fn renewal(script: &Script, id: &str, renewal: &Renewal) -> Cmd {
+    let mut cmd = evalsha(script, &[&session_key(id), &expiry_key(), &uses_key(id)]);
+    // The record's key keeps its deadline while at least half the grace would be left
+    // after the new expiry (every write of it is reported to every replica's cache).
+    let keep = renewal
+        .expires_at
+        .saturating_sub(renewal.now)
+        .saturating_add(REAP_GRACE.as_millis() as Millis / 2);
+    cmd.arg(renewal.now)
+        .arg(renewal.expires_at)
+        .arg(key_expiry(renewal.expires_at))
+        .arg(id)
+        .arg(renewal.caller.hex())
+        .arg(keep);
+    cmd
+}
+
 fn expiry_key() -> String {
     format!("{PREFIX}expiry")
 }
@@ -285,14 +360,17 @@ impl RedisStore {
         config: &RedisConfig,
         idle_ttl: Duration,
         max_sessions: usize,
+        counted: Counted,
     ) -> Result<RedisStore, StoreError> {
         Ok(RedisStore {
-            link: Link::new(config)?,
+            link: Arc::new(Link::new(config)?),
+            cache: Arc::new(Cache::new(config.cache_sessions, session_prefix(), counted)),
             idle_ttl,
             max_sessions,
             scripts: Scripts {
                 create: Script::new(CREATE),
                 renew: Script::new(RENEW),
+                touch: Script::new(TOUCH),
                 get: Script::new(GET),
                 remove: Script::new(REMOVE),
                 reroute: Script::new(REROUTE),
@@ -301,9 +379,68 @@ impl RedisStore {
         })
     }
 
-    /// When Redis may drop a record whose idle expiry is `expires_at`.
-    fn key_expiry(&self, expires_at: Millis) -> Millis {
-        expires_at.saturating_add(REAP_GRACE.as_millis() as Millis)
+    /// Starts this worker's tracking (`cache`): a task of the worker's that connects to
+    /// the server the link uses and then reads its reports whenever the worker is idle,
+    /// until the connection is lost or the link moves to another server.
+    fn start_tracking(&self) {
+        let link = Arc::downgrade(&self.link);
+        let cache = Arc::downgrade(&self.cache);
+        tokio::spawn(async move {
+            {
+                let (Some(link), Some(cache)) = (link.upgrade(), cache.upgrade()) else {
+                    return;
+                };
+                let generation = link.generation();
+                let started = match link.server() {
+                    Some(server) => Tracker::start(&server, &session_prefix(), link.timeout())
+                        .await
+                        .map_err(|e| e.to_string()),
+                    None => Err(
+                        "no server to ask (none found yet, or one reached over TLS, \
+                                 which reports are not read over)"
+                            .to_owned(),
+                    ),
+                };
+                match started {
+                    Ok(tracker) => cache.tracking(tracker, generation),
+                    Err(e) => {
+                        if cache.not_tracking() {
+                            tracing::warn!(
+                                error = %e,
+                                "Redis does not report session changes to this worker; every use asks Redis (tried again later)"
+                            );
+                        }
+                        return;
+                    }
+                }
+            }
+            std::future::poll_fn(|cx| match (cache.upgrade(), link.upgrade()) {
+                (Some(cache), Some(link)) => cache.poll_reports(cx, link.generation()),
+                _ => std::task::Poll::Ready(()),
+            })
+            .await;
+        });
+    }
+
+    /// Starts this worker's writer: a task that sends the renewals of uses served from
+    /// memory, what was queued in each [`WRITE_BEHIND`] in one pipeline, until none is
+    /// left.
+    fn start_writer(&self) {
+        let link = Arc::downgrade(&self.link);
+        let cache = Arc::downgrade(&self.cache);
+        let touch = self.scripts.touch.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WRITE_BEHIND).await;
+                let (Some(link), Some(cache)) = (link.upgrade(), cache.upgrade()) else {
+                    return;
+                };
+                let Some(queued) = cache.take_queued() else {
+                    return;
+                };
+                write_behind(&link, &cache, &touch, queued).await;
+            }
+        });
     }
 
     /// Remembers which replica serves an old client's upstream session.
@@ -369,6 +506,53 @@ impl RedisStore {
     }
 }
 
+/// Writes the renewals of uses a worker served from memory — each session's once, with
+/// its last use's expiry and the number of its uses — in one pipeline; a session Redis no
+/// longer has, or whose renewal could not be written, is forgotten (its next use asks
+/// Redis, which says what became of it).
+async fn write_behind(
+    link: &Link,
+    cache: &Cache,
+    touch: &Script,
+    queued: Vec<(Box<str>, Renewal)>,
+) {
+    let mut last: std::collections::HashMap<&str, (&Renewal, u64)> =
+        std::collections::HashMap::with_capacity(queued.len());
+    for (id, renewal) in &queued {
+        let uses = last.get(&**id).map_or(0, |(_, uses)| *uses);
+        last.insert(id, (renewal, uses + 1));
+    }
+    let mut pipe = redis::pipe();
+    let mut ids: Vec<Box<str>> = Vec::with_capacity(last.len());
+    for (id, (renewal, uses)) in last {
+        let mut cmd = self::renewal(touch, id, renewal);
+        cmd.arg(uses);
+        pipe.add_command(cmd);
+        ids.push(id.into());
+    }
+    // Run twice, a renewal renews to the same expiry.
+    match link
+        .run_repeatable::<Vec<i64>>(Op::Scripts(touch, &pipe))
+        .await
+    {
+        Ok(done) => {
+            let gone: Vec<Box<str>> = ids
+                .into_iter()
+                .zip(done)
+                .filter(|(_, done)| *done == 0)
+                .map(|(id, _)| id)
+                .collect();
+            if !gone.is_empty() {
+                cache.forget_all_of(&gone);
+            }
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, sessions = ids.len(), "renewals of sessions used from memory could not be written; their next use asks Redis");
+            cache.forget_all_of(&ids);
+        }
+    }
+}
+
 impl SessionStore for RedisStore {
     async fn create(&self, record: SessionRecord) -> Result<String, StoreError> {
         let id = id::generate();
@@ -378,7 +562,7 @@ impl SessionStore for RedisStore {
         cmd.arg(blob)
             .arg(record.backing.upstream_session.as_deref().unwrap_or(""))
             .arg(record.expires_at)
-            .arg(self.key_expiry(record.expires_at))
+            .arg(key_expiry(record.expires_at))
             .arg(self.max_sessions)
             .arg(&id)
             .arg(
@@ -401,24 +585,39 @@ impl SessionStore for RedisStore {
     }
 
     async fn renew(&self, id: &str, renewal: Renewal) -> Result<Option<SessionRecord>, StoreError> {
+        let (lease, tracked) = self.cache.lease(id, &renewal, self.link.generation());
+        if matches!(tracked, Tracked::Start) {
+            self.start_tracking();
+        }
+        let ticket = match lease {
+            Lease::Hit { record, write } => {
+                if write {
+                    self.start_writer();
+                }
+                return Ok(Some(record));
+            }
+            Lease::Miss(ticket) => ticket,
+        };
         let script = &self.scripts.renew;
-        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
-        cmd.arg(renewal.now)
-            .arg(renewal.expires_at)
-            .arg(self.key_expiry(renewal.expires_at))
-            .arg(id)
-            .arg(renewal.caller.hex());
+        let cmd = self::renewal(script, id, &renewal);
         // Run twice, a use renews to the same expiry (its sequence moves on by one more).
         let renewed: Option<(Vec<u8>, u64)> =
             self.link.run_repeatable(Op::Script(script, &cmd)).await?;
-        renewed
+        let record = renewed
             .map(|(blob, seq)| decode(&blob, seq, renewal.expires_at))
-            .transpose()
+            .transpose()?;
+        // Remembered only as renewed: a record bound to another caller was not.
+        if let (Some(record), Some(ticket)) = (&record, ticket)
+            && record.serves(renewal.caller)
+        {
+            self.cache.fill(id, record, ticket);
+        }
+        Ok(record)
     }
 
     async fn get(&self, id: &str, now: Millis) -> Result<Option<SessionRecord>, StoreError> {
         let script = &self.scripts.get;
-        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
+        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key(), &uses_key(id)]);
         cmd.arg(now).arg(id);
         let found: Option<(Vec<u8>, u64)> =
             self.link.run_repeatable(Op::Script(script, &cmd)).await?;
@@ -430,11 +629,14 @@ impl SessionStore for RedisStore {
 
     async fn remove(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
         let script = &self.scripts.remove;
-        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key()]);
+        let mut cmd = evalsha(script, &[&session_key(id), &expiry_key(), &uses_key(id)]);
         cmd.arg(id);
         // A deletion the client was told of must not come back with a failover. Not
         // repeated: run twice, it would say the session never existed.
-        let removed: Option<(Vec<u8>, u64)> = self.link.run(Op::Replicated(script, &cmd)).await?;
+        let removed = self.link.run(Op::Replicated(script, &cmd)).await;
+        // Whatever the answer: the other workers hear of it from Redis, if it happened.
+        self.cache.forget(id);
+        let removed: Option<(Vec<u8>, u64)> = removed?;
         removed.map(|(blob, seq)| decode(&blob, seq, 0)).transpose()
     }
 
@@ -451,7 +653,9 @@ impl SessionStore for RedisStore {
             .arg(blob)
             .arg(to.upstream_session.as_deref().unwrap_or(""));
         // Not repeated: a compare-and-swap run twice says another did it.
-        let done: i64 = self.link.run(Op::Script(script, &cmd)).await?;
+        let done = self.link.run(Op::Script(script, &cmd)).await;
+        self.cache.forget(id);
+        let done: i64 = done?;
         Ok(done == 1)
     }
 
@@ -462,7 +666,10 @@ impl SessionStore for RedisStore {
     ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
         let script = &self.scripts.take_expired;
         let mut cmd = evalsha(script, &[&expiry_key()]);
-        cmd.arg(now).arg(limit).arg(format!("{PREFIX}s:"));
+        cmd.arg(now)
+            .arg(limit)
+            .arg(session_prefix())
+            .arg(format!("{PREFIX}q:"));
         // Not repeated: what a lost answer claimed would never be ended.
         let flat: Vec<redis::Value> = self.link.run(Op::Script(script, &cmd)).await?;
         let mut out = Vec::with_capacity(flat.len() / 3);
@@ -492,14 +699,18 @@ impl SessionStore for RedisStore {
         let mut pipe = redis::pipe();
         for (id, _) in &ids {
             pipe.cmd("HMGET").arg(session_key(id)).arg("r").arg("q");
+            pipe.cmd("GET").arg(uses_key(id));
         }
-        let rows: Vec<(Option<Vec<u8>>, Option<u64>)> =
-            self.link.run_repeatable(Op::Pipeline(&pipe)).await?;
+        let rows: Vec<Value> = self.link.run_repeatable(Op::Pipeline(&pipe)).await?;
         Ok(ids
             .into_iter()
-            .zip(rows)
-            .filter_map(|((id, expires_at), (blob, seq))| {
-                let record = decode(&blob?, seq.unwrap_or(0), expires_at).ok()?;
+            .zip(rows.chunks_exact(2))
+            .filter_map(|((id, expires_at), row)| {
+                let (blob, before): (Option<Vec<u8>>, Option<u64>) =
+                    redis::from_redis_value_ref(&row[0]).ok()?;
+                let uses: Option<u64> = redis::from_redis_value_ref(&row[1]).ok()?;
+                let seq = before.unwrap_or(0) + uses.unwrap_or(0);
+                let record = decode(&blob?, seq, expires_at).ok()?;
                 Some((id, record))
             })
             .collect())

@@ -3,8 +3,9 @@
 //!
 //! Two proxies are run so that every metric family shows (a family with labels shows
 //! nothing until something is counted in it): one before its embedded demo server, with
-//! `[auth]`, a rule, a per-caller limit and a short header timeout, made to refuse a
-//! request without a token, open a session, refuse a caller's second one, and close a
+//! `[auth]`, a rule, a per-caller limit, sessions in a real Redis and a short header
+//! timeout, made to refuse a request without a token, open and use a session, refuse a
+//! caller's second one, and close a
 //! connection that sent nothing; one before a stdio server (its warm pool), over its
 //! memory limit, made to shed a `sessions/create`. Their expositions together are what
 //! the proxy exports (every metric the code registers shows there, as the very family it
@@ -39,6 +40,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use super::common::binary::ProxyProcess;
+use super::common::fleet::Redis;
 use super::common::{bearer, eventually_async, http_client, post_json};
 use super::pages;
 
@@ -53,6 +55,8 @@ const SECRET: &str = "the dashboard test's hs256 secret, 32 bytes or more";
 const ISSUER: &str = "https://idp.test/";
 const AUDIENCE: &str = "https://proxy.test/mcp";
 const ADMIN_TOKEN: &str = "dashboard-test-admin-token";
+/// The key sealing `state`, required with the Redis store.
+const STATE_KEY: &str = "da5eda5eda5eda5eda5eda5eda5eda5eda5eda5eda5eda5eda5eda5eda5eda5e";
 
 /// The whole test's bound: two proxies started, a few requests, a header timeout.
 const WITHIN: Duration = Duration::from_secs(90);
@@ -597,16 +601,19 @@ fn create() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"})
 }
 
-/// The embedded demo server behind `[auth]` with a rule, one session per caller and a
-/// 1 s header timeout: a refusal of each kind counted, a session open, a connection
-/// closed. Its exposition.
+/// The embedded demo server behind `[auth]` with a rule, one session per caller (kept in
+/// a real Redis) and a 1 s header timeout: a refusal of each kind counted, a session open
+/// and used, a connection closed. Its exposition.
 async fn guarded_proxy() -> Exposition {
+    let redis = Redis::start().await;
     let toml = format!(
         "[session]\nmax_sessions_per_caller = 1\n\
+         store = \"redis\"\nredis_url = \"{}\"\nstate_key = \"{STATE_KEY}\"\n\
          [limits]\nheader_read_timeout = \"1s\"\n\
          [admin]\ntoken = \"{ADMIN_TOKEN}\"\n\
          [auth]\nhs256_secret = \"{SECRET}\"\nissuer = \"{ISSUER}\"\naudience = \"{AUDIENCE}\"\n\
-         [[auth.rules]]\nupstream = \"*\"\n"
+         [[auth.rules]]\nupstream = \"*\"\n",
+        redis.url()
     );
     let proxy = ProxyProcess::launch().toml(&toml).start().await;
     let http = http_client();
@@ -617,6 +624,18 @@ async fn guarded_proxy() -> Exposition {
     let alice = token("alice");
     let first = post_json(&http, &url, &create(), &bearer(&alice)).await;
     assert_eq!(first.status, 200, "alice's session: {}", first.text);
+    // Used: the session store counts how it served the use.
+    let session = first.json()["result"]["session"].clone();
+    let listed = post_json(
+        &http,
+        &url,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {
+            "io.modelcontextprotocol/session": {"sessionId": session["sessionId"], "state": session["state"]}
+        }}}),
+        &bearer(&alice),
+    )
+    .await;
+    assert_eq!(listed.status, 200, "alice's session used: {}", listed.text);
     let second = post_json(&http, &url, &create(), &bearer(&alice)).await;
     assert_eq!(
         second.status, 429,

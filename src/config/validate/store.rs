@@ -64,6 +64,9 @@ pub(super) fn store(
     store
 }
 
+/// The most sessions `session.redis_cache_sessions` lets a worker thread keep in memory.
+const MAX_CACHE_SESSIONS: usize = 10_000_000;
+
 /// The `session.redis_*` keys, for `store = "redis"`.
 fn redis(p: &mut Problems, s: &RawSession) -> Option<RedisConfig> {
     let url = s
@@ -174,8 +177,22 @@ fn redis(p: &mut Problems, s: &RawSession) -> Option<RedisConfig> {
             ),
         );
     }
+    let cache_sessions = match usize::try_from(s.redis_cache_sessions) {
+        Ok(n) if n <= MAX_CACHE_SESSIONS => n,
+        _ => {
+            p.add(
+                "session.redis_cache_sessions",
+                format!(
+                    "{} is too many; at most {MAX_CACHE_SESSIONS} per worker thread (0: every use asks Redis)",
+                    s.redis_cache_sessions
+                ),
+            );
+            0
+        }
+    };
     Some(RedisConfig {
         servers: servers?,
+        cache_sessions,
         username,
         password: password.map(|p| Secret(p.into_bytes())),
         db,

@@ -35,7 +35,7 @@
 
 use std::fmt::Display;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -44,13 +44,15 @@ use redis::aio::{
 };
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, Pipeline,
-    ProtocolVersion, RedisConnectionInfo, RedisError, RedisResult, Script, ServerErrorKind, Value,
+    AsyncConnectionConfig, Cmd, ConnectionAddr, ErrorKind, FromRedisValue, IntoConnectionInfo,
+    Pipeline, ProtocolVersion, RedisConnectionInfo, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::tracking;
 use crate::config::{RedisConfig, RedisServers};
 use crate::session::store::StoreError;
 use crate::telemetry::client::ClientSpan;
@@ -82,6 +84,8 @@ pub enum Op<'a> {
     /// As `Script`, and the writes reach `session.redis_wait_replicas` replicas (or the
     /// wait times out) before the answer: the `EVALSHA` and a `WAIT` in one pipeline.
     Replicated(&'a Script, &'a Cmd),
+    /// A pipeline of `EVALSHA`s of `script`, loading it first if the server lacks it.
+    Scripts(&'a Script, &'a Pipeline),
 }
 
 impl Op<'_> {
@@ -92,6 +96,7 @@ impl Op<'_> {
             Op::Pipeline(_) => "pipeline",
             Op::Script(..) => "EVALSHA",
             Op::Replicated(..) => "EVALSHA WAIT",
+            Op::Scripts(..) => "EVALSHA pipeline",
         }
     }
 }
@@ -101,6 +106,10 @@ pub struct Link {
     to: To,
     timeout: Duration,
     wait: Option<Wait>,
+    /// Moves on whenever the link stops using a server (its connections replaced, a
+    /// primary lost or a new one found): what was learnt from the server before may not
+    /// hold for the one used now.
+    generation: Arc<AtomicU64>,
 }
 
 #[expect(
@@ -139,6 +148,7 @@ impl Link {
             info.set_protocol(ProtocolVersion::RESP2)
         };
         let waits = config.wait_replicas > 0;
+        let generation = Arc::new(AtomicU64::new(0));
         let to = match &config.servers {
             RedisServers::Server { url } => {
                 let info = url.as_str().into_connection_info().map_err(unavailable)?;
@@ -150,7 +160,12 @@ impl Link {
                     .set_response_timeout(Some(config.timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(500));
-                To::Server(Server::new(client, manager_config, waits)?)
+                To::Server(Server::new(
+                    client,
+                    manager_config,
+                    waits,
+                    generation.clone(),
+                )?)
             }
             RedisServers::Sentinel {
                 sentinels,
@@ -174,11 +189,13 @@ impl Link {
                     connection,
                     waits,
                     master_name.clone(),
+                    generation.clone(),
                 )?)
             }
         };
         Ok(Link {
             to,
+            generation,
             timeout: config.timeout,
             wait: waits.then(|| Wait {
                 replicas: config.wait_replicas,
@@ -201,6 +218,40 @@ impl Link {
     /// own; such an operation need not fail for that.
     pub async fn run_repeatable<T: FromRedisValue>(&self, op: Op<'_>) -> Result<T, StoreError> {
         self.run_as(op, true).await
+    }
+
+    /// Which server the link uses now, as a number that moves on whenever it stops using
+    /// one (see [`Link::server`]).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The server the link sends to now — how to reach it and log in — for a connection
+    /// of another kind to the same server (`super::tracking`); `None` while there is
+    /// none (no primary found yet), or when it is reached over TLS, which that
+    /// connection does not speak.
+    pub fn server(&self) -> Option<tracking::Server> {
+        let client = match &self.to {
+            To::Server(server) => server.client.clone(),
+            To::Sentinel(sentinel) => sentinel.primary.borrow().as_ref()?.server.clone(),
+        };
+        let info = client.get_connection_info();
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => tracking::Addr::Tcp(host.clone(), *port),
+            ConnectionAddr::Unix(path) => tracking::Addr::Unix(path.clone()),
+            _ => return None,
+        };
+        let settings = info.redis_settings();
+        Some(tracking::Server {
+            addr,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+        })
+    }
+
+    /// How long one operation may take.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     async fn run_as<T: FromRedisValue>(
@@ -333,6 +384,7 @@ async fn exchange<C: ConnectionLike + Send>(
     match (op, wait) {
         (Op::Cmd(cmd), _) => cmd.query_async(connection).await,
         (Op::Pipeline(pipe), _) => pipe.query_async(connection).await,
+        (Op::Scripts(script, pipe), _) => loaded(script, connection, Sent::Pipeline(pipe)).await,
         (Op::Script(script, cmd), _) | (Op::Replicated(script, cmd), None) => {
             loaded(script, connection, Sent::Cmd(cmd)).await
         }
@@ -422,6 +474,8 @@ struct Server {
     config: ConnectionManagerConfig,
     waits: bool,
     managers: ArcSwap<Managers>,
+    /// The link's: moved on when the managers are replaced.
+    generation: Arc<AtomicU64>,
 }
 
 /// Connection managers to one server: each thread's, each connecting when that thread
@@ -440,6 +494,7 @@ impl Server {
         client: redis::Client,
         config: ConnectionManagerConfig,
         waits: bool,
+        generation: Arc<AtomicU64>,
     ) -> Result<Server, StoreError> {
         let managers = Server::managers(&client, &config, waits)?;
         Ok(Server {
@@ -447,6 +502,7 @@ impl Server {
             config,
             waits,
             managers: ArcSwap::from_pointee(managers),
+            generation,
         })
     }
 
@@ -508,7 +564,11 @@ impl Server {
             return false;
         };
         let previous = self.managers.compare_and_swap(managers, Arc::new(fresh));
-        Arc::ptr_eq(&previous, managers)
+        let replaced = Arc::ptr_eq(&previous, managers);
+        if replaced {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        replaced
     }
 }
 
@@ -573,6 +633,8 @@ struct Sentinel {
     /// The primary in use; `None` while it is being looked up.
     primary: Arc<watch::Sender<Option<Arc<Primary>>>>,
     task: JoinHandle<()>,
+    /// The link's: moved on when the primary is lost, and when one is found.
+    generation: Arc<AtomicU64>,
 }
 
 /// Connections to the primary.
@@ -645,6 +707,7 @@ impl Sentinel {
         connection: AsyncConnectionConfig,
         waits: bool,
         master_name: String,
+        generation: Arc<AtomicU64>,
     ) -> Result<Sentinel, StoreError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             StoreError::Unavailable(format!("the sentinel look-up needs a runtime: {e}"))
@@ -655,9 +718,14 @@ impl Sentinel {
             connection,
             waits,
             master_name,
+            generation: generation.clone(),
         };
         let task = runtime.spawn(lookup.run(primary.clone()));
-        Ok(Sentinel { primary, task })
+        Ok(Sentinel {
+            primary,
+            task,
+            generation,
+        })
     }
 
     /// The primary, waiting for the look-up until `deadline` if there is none.
@@ -682,6 +750,7 @@ impl Sentinel {
             _ => false,
         });
         if cleared {
+            self.generation.fetch_add(1, Ordering::AcqRel);
             tracing::warn!(
                 primary = %primary.address,
                 error = %why,
@@ -711,6 +780,8 @@ struct LookUp {
     /// Whether writes wait for replicas (a second connection).
     waits: bool,
     master_name: String,
+    /// The link's: moved on when a primary is found.
+    generation: Arc<AtomicU64>,
 }
 
 // === impl LookUp ===
@@ -734,6 +805,7 @@ impl LookUp {
                             "the sentinels name the Redis primary"
                         );
                         primary.send_replace(Some(Arc::new(found)));
+                        self.generation.fetch_add(1, Ordering::AcqRel);
                         break;
                     }
                     Ok(Err(e)) => e.to_string(),

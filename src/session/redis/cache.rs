@@ -1,0 +1,404 @@
+//! The live sessions each worker thread remembers between uses, so that a use of a
+//! session costs no round trip to Redis — kept true by Redis itself.
+//!
+//! Each worker has a connection of its own to the server that takes the store's writes
+//! ([`tracking`](super::tracking)), on which Redis reports every write of any session
+//! record, by any replica (a deletion, a reroute, a reap, an expiry, a flush). A worker
+//! reads what has arrived there before it trusts what it remembers: a session deleted at
+//! another replica is forgotten before the next request that names it is served, since
+//! Redis sends the report before it answers the deleting replica, which answers its
+//! client only then. While that connection is not up — not yet made, broken, or made to
+//! a server the link no longer uses (a failover) — nothing is remembered and every use
+//! asks Redis, as it always did.
+//!
+//! A use served from memory is still written to Redis — its renewal (the expiry, the use
+//! count) — but behind the answer, batched: [`Cache::lease`] queues it and the store's
+//! writer sends what a few milliseconds gathered in one pipeline. The record's own key is not written by a
+//! renewal (the store keeps the expiry and the count beside it), so renewals make no
+//! reports. A use is served from memory only while the session's last renewal here
+//! leaves it more than [`MARGIN`] to live: near its expiry, Redis decides.
+//!
+//! What a worker learns from Redis (a use that had to ask) it remembers only if nothing
+//! was reported for that session between the question and the answer ([`Ticket`]): an
+//! answer that crossed a deletion is not kept.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+
+use super::tracking::{Changed, Tracker};
+use crate::session::record::{Millis, SessionRecord};
+use crate::session::store::Renewal;
+use crate::workers::PerWorker;
+
+/// How long before its expiry a session is no longer served from memory.
+pub const MARGIN: Duration = Duration::from_secs(1);
+/// The most renewals a worker queues; past it, uses ask Redis again.
+const MAX_QUEUED: usize = 4096;
+/// How many groups the ids are counted in (reports for one group do not keep the others
+/// from being remembered).
+const SHARDS: usize = 64;
+/// The first pause before tracking is tried again after it could not be started, and the
+/// longest.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Uses counted by how they were served (`mcp_proxy_session_cache_total`).
+#[derive(Debug, Clone, Default)]
+pub struct Counted {
+    /// From memory.
+    pub hit: Counter,
+    /// Asked of Redis: not in memory.
+    pub miss: Counter,
+    /// Asked of Redis: the worker is not told of changes now.
+    pub untracked: Counter,
+}
+
+/// See the module documentation.
+pub struct Cache {
+    slots: PerWorker<Mutex<Slot>>,
+    counted: Counted,
+    /// The most sessions one worker remembers.
+    capacity: usize,
+    /// The records' key prefix, as reports name them.
+    prefix: String,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One worker's part.
+struct Slot {
+    entries: HashMap<Box<str>, SessionRecord>,
+    tracking: Tracking,
+    /// Reports seen, by group of ids.
+    reported: [u64; SHARDS],
+    /// Moves on whenever tracking stops: what was asked before is not remembered.
+    epoch: u64,
+    /// Uses served from memory whose renewal is not written yet.
+    queued: Vec<(Box<str>, Renewal)>,
+    /// Whether a writer task runs for this worker.
+    writing: bool,
+    /// Failed starts of tracking in a row.
+    failures: u32,
+}
+
+impl Default for Slot {
+    fn default() -> Slot {
+        Slot {
+            entries: HashMap::new(),
+            tracking: Tracking::Off { retry_at: None },
+            reported: [0; SHARDS],
+            epoch: 0,
+            queued: Vec::new(),
+            writing: false,
+            failures: 0,
+        }
+    }
+}
+
+enum Tracking {
+    /// Not started, or stopped; the next use (from `retry_at` on) starts it.
+    Off { retry_at: Option<Instant> },
+    /// A task is connecting.
+    Starting,
+    /// Redis reports every write of a record to `tracker`, a connection to the server
+    /// the link used at `generation`.
+    On { tracker: Tracker, generation: u64 },
+}
+
+/// What [`Cache::lease`] found.
+pub enum Lease {
+    /// The session, from memory: renewed by this use (its renewal queued; `write`: this
+    /// worker has no writer running, the caller starts one), or — bound to another
+    /// caller — as it is.
+    Hit { record: SessionRecord, write: bool },
+    /// Not in memory: ask Redis. With a ticket, what Redis answers may be remembered.
+    Miss(Option<Ticket>),
+}
+
+/// Taken before asking Redis about a session; what it answers is remembered only if no
+/// report about the session came between ([`Cache::fill`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket {
+    slot: usize,
+    epoch: u64,
+    shard: usize,
+    reported: u64,
+    generation: u64,
+}
+
+/// Whether a worker's memory may be used, as [`Cache::lease`] finds it.
+pub enum Tracked {
+    /// Reports are up to date: memory may be used.
+    Live,
+    /// Not tracking; the caller starts a task that connects the tracker
+    /// ([`Cache::tracking`] or [`Cache::not_tracking`] when done).
+    Start,
+    /// Not tracking (being started, or to be tried again later, or the cache is off).
+    Waiting,
+}
+
+// === impl Cache ===
+
+impl Cache {
+    /// A cache keeping up to `capacity` sessions per worker, of records whose keys start
+    /// with `prefix`.
+    pub fn new(capacity: usize, prefix: String, counted: Counted) -> Cache {
+        Cache {
+            slots: PerWorker::new(|| Mutex::new(Slot::default())),
+            counted,
+            capacity,
+            prefix,
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    fn shard(&self, id: &str) -> usize {
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write(id.as_bytes());
+        (hasher.finish() as usize) % SHARDS
+    }
+
+    /// A use of session `id` (the store's `renew`), while the link uses the server of
+    /// `generation`; and whether this worker's tracking must be started.
+    pub fn lease(&self, id: &str, renewal: &Renewal, generation: u64) -> (Lease, Tracked) {
+        let index = self.slots.here_index();
+        let mut slot = self.slots.here().lock();
+        let tracked = self.sync(&mut slot, generation);
+        if !matches!(tracked, Tracked::Live) {
+            if self.capacity > 0 {
+                self.counted.untracked.inc();
+            }
+            return (Lease::Miss(None), tracked);
+        }
+        let shard = self.shard(id);
+        let ticket = Ticket {
+            slot: index,
+            epoch: slot.epoch,
+            shard,
+            reported: slot.reported[shard],
+            generation,
+        };
+        let queue_full = slot.queued.len() >= MAX_QUEUED;
+        let Some(record) = slot.entries.get_mut(id) else {
+            self.counted.miss.inc();
+            return (Lease::Miss(Some(ticket)), tracked);
+        };
+        let margin = MARGIN.as_millis() as Millis;
+        if renewal.now.saturating_add(margin) >= record.expires_at || queue_full {
+            slot.entries.remove(id);
+            self.counted.miss.inc();
+            return (Lease::Miss(Some(ticket)), tracked);
+        }
+        self.counted.hit.inc();
+        if !record.serves(renewal.caller) {
+            // Bound to another caller: not renewed, as Redis would not (the caller of the
+            // store refuses it).
+            return (
+                Lease::Hit {
+                    record: record.clone(),
+                    write: false,
+                },
+                tracked,
+            );
+        }
+        record.seq += 1;
+        record.expires_at = renewal.expires_at;
+        let record = record.clone();
+        slot.queued.push((id.into(), *renewal));
+        let write = !std::mem::replace(&mut slot.writing, true);
+        (Lease::Hit { record, write }, tracked)
+    }
+
+    /// Remembers what Redis answered for session `id`, unless a report about it came
+    /// since `ticket` was taken (or tracking stopped, or the link moved on).
+    pub fn fill(&self, id: &str, record: &SessionRecord, ticket: Ticket) {
+        if self.capacity == 0 || self.slots.here_index() != ticket.slot {
+            return;
+        }
+        let mut slot = self.slots.here().lock();
+        let current = matches!(slot.tracking, Tracking::On { generation, .. } if generation == ticket.generation);
+        if !current || slot.epoch != ticket.epoch || slot.reported[ticket.shard] != ticket.reported
+        {
+            return;
+        }
+        if slot.entries.len() >= self.capacity
+            && !slot.entries.contains_key(id)
+            && let Some(evicted) = slot.entries.keys().next().cloned()
+        {
+            slot.entries.remove(&evicted);
+        }
+        slot.entries.insert(id.into(), record.clone());
+    }
+
+    /// Forgets session `id` on this worker (it was removed, or moved to another
+    /// upstream session, here; the other workers hear it from Redis).
+    pub fn forget(&self, id: &str) {
+        let mut slot = self.slots.here().lock();
+        let shard = self.shard(id);
+        slot.reported[shard] = slot.reported[shard].wrapping_add(1);
+        slot.entries.remove(id);
+    }
+
+    /// Forgets the sessions whose renewal could not be written, or that Redis no longer
+    /// had (the next use asks).
+    pub fn forget_all_of(&self, ids: &[Box<str>]) {
+        let mut slot = self.slots.here().lock();
+        for id in ids {
+            let shard = self.shard(id);
+            slot.reported[shard] = slot.reported[shard].wrapping_add(1);
+            slot.entries.remove(&**id);
+        }
+    }
+
+    /// The renewals this worker queued, for its writer to send; `None` when there are
+    /// none (the writer stops: the next queued one starts another).
+    pub fn take_queued(&self) -> Option<Vec<(Box<str>, Renewal)>> {
+        let mut slot = self.slots.here().lock();
+        if slot.queued.is_empty() {
+            slot.writing = false;
+            return None;
+        }
+        Some(std::mem::take(&mut slot.queued))
+    }
+
+    /// Reads this worker's reports, if it tracks; whether memory is up to date.
+    fn sync(&self, slot: &mut Slot, generation: u64) -> Tracked {
+        if self.capacity == 0 {
+            return Tracked::Waiting;
+        }
+        let mut changed = Vec::new();
+        let drained = match &mut slot.tracking {
+            Tracking::On {
+                tracker,
+                generation: tracked,
+            } if *tracked == generation => tracker.drain(&mut |what| changed.push(what)),
+            Tracking::Starting => return Tracked::Waiting,
+            Tracking::Off { retry_at } if retry_at.is_some_and(|at| Instant::now() < at) => {
+                return Tracked::Waiting;
+            }
+            // Never started, stopped, or tracking a server the link no longer uses (a
+            // failover): what this worker remembers may be out of date.
+            Tracking::On { .. } | Tracking::Off { .. } => {
+                self.stop(slot, None);
+                slot.tracking = Tracking::Starting;
+                return Tracked::Start;
+            }
+        };
+        for what in changed {
+            self.apply(slot, what);
+        }
+        match drained {
+            Ok(()) => Tracked::Live,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "the Redis connection reporting session changes broke; every use asks Redis until it is back"
+                );
+                self.stop(slot, None);
+                Tracked::Waiting
+            }
+        }
+    }
+
+    /// What Redis reported changed.
+    fn apply(&self, slot: &mut Slot, what: Changed) {
+        match what {
+            Changed::Keys(keys) => {
+                for key in keys {
+                    let Some(id) = key
+                        .strip_prefix(self.prefix.as_bytes())
+                        .and_then(|id| std::str::from_utf8(id).ok())
+                    else {
+                        continue;
+                    };
+                    let shard = self.shard(id);
+                    slot.reported[shard] = slot.reported[shard].wrapping_add(1);
+                    slot.entries.remove(id);
+                }
+            }
+            Changed::All => {
+                slot.entries.clear();
+                slot.epoch = slot.epoch.wrapping_add(1);
+            }
+        }
+    }
+
+    /// Stops tracking on `slot`: nothing it remembers can be trusted any more; tracking
+    /// starts again with the next use (after `retry_at`).
+    fn stop(&self, slot: &mut Slot, retry_at: Option<Instant>) {
+        slot.tracking = Tracking::Off { retry_at };
+        slot.entries.clear();
+        slot.epoch = slot.epoch.wrapping_add(1);
+    }
+
+    /// This worker's tracker is connected (at the link's `generation`): memory may be
+    /// used from now on.
+    pub fn tracking(&self, tracker: Tracker, generation: u64) {
+        let mut slot = self.slots.here().lock();
+        slot.entries.clear();
+        slot.epoch = slot.epoch.wrapping_add(1);
+        slot.failures = 0;
+        slot.tracking = Tracking::On {
+            tracker,
+            generation,
+        };
+    }
+
+    /// This worker's tracker could not be connected: a use tries again after a pause
+    /// that doubles with every failure in a row (from [`RETRY_MIN`] to [`RETRY_MAX`]);
+    /// whether this is the first failure in a row (to be told).
+    pub fn not_tracking(&self) -> bool {
+        let mut slot = self.slots.here().lock();
+        let first = slot.failures == 0;
+        let pause = RETRY_MIN
+            .saturating_mul(1 << slot.failures.min(16))
+            .min(RETRY_MAX);
+        slot.failures = slot.failures.saturating_add(1);
+        self.stop(&mut slot, Some(Instant::now() + pause));
+        first
+    }
+
+    /// Reads this worker's reports as they arrive (so that an idle worker's connection
+    /// does not fill up), until the connection is lost or replaced: `Pending` while it
+    /// tracks, `Ready` once it no longer does.
+    pub fn poll_reports(&self, cx: &mut Context<'_>, generation: u64) -> Poll<()> {
+        let mut slot = self.slots.here().lock();
+        let mut changed = Vec::new();
+        let polled = match &mut slot.tracking {
+            Tracking::On {
+                tracker,
+                generation: tracked,
+            } if *tracked == generation => tracker.poll_changes(cx, &mut |what| changed.push(what)),
+            _ => return Poll::Ready(()),
+        };
+        for what in changed {
+            self.apply(&mut slot, what);
+        }
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "the Redis connection reporting session changes broke; every use asks Redis until it is back"
+                );
+                self.stop(&mut slot, None);
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
