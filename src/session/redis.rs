@@ -85,9 +85,10 @@ return 1
 ";
 
 /// One use: the record if the session is live, its sequence moved on and its expiry
-/// renewed (unless it is bound to another caller). KEYS: the record, the expiry index,
-/// the use count. ARGV: now, the new expiry, the keys' new deadline, the id, the caller,
-/// and how long the record's key must have left for its deadline to stay as it is.
+/// renewed — never moved back, should a renewal written behind arrive after a later one
+/// (unless it is bound to another caller). KEYS: the record, the expiry index, the use
+/// count. ARGV: now, the new expiry, the keys' new deadline, the id, the caller, and how
+/// long the record's key must have left for its deadline to stay as it is.
 const RENEW: &str = r"
 local exp = redis.call('ZSCORE', KEYS[2], ARGV[4])
 if not exp or tonumber(exp) <= tonumber(ARGV[1]) then return false end
@@ -99,7 +100,7 @@ if w and w ~= ARGV[5] then return {blob, before + (tonumber(redis.call('GET', KE
 local seq = before + redis.call('INCR', KEYS[3])
 redis.call('PEXPIREAT', KEYS[3], ARGV[3])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[6]) then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+if tonumber(ARGV[2]) > tonumber(exp) then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4]) end
 return {blob, seq}
 ";
 
@@ -113,9 +114,9 @@ local w = redis.call('HGET', KEYS[1], 'w')
 if w and w ~= ARGV[5] then return 0 end
 if not w and redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('INCRBY', KEYS[3], ARGV[7])
-redis.call('PEXPIREAT', KEYS[3], ARGV[3])
+if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[6]) then redis.call('PEXPIREAT', KEYS[3], ARGV[3]) end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[6]) then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
-redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+if tonumber(ARGV[2]) > tonumber(exp) then redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4]) end
 return 1
 ";
 
@@ -364,7 +365,12 @@ impl RedisStore {
     ) -> Result<RedisStore, StoreError> {
         Ok(RedisStore {
             link: Arc::new(Link::new(config)?),
-            cache: Arc::new(Cache::new(config.cache_sessions, session_prefix(), counted)),
+            cache: Arc::new(Cache::new(
+                config.cache_sessions,
+                session_prefix(),
+                config.timeout,
+                counted,
+            )),
             idle_ttl,
             max_sessions,
             scripts: Scripts {
@@ -379,32 +385,24 @@ impl RedisStore {
         })
     }
 
-    /// Starts this worker's tracking (`cache`): a task of the worker's that connects to
-    /// the server the link uses and then reads its reports whenever the worker is idle,
-    /// until the connection is lost or the link moves to another server.
-    fn start_tracking(&self) {
+    /// Starts this worker's tracking (`cache`): a task of the worker's that connects
+    /// tracker `serial` to the server the link uses, proves that reports reach it (a
+    /// probe key written and its report awaited), and then reads its reports whenever the
+    /// worker is idle and sends it `PING` every [`cache::HEARTBEAT`], until the connection
+    /// is lost or the link moves to another server.
+    fn start_tracking(&self, serial: u64) {
         let link = Arc::downgrade(&self.link);
         let cache = Arc::downgrade(&self.cache);
         tokio::spawn(async move {
-            {
+            let generation = {
                 let (Some(link), Some(cache)) = (link.upgrade(), cache.upgrade()) else {
                     return;
                 };
                 let generation = link.generation();
-                let started = match link.server() {
-                    Some(server) => Tracker::start(&server, &session_prefix(), link.timeout())
-                        .await
-                        .map_err(|e| e.to_string()),
-                    None => Err(
-                        "no server to ask (none found yet, or one reached over TLS, \
-                                 which reports are not read over)"
-                            .to_owned(),
-                    ),
-                };
-                match started {
-                    Ok(tracker) => cache.tracking(tracker, generation),
+                match track(&link).await {
+                    Ok(tracker) => cache.tracking(serial, tracker, generation),
                     Err(e) => {
-                        if cache.not_tracking() {
+                        if cache.not_tracking(serial) {
                             tracing::warn!(
                                 error = %e,
                                 "Redis does not report session changes to this worker; every use asks Redis (tried again later)"
@@ -413,12 +411,24 @@ impl RedisStore {
                         return;
                     }
                 }
+                generation
+            };
+            loop {
+                let reports = std::future::poll_fn(|cx| match cache.upgrade() {
+                    Some(cache) => cache.poll_reports(cx, serial, generation),
+                    None => std::task::Poll::Ready(()),
+                });
+                tokio::select! {
+                    () = reports => return,
+                    () = tokio::time::sleep(cache::HEARTBEAT) => {}
+                }
+                let (Some(cache), Some(link)) = (cache.upgrade(), link.upgrade()) else {
+                    return;
+                };
+                if !cache.heartbeat(serial, link.generation()) {
+                    return;
+                }
             }
-            std::future::poll_fn(|cx| match (cache.upgrade(), link.upgrade()) {
-                (Some(cache), Some(link)) => cache.poll_reports(cx, link.generation()),
-                _ => std::task::Poll::Ready(()),
-            })
-            .await;
         });
     }
 
@@ -506,6 +516,33 @@ impl RedisStore {
     }
 }
 
+/// A tracker connected to the server `link` uses, reports proven to reach it: a probe key
+/// under the records' prefix (no record: it expires by itself) is written through the
+/// link, and its report awaited.
+async fn track(link: &Link) -> Result<Tracker, String> {
+    let Some(server) = link.server() else {
+        return Err(
+            "no server to ask (none found yet, or one reached over TLS, \
+                    which reports are not read over)"
+                .to_owned(),
+        );
+    };
+    let mut tracker = Tracker::start(&server, &session_prefix(), link.timeout())
+        .await
+        .map_err(|e| e.to_string())?;
+    let probe = format!("{}probe:{}", session_prefix(), id::generate());
+    let mut cmd = redis::cmd("SET");
+    cmd.arg(&probe).arg(1).arg("PX").arg(10_000);
+    link.run::<()>(Op::Cmd(&cmd))
+        .await
+        .map_err(|e| e.to_string())?;
+    tracker
+        .until_reported(probe.as_bytes(), link.timeout())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(tracker)
+}
+
 /// Writes the renewals of uses a worker served from memory — each session's once, with
 /// its last use's expiry and the number of its uses — in one pipeline; a session Redis no
 /// longer has, or whose renewal could not be written, is forgotten (its next use asks
@@ -586,8 +623,8 @@ impl SessionStore for RedisStore {
 
     async fn renew(&self, id: &str, renewal: Renewal) -> Result<Option<SessionRecord>, StoreError> {
         let (lease, tracked) = self.cache.lease(id, &renewal, self.link.generation());
-        if matches!(tracked, Tracked::Start) {
-            self.start_tracking();
+        if let Tracked::Start(serial) = tracked {
+            self.start_tracking(serial);
         }
         let ticket = match lease {
             Lease::Hit { record, write } => {

@@ -42,10 +42,15 @@ const MAX_QUEUED: usize = 4096;
 /// How many groups the ids are counted in (reports for one group do not keep the others
 /// from being remembered).
 const SHARDS: usize = 64;
-/// The first pause before tracking is tried again after it could not be started, and the
-/// longest.
+/// The first pause before tracking is tried again after it could not be started (or
+/// broke soon after), and the longest.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How often a worker's tracker is sent `PING`: a connection that died without a word
+/// (a NAT's idle timeout, a host gone) is found out within this and the store's timeout.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How long a tracker must have stayed up for its break to count as no failure.
+const STABLE: Duration = Duration::from_secs(10);
 
 /// Uses counted by how they were served (`mcp_proxy_session_cache_total`).
 #[derive(Debug, Clone, Default)]
@@ -64,6 +69,9 @@ pub struct Cache {
     counted: Counted,
     /// The most sessions one worker remembers.
     capacity: usize,
+    /// How long a tracker may go unheard (no report, no answer to `PING`) before it is
+    /// taken for lost.
+    stale_after: Duration,
     /// The records' key prefix, as reports name them.
     prefix: String,
     hasher: std::collections::hash_map::RandomState,
@@ -89,8 +97,11 @@ struct Slot {
     queued: Vec<(Box<str>, Renewal)>,
     /// Whether a writer task runs for this worker.
     writing: bool,
-    /// Failed starts of tracking in a row.
+    /// Failed starts of tracking in a row (or breaks soon after a start).
     failures: u32,
+    /// Numbers this worker's trackers: a task serves the one it started, and ends when
+    /// that one is no longer the worker's.
+    serial: u64,
 }
 
 impl Default for Slot {
@@ -103,6 +114,7 @@ impl Default for Slot {
             queued: Vec::new(),
             writing: false,
             failures: 0,
+            serial: 0,
         }
     }
 }
@@ -110,11 +122,17 @@ impl Default for Slot {
 enum Tracking {
     /// Not started, or stopped; the next use (from `retry_at` on) starts it.
     Off { retry_at: Option<Instant> },
-    /// A task is connecting.
-    Starting,
+    /// The task of tracker `serial` is connecting.
+    Starting { serial: u64 },
     /// Redis reports every write of a record to `tracker`, a connection to the server
-    /// the link used at `generation`.
-    On { tracker: Tracker, generation: u64 },
+    /// the link used at `generation`, up `since`, last heard from at `heard`.
+    On {
+        tracker: Tracker,
+        serial: u64,
+        generation: u64,
+        since: Instant,
+        heard: Instant,
+    },
 }
 
 /// What [`Cache::lease`] found.
@@ -142,9 +160,10 @@ pub struct Ticket {
 pub enum Tracked {
     /// Reports are up to date: memory may be used.
     Live,
-    /// Not tracking; the caller starts a task that connects the tracker
-    /// ([`Cache::tracking`] or [`Cache::not_tracking`] when done).
-    Start,
+    /// Not tracking; the caller starts a task that connects tracker `serial`
+    /// ([`Cache::tracking`] or [`Cache::not_tracking`] when done) and then serves it
+    /// ([`Cache::poll_reports`], [`Cache::heartbeat`]).
+    Start(u64),
     /// Not tracking (being started, or to be tried again later, or the cache is off).
     Waiting,
 }
@@ -153,11 +172,13 @@ pub enum Tracked {
 
 impl Cache {
     /// A cache keeping up to `capacity` sessions per worker, of records whose keys start
-    /// with `prefix`.
-    pub fn new(capacity: usize, prefix: String, counted: Counted) -> Cache {
+    /// with `prefix`, trusting a tracker no longer than `timeout` after its last `PING`
+    /// was due.
+    pub fn new(capacity: usize, prefix: String, timeout: Duration, counted: Counted) -> Cache {
         Cache {
             slots: PerWorker::new(|| Mutex::new(Slot::default())),
             counted,
+            stale_after: HEARTBEAT + timeout,
             capacity,
             prefix,
             hasher: std::collections::hash_map::RandomState::new(),
@@ -228,7 +249,10 @@ impl Cache {
             return;
         }
         let mut slot = self.slots.here().lock();
-        let current = matches!(slot.tracking, Tracking::On { generation, .. } if generation == ticket.generation);
+        let current = matches!(
+            slot.tracking,
+            Tracking::On { generation, .. } if generation == ticket.generation
+        );
         if !current || slot.epoch != ticket.epoch || slot.reported[ticket.shard] != ticket.reported
         {
             return;
@@ -283,8 +307,26 @@ impl Cache {
             Tracking::On {
                 tracker,
                 generation: tracked,
-            } if *tracked == generation => tracker.drain(&mut |what| changed.push(what)),
-            Tracking::Starting => return Tracked::Waiting,
+                heard,
+                ..
+            } if *tracked == generation => {
+                let now = Instant::now();
+                match tracker.drain(&mut |what| changed.push(what)) {
+                    Ok(0) if now.duration_since(*heard) > self.stale_after => {
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "Redis stopped answering its PING",
+                        ))
+                    }
+                    Ok(0) => Ok(()),
+                    Ok(_) => {
+                        *heard = now;
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Tracking::Starting { .. } => return Tracked::Waiting,
             Tracking::Off { retry_at } if retry_at.is_some_and(|at| Instant::now() < at) => {
                 return Tracked::Waiting;
             }
@@ -292,8 +334,11 @@ impl Cache {
             // failover): what this worker remembers may be out of date.
             Tracking::On { .. } | Tracking::Off { .. } => {
                 self.stop(slot, None);
-                slot.tracking = Tracking::Starting;
-                return Tracked::Start;
+                slot.serial = slot.serial.wrapping_add(1);
+                slot.tracking = Tracking::Starting {
+                    serial: slot.serial,
+                };
+                return Tracked::Start(slot.serial);
             }
         };
         for what in changed {
@@ -302,11 +347,7 @@ impl Cache {
         match drained {
             Ok(()) => Tracked::Live,
             Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "the Redis connection reporting session changes broke; every use asks Redis until it is back"
-                );
-                self.stop(slot, None);
+                self.broke(slot, &e);
                 Tracked::Waiting
             }
         }
@@ -343,58 +384,140 @@ impl Cache {
         slot.epoch = slot.epoch.wrapping_add(1);
     }
 
-    /// This worker's tracker is connected (at the link's `generation`): memory may be
-    /// used from now on.
-    pub fn tracking(&self, tracker: Tracker, generation: u64) {
-        let mut slot = self.slots.here().lock();
-        slot.entries.clear();
-        slot.epoch = slot.epoch.wrapping_add(1);
-        slot.failures = 0;
-        slot.tracking = Tracking::On {
-            tracker,
-            generation,
-        };
+    /// `slot`'s tracker broke (`why`): stopped, and started again with the next use — at
+    /// once if it had been up a while, else after the pause of a failed start.
+    fn broke(&self, slot: &mut Slot, why: &std::io::Error) {
+        let stable =
+            matches!(slot.tracking, Tracking::On { since, .. } if since.elapsed() >= STABLE);
+        tracing::warn!(
+            error = %why,
+            "the Redis connection reporting session changes broke; every use asks Redis until it is back"
+        );
+        if stable {
+            slot.failures = 0;
+            self.stop(slot, None);
+        } else {
+            let pause = self.pause(slot);
+            self.stop(slot, Some(Instant::now() + pause));
+        }
     }
 
-    /// This worker's tracker could not be connected: a use tries again after a pause
-    /// that doubles with every failure in a row (from [`RETRY_MIN`] to [`RETRY_MAX`]);
-    /// whether this is the first failure in a row (to be told).
-    pub fn not_tracking(&self) -> bool {
-        let mut slot = self.slots.here().lock();
-        let first = slot.failures == 0;
+    /// The pause before the next start after one more failure in a row.
+    fn pause(&self, slot: &mut Slot) -> Duration {
         let pause = RETRY_MIN
             .saturating_mul(1 << slot.failures.min(16))
             .min(RETRY_MAX);
         slot.failures = slot.failures.saturating_add(1);
+        pause
+    }
+
+    /// This worker's tracker `serial` is connected (at the link's `generation`) and
+    /// reports reach it: memory may be used from now on. A tracker the worker no longer
+    /// waits for (it moved on meanwhile) is dropped.
+    pub fn tracking(&self, serial: u64, tracker: Tracker, generation: u64) {
+        let mut slot = self.slots.here().lock();
+        if !matches!(slot.tracking, Tracking::Starting { serial: s } if s == serial) {
+            return;
+        }
+        slot.entries.clear();
+        slot.epoch = slot.epoch.wrapping_add(1);
+        let now = Instant::now();
+        slot.tracking = Tracking::On {
+            tracker,
+            serial,
+            generation,
+            since: now,
+            heard: now,
+        };
+    }
+
+    /// This worker's tracker `serial` could not be connected: a use tries again after a
+    /// pause that doubles with every failure in a row (from [`RETRY_MIN`] to
+    /// [`RETRY_MAX`]); whether this is the first failure in a row (to be told).
+    pub fn not_tracking(&self, serial: u64) -> bool {
+        let mut slot = self.slots.here().lock();
+        if !matches!(slot.tracking, Tracking::Starting { serial: s } if s == serial) {
+            return false;
+        }
+        let first = slot.failures == 0;
+        let pause = self.pause(&mut slot);
         self.stop(&mut slot, Some(Instant::now() + pause));
         first
     }
 
     /// Reads this worker's reports as they arrive (so that an idle worker's connection
-    /// does not fill up), until the connection is lost or replaced: `Pending` while it
-    /// tracks, `Ready` once it no longer does.
-    pub fn poll_reports(&self, cx: &mut Context<'_>, generation: u64) -> Poll<()> {
+    /// does not fill up), for tracker `serial` at the link's `generation`: `Pending` while
+    /// it tracks, `Ready` once it no longer does (lost, replaced, or of a server the link
+    /// left: then stopped).
+    pub fn poll_reports(&self, cx: &mut Context<'_>, serial: u64, generation: u64) -> Poll<()> {
         let mut slot = self.slots.here().lock();
         let mut changed = Vec::new();
+        let mut replies = 0;
         let polled = match &mut slot.tracking {
             Tracking::On {
                 tracker,
+                serial: s,
                 generation: tracked,
-            } if *tracked == generation => tracker.poll_changes(cx, &mut |what| changed.push(what)),
+                ..
+            } if *s == serial => {
+                if *tracked != generation {
+                    self.stop(&mut slot, None);
+                    return Poll::Ready(());
+                }
+                tracker.poll_changes(cx, &mut |what| changed.push(what), &mut replies)
+            }
             _ => return Poll::Ready(()),
         };
+        if replies > 0
+            && let Tracking::On { heard, .. } = &mut slot.tracking
+        {
+            *heard = Instant::now();
+        }
         for what in changed {
             self.apply(&mut slot, what);
         }
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "the Redis connection reporting session changes broke; every use asks Redis until it is back"
-                );
-                self.stop(&mut slot, None);
+                self.broke(&mut slot, &e);
                 Poll::Ready(())
+            }
+        }
+    }
+
+    /// Sends tracker `serial` its `PING` (every [`HEARTBEAT`]); `false` once it no longer
+    /// tracks: not this worker's any more, of a server the link left, unheard for too
+    /// long, or its connection refusing the `PING` (then stopped).
+    pub fn heartbeat(&self, serial: u64, generation: u64) -> bool {
+        let mut slot = self.slots.here().lock();
+        let pinged = match &slot.tracking {
+            Tracking::On {
+                tracker,
+                serial: s,
+                generation: tracked,
+                heard,
+                ..
+            } if *s == serial => {
+                if *tracked != generation {
+                    self.stop(&mut slot, None);
+                    return false;
+                }
+                if heard.elapsed() > self.stale_after {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "Redis stopped answering its PING",
+                    ))
+                } else {
+                    tracker.ping()
+                }
+            }
+            _ => return false,
+        };
+        match pinged {
+            Ok(()) => true,
+            Err(e) => {
+                self.broke(&mut slot, &e);
+                false
             }
         }
     }

@@ -6,24 +6,32 @@
 //! deletion, a reap, an expiry, an eviction or a flush of a record, by any replica,
 //! reaches it as the key's name (a flush as nil: everything).
 //!
-//! It only reads what Redis sends; it knows nothing of what the keys hold
-//! (`super::cache` does). It speaks the few RESP2 replies its handshake and the messages
-//! take, by hand: a connection that does nothing else needs no client library.
+//! It reads what Redis sends and sends only `PING` (which a subscribed connection may,
+//! so that a connection that died without a word is found out); it knows nothing of what
+//! the keys hold (`super::cache` does). It speaks the few RESP2 replies its handshake
+//! and the messages take, by hand: a connection that does nothing else needs no client
+//! library. What has arrived is read with a system call of its own (`recv` that does not
+//! wait), not from what the runtime last learnt of the socket: a report that arrived is
+//! read before the request that follows it, however busy the worker.
 
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
-use tokio::io::AsyncWriteExt as _;
+use rustix::buffer::spare_capacity;
+use rustix::net::{RecvFlags, SendFlags};
+use tokio::io::{AsyncWriteExt as _, Interest};
 use tokio::net::{TcpStream, UnixStream};
 
 /// The channel Redis sends invalidations on (RESP2, redirected tracking).
 const CHANNEL: &[u8] = b"__redis__:invalidate";
 /// The longest message the tracker takes: a record key is short, and Redis sends one
-/// message per event-loop turn with every key written in it — a turn of many writes is
-/// a long message, but not this long.
-const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+/// message per event-loop turn with every key written in it; a turn that wrote more than
+/// this (tens of thousands of records) breaks the connection, which forgets everything.
+const MAX_MESSAGE: usize = 1024 * 1024;
+/// `PING`, as a subscribed connection sends it.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// Where the server is and how to log in.
 #[derive(Clone)]
@@ -70,10 +78,21 @@ enum Stream {
     Unix(UnixStream),
 }
 
+impl Stream {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Tcp(s) => s.as_fd(),
+            Stream::Unix(s) => s.as_fd(),
+        }
+    }
+}
+
 /// A connection Redis sends the invalidations of every key under a prefix on.
 pub struct Tracker {
     stream: Stream,
-    buf: BytesMut,
+    /// What was read; `buf[start..]` is not parsed yet.
+    buf: Vec<u8>,
+    start: usize,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -104,7 +123,8 @@ impl Tracker {
         };
         let mut tracker = Tracker {
             stream,
-            buf: BytesMut::with_capacity(4096),
+            buf: Vec::with_capacity(4096),
+            start: 0,
         };
         if let Some(password) = &server.password {
             let auth = match &server.username {
@@ -140,13 +160,36 @@ impl Tracker {
         Ok(tracker)
     }
 
+    /// Waits until Redis reports a write of `key` (made after this tracker started),
+    /// within `timeout`: proof that reports reach it. Whatever else is reported meanwhile
+    /// is dropped (nothing is remembered yet).
+    pub async fn until_reported(&mut self, key: &[u8], timeout: Duration) -> io::Result<()> {
+        let wait = async {
+            loop {
+                let reply = self.next_reply().await?;
+                match invalidation(reply)? {
+                    Some(Changed::Keys(keys)) if keys.iter().any(|k| k == key) => return Ok(()),
+                    _ => {}
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "a write of a record was not reported in time (is the server a Redis that \
+                 sends client-side caching invalidations?)",
+            )
+        })?
+    }
+
     /// A tracker reading what the other end of `stream` writes, as if the handshake were
     /// done (tests play Redis).
     #[cfg(test)]
     pub fn over(stream: UnixStream) -> Tracker {
         Tracker {
             stream: Stream::Unix(stream),
-            buf: BytesMut::new(),
+            buf: Vec::new(),
+            start: 0,
         }
     }
 
@@ -154,6 +197,23 @@ impl Tracker {
         match &mut self.stream {
             Stream::Tcp(s) => s.write_all(bytes).await,
             Stream::Unix(s) => s.write_all(bytes).await,
+        }
+    }
+
+    /// Sends `PING` without waiting; its answer arrives among the reports. An error: the
+    /// connection is lost (or so full that it is as good as lost).
+    pub fn ping(&self) -> io::Result<()> {
+        match rustix::net::send(
+            self.stream.fd(),
+            PING,
+            SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+        ) {
+            Ok(n) if n == PING.len() => Ok(()),
+            Ok(_) | Err(rustix::io::Errno::AGAIN) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the connection takes no more",
+            )),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -178,12 +238,17 @@ impl Tracker {
     }
 
     fn parse(&mut self) -> io::Result<Option<Reply>> {
-        match Reply::parse(&self.buf)? {
+        let unread = &self.buf[self.start..];
+        match Reply::parse(unread)? {
             Some((reply, used)) => {
-                self.buf.advance(used);
+                self.start += used;
+                if self.start == self.buf.len() {
+                    self.buf.clear();
+                    self.start = 0;
+                }
                 Ok(Some(reply))
             }
-            None if self.buf.len() > MAX_MESSAGE => Err(io::Error::new(
+            None if unread.len() > MAX_MESSAGE => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "a message longer than the tracker takes",
             )),
@@ -191,64 +256,71 @@ impl Tracker {
         }
     }
 
-    /// Reads what has arrived into the buffer without waiting: `Ok(None)` when nothing
-    /// has (no system call is made while the runtime knows the socket is not readable);
-    /// `Ok(Some(0))`: the server closed.
-    fn try_fill(&mut self) -> io::Result<Option<usize>> {
-        if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(4096);
-        }
-        let read = match &self.stream {
-            Stream::Tcp(s) => s.try_read_buf(&mut self.buf),
-            Stream::Unix(s) => s.try_read_buf(&mut self.buf),
-        };
-        match read {
-            Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
-        }
+    /// Reads what has arrived into the buffer, without waiting: `Ok(None)` when nothing
+    /// has, `Ok(Some(0))` when the server closed. A system call every time, whatever the
+    /// runtime last learnt of the socket.
+    fn recv_now(&mut self) -> io::Result<Option<usize>> {
+        recv_into(self.stream.fd(), &mut self.buf, &mut self.start)
     }
 
     /// Reads what has arrived, or waits (registering `cx`) until something does.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let Tracker { stream, buf, start } = self;
         loop {
-            if let Some(n) = self.try_fill()? {
-                return Poll::Ready(Ok(n));
-            }
-            let ready = match &self.stream {
+            let ready = match stream {
                 Stream::Tcp(s) => s.poll_read_ready(cx),
                 Stream::Unix(s) => s.poll_read_ready(cx),
             };
             std::task::ready!(ready)?;
+            // Through the runtime, so that it forgets the readiness once nothing is left
+            // (the request path's reads bypass it, and may have left it set).
+            let mut read = |fd| match recv_into(fd, buf, start) {
+                Ok(Some(n)) => Ok(n),
+                Ok(None) => Err(io::Error::from(io::ErrorKind::WouldBlock)),
+                Err(e) => Err(e),
+            };
+            let read = match stream {
+                Stream::Tcp(s) => s.try_io(Interest::READABLE, || read(s.as_fd())),
+                Stream::Unix(s) => s.try_io(Interest::READABLE, || read(s.as_fd())),
+            };
+            match read {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
         }
     }
 
-    /// Every invalidation that has arrived so far, without waiting and without taking
-    /// the place of whoever waits for the next ([`Tracker::poll_changes`]): what changed
-    /// is passed to `changed`, in order. An error: the connection is lost (closed,
-    /// broken, or Redis sent what a tracker does not expect) and what changed since is
-    /// unknown.
-    pub fn drain(&mut self, changed: &mut impl FnMut(Changed)) -> io::Result<()> {
+    /// Every reply that has arrived so far, without waiting and without taking the place
+    /// of whoever waits for the next ([`Tracker::poll_changes`]): what changed is passed to
+    /// `changed`, in order; how many replies came (a `PING`'s answer is one). An error: the
+    /// connection is lost (closed, broken, or Redis sent what a tracker does not expect)
+    /// and what changed since is unknown.
+    pub fn drain(&mut self, changed: &mut impl FnMut(Changed)) -> io::Result<usize> {
+        let mut heard = 0;
         loop {
-            self.take_parsed(changed)?;
-            match self.try_fill()? {
+            heard += self.take_parsed(changed)?;
+            match self.recv_now()? {
                 Some(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                 Some(_) => {}
-                None => return Ok(()),
+                None => return Ok(heard),
             }
         }
     }
 
     /// As [`Tracker::drain`], then waits (registering `cx`) for more: `Pending` once
     /// everything that arrived was passed on, `Ready(Err)` when the connection is lost.
+    /// `heard` counts the replies.
     pub fn poll_changes(
         &mut self,
         cx: &mut Context<'_>,
         changed: &mut impl FnMut(Changed),
+        heard: &mut usize,
     ) -> Poll<io::Error> {
         loop {
-            if let Err(e) = self.take_parsed(changed) {
-                return Poll::Ready(e);
+            match self.take_parsed(changed) {
+                Ok(n) => *heard += n,
+                Err(e) => return Poll::Ready(e),
             }
             match self.poll_fill(cx) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(io::ErrorKind::UnexpectedEof.into()),
@@ -259,13 +331,37 @@ impl Tracker {
         }
     }
 
-    fn take_parsed(&mut self, changed: &mut impl FnMut(Changed)) -> io::Result<()> {
+    fn take_parsed(&mut self, changed: &mut impl FnMut(Changed)) -> io::Result<usize> {
+        let mut replies = 0;
         while let Some(reply) = self.parse()? {
+            replies += 1;
             if let Some(what) = invalidation(reply)? {
                 changed(what);
             }
         }
-        Ok(())
+        Ok(replies)
+    }
+}
+
+/// Reads what has arrived on `fd` into `buf` (whose `buf[start..]` is not parsed yet),
+/// without waiting: `Ok(None)` when nothing has, `Ok(Some(0))` when the peer closed.
+fn recv_into(
+    fd: BorrowedFd<'_>,
+    buf: &mut Vec<u8>,
+    start: &mut usize,
+) -> io::Result<Option<usize>> {
+    if *start > 0 && *start * 2 >= buf.len() {
+        buf.drain(..*start);
+        *start = 0;
+    }
+    // Room for at least as much again as is waiting to be parsed: a long message is read
+    // in a few doubling reads, not many small ones (each parse starts over).
+    let pending = buf.len() - *start;
+    buf.reserve(pending.max(4096));
+    match rustix::net::recv(fd, spare_capacity(buf), RecvFlags::DONTWAIT) {
+        Ok((_, n)) => Ok(Some(n)),
+        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -350,9 +446,9 @@ impl Reply {
         let Some(end) = memchr::memmem::find(buf, b"\r\n") else {
             return Ok(None);
         };
-        let (kind, line) = match buf.split_first() {
-            Some((kind, rest)) => (*kind, &rest[..end - 1]),
-            None => return Ok(None),
+        // A reply is its kind's byte, then its line: one that starts with CRLF is none.
+        let (Some(&kind), Some(line)) = (buf.first(), buf.get(1..end)) else {
+            return Err(invalid("a reply without a kind"));
         };
         let after = end + 2;
         let number = || -> io::Result<i64> {
@@ -438,7 +534,8 @@ mod tests {
     #[test]
     fn what_is_not_resp_is_refused_not_waited_for() {
         for bad in [
-            &b"?what\r\n"[..],
+            &b"\r\n"[..],
+            b"?what\r\n",
             b"$abc\r\n",
             b"$3\r\nabcXY",
             b"*-7\r\n",

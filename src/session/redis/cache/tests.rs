@@ -83,12 +83,19 @@ impl Redis {
 
 /// A cache of `capacity` whose worker tracks at generation 1.
 fn tracked(capacity: usize) -> (Cache, Redis) {
-    let cache = Cache::new(capacity, PREFIX.into(), Counted::default());
+    let cache = Cache::new(
+        capacity,
+        PREFIX.into(),
+        Duration::from_secs(1),
+        Counted::default(),
+    );
     let (tracker, end) = UnixStream::pair().unwrap();
     // The first use finds tracking off and asks for it to be started.
     let (lease, tracked) = cache.lease("x", &use_at(NOW, alice()), 1);
-    assert!(matches!(lease, Lease::Miss(None)) && matches!(tracked, Tracked::Start));
-    cache.tracking(Tracker::over(tracker), 1);
+    let (Lease::Miss(None), Tracked::Start(serial)) = (lease, tracked) else {
+        panic!("tracking is started by the first use");
+    };
+    cache.tracking(serial, Tracker::over(tracker), 1);
     (cache, Redis { end })
 }
 
@@ -189,11 +196,20 @@ async fn a_lost_tracking_connection_stops_memory_until_tracking_is_back() {
     let (lease, tracked) = cache.lease("a", &use_at(NOW + 1, alice()), 1);
     assert!(matches!(lease, Lease::Miss(None)), "not from memory");
     assert!(matches!(tracked, Tracked::Waiting));
-    // The next use starts tracking again; nothing remembered before comes back.
+    // A tracker that broke soon after it started is tried again after a pause; nothing
+    // remembered before comes back.
     let (_, tracked) = cache.lease("a", &use_at(NOW + 2, alice()), 1);
-    assert!(matches!(tracked, Tracked::Start));
+    assert!(matches!(tracked, Tracked::Waiting), "not at once");
+    tokio::time::sleep(RETRY_MIN).await;
+    let (_, tracked) = cache.lease("a", &use_at(NOW + 2, alice()), 1);
+    let Tracked::Start(serial) = tracked else {
+        panic!("started again after the pause");
+    };
     let (tracker, _end) = UnixStream::pair().unwrap();
-    cache.tracking(Tracker::over(tracker), 1);
+    // A task of an earlier tracker that connects late is not taken.
+    let (stale, _stale_end) = UnixStream::pair().unwrap();
+    cache.tracking(serial - 1, Tracker::over(stale), 1);
+    cache.tracking(serial, Tracker::over(tracker), 1);
     assert!(hit(&cache, "a", &use_at(NOW + 3, alice())).is_none());
 }
 
@@ -202,11 +218,13 @@ async fn tracking_a_server_the_link_no_longer_uses_is_started_anew() {
     let (cache, _redis) = tracked(10);
     learn(&cache, "a", &record(alice()));
     let (lease, tracked) = cache.lease("a", &use_at(NOW + 1, alice()), 2);
-    assert!(matches!(lease, Lease::Miss(None)) && matches!(tracked, Tracked::Start));
+    let (Lease::Miss(None), Tracked::Start(serial)) = (lease, tracked) else {
+        panic!("tracking is started anew");
+    };
     let (_, tracked) = cache.lease("a", &use_at(NOW + 1, alice()), 2);
     assert!(matches!(tracked, Tracked::Waiting), "started once");
     // A failed start is tried again only after a pause.
-    assert!(cache.not_tracking(), "the first failure is told");
+    assert!(cache.not_tracking(serial), "the first failure is told");
     let (_, tracked) = cache.lease("a", &use_at(NOW + 1, alice()), 2);
     assert!(matches!(tracked, Tracked::Waiting));
 }
@@ -238,7 +256,7 @@ async fn a_worker_remembers_at_most_its_capacity_and_nothing_when_off() {
         .count();
     assert_eq!(remembered, 2);
 
-    let off = Cache::new(0, PREFIX.into(), Counted::default());
+    let off = Cache::new(0, PREFIX.into(), Duration::from_secs(1), Counted::default());
     let (lease, tracked) = off.lease("a", &use_at(NOW, alice()), 1);
     assert!(matches!(lease, Lease::Miss(None)) && matches!(tracked, Tracked::Waiting));
 }
