@@ -21,29 +21,32 @@
 //! is counted once, whatever path it took.
 
 mod admission;
+mod body;
 pub(crate) mod checks;
 mod deadline;
+mod http1;
 mod identity;
 mod ops;
 mod serve;
 mod shed;
 mod watchdog;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{ALLOW, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use opentelemetry::context::FutureExt as _;
 use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
+pub use body::ClientBody;
 use deadline::Deadline;
 use identity::Identity;
 pub use ops::Ops;
-pub use serve::{ClientAddr, ConnectionLimits, DRAIN_IDLE, Phase, Role, Serving, serve};
+pub use serve::{ConnectionLimits, DRAIN_IDLE, Phase, Role, Serving, serve};
 
 use crate::auth::Auth;
 use crate::config::HEALTH_PATH;
@@ -98,12 +101,13 @@ pub struct Front {
     pub overload: Arc<Overload>,
 }
 
-/// Serves one request: the MCP endpoint, `/healthz`, and the operations endpoints when
-/// this listener has them.
+/// Serves one request, from a client at `peer`: the MCP endpoint, `/healthz`, and the
+/// operations endpoints when this listener has them.
 pub async fn handle(
     front: Arc<Front>,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     role: Role,
+    peer: IpAddr,
 ) -> Response<ProxyBody> {
     let path = request.uri().path();
     if role.serves_mcp() {
@@ -115,7 +119,7 @@ pub async fn handle(
                 overload: &front.overload,
                 cluster: &front.fleet.shared().cluster,
             };
-            return mcp(&front, endpoint, request).await;
+            return mcp(&front, endpoint, request, peer).await;
         }
         if path == CLUSTER_PATH {
             return from_peer(&front, request).await;
@@ -146,7 +150,7 @@ pub async fn handle(
 /// Public, and read by browser clients too.
 fn resource_metadata(
     front: &Front,
-    request: &Request<Incoming>,
+    request: &Request<ClientBody>,
     endpoint: &str,
 ) -> Option<Response<ProxyBody>> {
     let endpoint = match endpoint {
@@ -193,7 +197,8 @@ fn resource_metadata(
 async fn mcp(
     front: &Front,
     endpoint: Endpoint<'_>,
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
+    peer: IpAddr,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let span = tracing::info_span!(
@@ -208,7 +213,7 @@ async fn mcp(
     );
     let (response, method) = async {
         match *request.method() {
-            Method::POST => endpoint.post(request, &front.metrics).await,
+            Method::POST => endpoint.post(request, peer, &front.metrics).await,
             Method::GET | Method::DELETE => {
                 let label = if request.method() == Method::GET {
                     "GET"
@@ -217,7 +222,7 @@ async fn mcp(
                 };
                 // Boxed: a GET (a stream opened) or DELETE is rarer than a POST, and its
                 // future larger.
-                let response = Box::pin(endpoint.bare(request, &front.metrics))
+                let response = Box::pin(endpoint.bare(request, peer, &front.metrics))
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
                 (response, label)
@@ -240,7 +245,7 @@ async fn mcp(
 
 /// A request on the replicas' own endpoint: its body read (capped, in time), then the
 /// cluster answers it — if a replica signed it.
-async fn from_peer(front: &Front, request: Request<Incoming>) -> Response<ProxyBody> {
+async fn from_peer(front: &Front, request: Request<ClientBody>) -> Response<ProxyBody> {
     let cluster = &front.fleet.shared().cluster;
     let (parts, body) = request.into_parts();
     let limit = cluster.max_push_bytes();
@@ -269,7 +274,8 @@ impl Endpoint<'_> {
     /// A POST: one JSON-RPC message. Returns the answer and the method's metric label.
     async fn post(
         self,
-        request: Request<Incoming>,
+        request: Request<ClientBody>,
+        client: IpAddr,
         metrics: &Metrics,
     ) -> (Response<ProxyBody>, &'static str) {
         // When the request arrived: its span starts then, once its message is known.
@@ -308,10 +314,7 @@ impl Endpoint<'_> {
             body: &body,
         });
         let (peer, from_peer) = match forwarded {
-            Ok(None) => (
-                parts.extensions.get::<ClientAddr>().map(|addr| addr.0),
-                false,
-            ),
+            Ok(None) => (Some(client), false),
             Ok(Some(from)) => (from.client, true),
             Err(e) => return (response::error(&e, None), "other"),
         };
@@ -426,7 +429,8 @@ impl Endpoint<'_> {
     /// `GET` or `DELETE` of the endpoint: no message, only headers.
     async fn bare(
         self,
-        request: Request<Incoming>,
+        request: Request<ClientBody>,
+        client: IpAddr,
         metrics: &Metrics,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         let headers = request.headers();
@@ -447,7 +451,7 @@ impl Endpoint<'_> {
             body: &[],
         })?;
         let peer = match forwarded {
-            None => request.extensions().get::<ClientAddr>().map(|addr| addr.0),
+            None => Some(client),
             Some(from) => from.client,
         };
         let who = (caller, peer);

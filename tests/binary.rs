@@ -218,7 +218,7 @@ async fn a_file_with_several_bad_entries_reports_every_one() {
             problem_lines(&stderr),
             [
                 "max_body_bytes (in proxy.toml): \"big\" is not a whole number of 0 or more; write e.g. 4194304",
-                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url, redis_sentinels, redis_master_name, redis_username, redis_password, redis_db, redis_timeout, redis_wait_replicas, redis_wait_timeout, sealed_keys and max_tombstones.",
+                "session.idel_ttl (in proxy.toml): unknown key; did you mean idle_ttl? The keys of [session] are idle_ttl, max_sessions, max_sessions_per_caller, creations_per_caller_per_minute, reap_interval, state_key, store, redis_url, redis_sentinels, redis_master_name, redis_username, redis_password, redis_db, redis_timeout, redis_wait_replicas, redis_wait_timeout, redis_cache_sessions, sealed_keys and max_tombstones.",
                 "session.reap_interval (in proxy.toml): -5 is not a duration; write it in quotes, e.g. \"30s\", \"10m\" or \"1h\"",
                 "shutdown_grace (in proxy.toml): \"soon\" is not a duration; write a number and a unit, e.g. \"30s\", \"5m\" or \"1h\"",
             ]

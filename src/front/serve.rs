@@ -12,12 +12,16 @@
 //! idle for [`DRAIN_IDLE`]. What is still open when `shutdown_grace` ends is closed.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::header::{CONNECTION, HeaderValue};
-use hyper::service::service_fn;
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
@@ -25,8 +29,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::{Admission, Admitted};
+use super::body::ClientBody;
+use super::http1;
 use super::watchdog::{Activity, Tracked, Watched};
 use super::{Front, handle};
+use crate::response::ProxyBody;
 use crate::telemetry::server::Answered;
 use crate::throttle::Throttle;
 
@@ -50,10 +57,6 @@ impl Role {
         matches!(self, Role::McpAndOperations | Role::Operations)
     }
 }
-
-/// The address a request's connection came from, in the request's extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub IpAddr);
 
 /// Where a listener is in its life; its connections follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -263,41 +266,21 @@ struct Connections {
 }
 
 impl Connections {
-    /// Serves one accepted connection in a task of its own.
+    /// Serves one accepted connection in a task of its own: HTTP/1.1 on the proxy's own
+    /// loop (`super::http1`) until a request it leaves to hyper, which then serves the
+    /// rest of the connection (HTTP/2 from the start).
     fn spawn(&self, stream: TcpStream, peer: SocketAddr, admitted: Admitted) {
         let _ = stream.set_nodelay(true);
         let activity = Activity::new();
-        let service = service_fn({
-            let activity = activity.clone();
-            let front = self.front.clone();
-            let draining = self.phase.clone();
-            let role = self.role;
-            move |mut request: hyper::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ClientAddr(peer.ip()));
-                let http1 = request.version() < http::Version::HTTP_2;
-                if !http1 {
-                    activity.http2();
-                }
-                let front = front.clone();
-                let in_flight = activity.request();
-                let draining = draining.clone();
-                async move {
-                    let mut response = handle(front, request, role).await;
-                    // Draining: this connection's last response (the client opens a new
-                    // connection, which another process accepts after a hand-over).
-                    if http1 && *draining.borrow() >= Phase::Draining {
-                        response
-                            .headers_mut()
-                            .insert(CONNECTION, HeaderValue::from_static("close"));
-                    }
-                    // A traced request's span ends with its body.
-                    let span = response.extensions_mut().remove::<Answered>();
-                    Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight, span)))
-                }
-            }
-        });
-        let io = TokioIo::new(Watched::new(stream, activity.clone()));
-        let connection = self.builder.serve_connection(io, service).into_owned();
+        let exchange = Exchange {
+            front: self.front.clone(),
+            role: self.role,
+            phase: self.phase.clone(),
+            activity: activity.clone(),
+            peer: peer.ip(),
+        };
+        let io = Watched::new(stream, activity.clone());
+        let builder = self.builder.clone();
         let limits = &self.front.connections;
         let (header_read, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let metrics = limits.admission.metrics().clone();
@@ -307,17 +290,16 @@ impl Connections {
         tokio::spawn(async move {
             let _admitted = admitted;
             let _open = open;
-            tokio::pin!(connection);
+            let lean = {
+                let exchange = exchange.clone();
+                http1::serve(io, move |request| exchange.call(request))
+            };
+            let mut connection = Connection::Lean(Box::pin(lean));
             let mut draining = false;
             loop {
                 let idle = if draining { idle.min(DRAIN_IDLE) } else { idle };
                 tokio::select! {
-                    ended = connection.as_mut() => {
-                        if let Err(e) = ended {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                        break;
-                    }
+                    () = std::future::poll_fn(|cx| connection.poll(cx, &builder, &exchange)) => break,
                     reason = activity.expired(header_read, idle) => {
                         // Nothing is in flight: closing loses no answer.
                         tracing::debug!(peer = %peer, reason = ?reason, draining, "connection closed");
@@ -330,16 +312,134 @@ impl Connections {
                     _ = reached(&mut phase, |phase| *phase >= Phase::Draining), if !draining => {
                         draining = true;
                         // HTTP/2 says GOAWAY; HTTP/1.1 with a response under way sends no
-                        // keep-alive. An idle HTTP/1.1 connection is left to its next
-                        // response's `Connection: close`, or to DRAIN_IDLE.
+                        // keep-alive (the proxy's loop: the answer says `Connection: close`,
+                        // or the loop closes after it). An idle HTTP/1.1 connection is left
+                        // to its next response's `Connection: close`, or to DRAIN_IDLE.
                         if activity.is_http2() || activity.in_flight() {
-                            connection.as_mut().graceful_shutdown();
+                            connection.graceful_shutdown();
                         }
                     }
                     _ = reached(&mut closed, |closed| *closed) => break,
                 }
             }
         });
+    }
+}
+
+/// What serves one request of a connection: the front, as this listener serves it, with
+/// who the client is.
+#[derive(Clone)]
+struct Exchange {
+    front: Arc<Front>,
+    role: Role,
+    /// The listener's: a draining listener's last answer on a connection says
+    /// `Connection: close`.
+    phase: watch::Receiver<Phase>,
+    activity: Arc<Activity>,
+    peer: IpAddr,
+}
+
+impl Exchange {
+    fn call(
+        &self,
+        request: Request<ClientBody>,
+    ) -> impl Future<Output = Response<Tracked<ProxyBody>>> + Send + use<> {
+        let http1 = request.version() < http::Version::HTTP_2;
+        if !http1 {
+            self.activity.http2();
+        }
+        let front = self.front.clone();
+        let in_flight = self.activity.request();
+        let phase = self.phase.clone();
+        let (role, peer) = (self.role, self.peer);
+        async move {
+            let mut response = handle(front, request, role, peer).await;
+            // Draining: this connection's last response (the client opens a new
+            // connection, which another process accepts after a hand-over).
+            if http1 && *phase.borrow() >= Phase::Draining {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            // A traced request's span ends with its body.
+            let span = response.extensions_mut().remove::<Answered>();
+            response.map(|body| Tracked::new(body, in_flight, span))
+        }
+    }
+}
+
+type Io = Watched<TcpStream>;
+type LeanLoop = Pin<Box<dyn Future<Output = http1::Ended<Io>> + Send>>;
+type HyperConnection =
+    Pin<Box<auto::Connection<'static, TokioIo<http1::Rewind<Io>>, ByHyper, TokioExecutor>>>;
+type Served =
+    Pin<Box<dyn Future<Output = Result<Response<Tracked<ProxyBody>>, Infallible>> + Send>>;
+
+/// The exchange as hyper's service: what the proxy's loop handed over.
+#[derive(Clone)]
+struct ByHyper(Exchange);
+
+impl hyper::service::Service<Request<Incoming>> for ByHyper {
+    type Response = Response<Tracked<ProxyBody>>;
+    type Error = Infallible;
+    type Future = Served;
+
+    fn call(&self, request: Request<Incoming>) -> Served {
+        let answer = self.0.call(request.map(ClientBody::Hyper));
+        Box::pin(async move { Ok(answer.await) })
+    }
+}
+
+/// One connection as it is served: by the proxy's loop, then (if it hands the
+/// connection over) by hyper.
+enum Connection {
+    Lean(LeanLoop),
+    Hyper(HyperConnection),
+    Done,
+}
+
+impl Connection {
+    /// Serves the connection; `Ready` once it is over.
+    fn poll(
+        &mut self,
+        cx: &mut Context<'_>,
+        builder: &auto::Builder<TokioExecutor>,
+        exchange: &Exchange,
+    ) -> Poll<()> {
+        loop {
+            match self {
+                Connection::Lean(lean) => match lean.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(http1::Ended::Closed) => *self = Connection::Done,
+                    Poll::Ready(http1::Ended::HandOff { io, read }) => {
+                        let io = TokioIo::new(http1::Rewind::new(read, io));
+                        let connection = builder
+                            .serve_connection(io, ByHyper(exchange.clone()))
+                            .into_owned();
+                        *self = Connection::Hyper(Box::pin(connection));
+                    }
+                },
+                Connection::Hyper(connection) => match connection.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(ended) => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        *self = Connection::Done;
+                    }
+                },
+                Connection::Done => return Poll::Ready(()),
+            }
+        }
+    }
+
+    /// No more requests after the one in flight (hyper: HTTP/1.1 without keep-alive,
+    /// HTTP/2 GOAWAY). The proxy's loop ends after the answer it is writing, which says
+    /// `Connection: close`.
+    fn graceful_shutdown(&mut self) {
+        if let Connection::Hyper(connection) = self {
+            connection.as_mut().graceful_shutdown();
+        }
     }
 }
 

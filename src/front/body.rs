@@ -1,0 +1,50 @@
+//! A client's request body as the front reads it: one the proxy's own HTTP/1.1 loop
+//! read whole with its head (`super::http1`), or hyper's (HTTP/2, and what that loop
+//! hands to hyper).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub enum ClientBody {
+    /// Read whole already (`None` once taken, or when there was none).
+    Whole(Option<Bytes>),
+    /// As hyper reads it.
+    Hyper(Incoming),
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ClientBody::Whole(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            ClientBody::Hyper(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Whole(bytes) => bytes.is_none(),
+            ClientBody::Hyper(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Whole(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            ClientBody::Hyper(body) => body.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! HTTP/1.1 to clients on the proxy's own loop: its one exchange — a request whose head
+//! and body have arrived, answered with a head and a body written as it comes — with no
+//! general-purpose HTTP stack on the request path (hyper's dispatcher, its body channels
+//! and the moves of its futures cost the proxy more than the exchange itself:
+//! `benches/README.md`, "The lean exchange").
+//!
+//! What the loop does not take it hands, with every byte read so far, to hyper, which
+//! serves the rest of the connection exactly as it serves any other ([`Ended::HandOff`]):
+//! an HTTP/2 preface, a body not all there yet (large, slow, chunked or behind `Expect:
+//! 100-continue`), an upgrade, a head it cannot parse or that is too large (hyper
+//! answers those with 400 or 431) — see `request`.
+//!
+//! Like hyper's, the loop:
+//! - reads pipelined requests one after the other, never two at once;
+//! - while a request is served or its answer written, watches the connection: a client
+//!   that closes it ends the exchange (the request's future and the answer's body are
+//!   dropped, which cancels what they hold), unless it already sent its next request
+//!   (then its end is found when that one is read);
+//! - writes the head and a body known whole in one write, and each frame of a body that
+//!   streams as it comes (chunked in HTTP/1.1);
+//! - closes after an answer that says `Connection: close`, after a client that asked
+//!   so, after an HTTP/1.0 client that did not ask to keep the connection, and when a
+//!   body fails mid-way (the client sees the answer cut).
+
+mod request;
+mod response;
+mod rewind;
+
+use std::future::Future;
+use std::io;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::BodyExt as _;
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+
+use self::request::{Head, Parsed};
+use self::response::{Asked, Framing};
+pub use self::rewind::Rewind;
+use super::body::ClientBody;
+
+/// What a read starts with room for.
+const READ_SIZE: usize = 16 * 1024;
+/// The longest head the loop reads before it leaves the request to hyper (which takes
+/// heads up to ~400 KiB and answers 431 beyond).
+const MAX_HEAD: usize = 64 * 1024;
+/// A body written with its head in one copy when it is no longer than this; a longer
+/// one goes in a vectored write.
+const COPY_BODY: usize = 16 * 1024;
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// How a connection left the loop.
+#[derive(Debug)]
+pub enum Ended<T> {
+    /// Closed (by either side), or to be closed.
+    Closed,
+    /// For hyper to serve: `read` are the bytes read from `io` and not served.
+    HandOff { io: T, read: Bytes },
+}
+
+/// Serves HTTP/1.1 requests on `io` with `exchange` until the connection ends or a
+/// request is one the loop leaves to hyper.
+pub async fn serve<T, F, Fut, B>(mut io: T, mut exchange: F) -> Ended<T>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(Request<ClientBody>) -> Fut,
+    Fut: Future<Output = Response<B>>,
+    B: Body<Data = Bytes>,
+{
+    let mut buf = BytesMut::with_capacity(READ_SIZE);
+    let mut out: Vec<u8> = Vec::with_capacity(1024);
+    let mut first = true;
+    loop {
+        // A head, whole.
+        let head = loop {
+            if first
+                && !buf.is_empty()
+                && H2_PREFACE.starts_with(&buf[..buf.len().min(H2_PREFACE.len())])
+            {
+                if buf.len() >= H2_PREFACE.len() {
+                    return Ended::HandOff {
+                        io,
+                        read: buf.freeze(),
+                    };
+                }
+            } else {
+                match request::parse(&buf) {
+                    Parsed::Take(head) => break head,
+                    Parsed::HandOff => {
+                        return Ended::HandOff {
+                            io,
+                            read: buf.freeze(),
+                        };
+                    }
+                    Parsed::Partial if buf.len() >= MAX_HEAD => {
+                        return Ended::HandOff {
+                            io,
+                            read: buf.freeze(),
+                        };
+                    }
+                    Parsed::Partial => {}
+                }
+            }
+            match read_more(&mut io, &mut buf).await {
+                Ok(true) => {}
+                // Closed before (or in the middle of) a head: nothing to answer.
+                Ok(false) | Err(_) => return Ended::Closed,
+            }
+        };
+        first = false;
+        // Its body, arrived with it (or arriving at once), else hyper waits for it.
+        let whole = head.len + head.body;
+        if buf.len() < whole && try_read_more(&mut io, &mut buf) {
+            // Read as much as had arrived; see whether that was enough.
+        }
+        if buf.len() < whole {
+            return Ended::HandOff {
+                io,
+                read: buf.freeze(),
+            };
+        }
+        let Head {
+            method,
+            uri,
+            version,
+            headers,
+            len,
+            body,
+            keep_alive,
+        } = head;
+        buf.advance(len);
+        let body = buf.split_to(body).freeze();
+        let asked_method = method.clone();
+        let mut request = Request::new(ClientBody::Whole((!body.is_empty()).then_some(body)));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri;
+        *request.version_mut() = version;
+        *request.headers_mut() = headers;
+
+        // Served, unless the client leaves first.
+        let served = exchange(request);
+        let mut served = std::pin::pin!(served);
+        let mut watching = buf.is_empty();
+        let response = loop {
+            // The connection first, as hyper does: a client that left while its answer
+            // became ready gets none (and what its request started is cancelled).
+            tokio::select! {
+                biased;
+                read = io.read_buf(&mut buf), if watching => match read {
+                    Ok(0) | Err(_) => return Ended::Closed,
+                    // The next request (pipelined): its connection's end is found when
+                    // it is read.
+                    Ok(_) => watching = false,
+                },
+                response = &mut served => break response,
+            }
+        };
+
+        // Answered.
+        let (parts, body) = response.into_parts();
+        out.clear();
+        let asked = Asked {
+            method: &asked_method,
+            version,
+            keep_alive,
+        };
+        let (framing, keep) = response::head(
+            parts.status,
+            &parts.headers,
+            &body.size_hint(),
+            asked,
+            &mut out,
+        );
+        drop(parts);
+        let sent = write_body(&mut io, &mut buf, &mut out, body, framing, &mut watching).await;
+        if sent.is_err() || !keep {
+            let _ = io.shutdown().await;
+            return Ended::Closed;
+        }
+    }
+}
+
+/// Reads into `buf`, waiting; whether anything came (`false`: the connection closed).
+async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) -> io::Result<bool> {
+    if buf.capacity() - buf.len() < READ_SIZE / 4 {
+        buf.reserve(READ_SIZE);
+    }
+    Ok(io.read_buf(buf).await? > 0)
+}
+
+/// Reads what has arrived into `buf` without waiting; whether anything was.
+fn try_read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) -> bool {
+    if buf.capacity() - buf.len() < READ_SIZE / 4 {
+        buf.reserve(READ_SIZE);
+    }
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let read = std::pin::pin!(io.read_buf(buf));
+    matches!(read.poll(&mut cx), std::task::Poll::Ready(Ok(n)) if n > 0)
+}
+
+/// Writes the head in `out` and `body` as `framing` says; a client that closes the
+/// connection meanwhile (found while `watching`, see [`serve`]) or a body that fails
+/// ends it with an error.
+async fn write_body<T, B>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    out: &mut Vec<u8>,
+    body: B,
+    framing: Framing,
+    watching: &mut bool,
+) -> io::Result<()>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    B: Body<Data = Bytes>,
+{
+    let mut body = std::pin::pin!(body);
+    if framing == Framing::Empty {
+        return io.write_all(out).await;
+    }
+    let mut written: u64 = 0;
+    let mut head_sent = false;
+    loop {
+        // The next frame, while watching the connection: as soon as one is ready, and
+        // the head (with the first frame when it is ready at once) written before
+        // waiting for one that is not.
+        let frame = match poll_now(body.as_mut().frame()) {
+            Some(frame) => frame,
+            None => {
+                if !head_sent {
+                    io.write_all(out).await?;
+                    out.clear();
+                    head_sent = true;
+                }
+                next_frame(io, buf, body.as_mut(), watching).await?
+            }
+        };
+        let data = match frame {
+            None => break,
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                // Trailers are not sent.
+                Err(_) => continue,
+            },
+            Some(Err(_)) => return Err(io::Error::other("the response body failed")),
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if let Framing::Length(length) = framing {
+            written += data.len() as u64;
+            if written > length {
+                return Err(io::Error::other("the response body is longer than it said"));
+            }
+        }
+        let chunked = framing == Framing::Chunked;
+        if chunked {
+            response::chunk_head(data.len(), out);
+        }
+        if data.len() <= COPY_BODY {
+            out.extend_from_slice(&data);
+            if chunked {
+                out.extend_from_slice(b"\r\n");
+            }
+            io.write_all(out).await?;
+        } else {
+            let tail: &[u8] = if chunked { b"\r\n" } else { b"" };
+            let mut all = Buf::chain(Buf::chain(&out[..], &data[..]), tail);
+            io.write_all_buf(&mut all).await?;
+        }
+        out.clear();
+        head_sent = true;
+    }
+    match framing {
+        Framing::Chunked => out.extend_from_slice(response::LAST_CHUNK),
+        Framing::Length(length) if written < length => {
+            return Err(io::Error::other(
+                "the response body is shorter than it said",
+            ));
+        }
+        _ => {}
+    }
+    if !out.is_empty() {
+        io.write_all(out).await?;
+        out.clear();
+    }
+    Ok(())
+}
+
+/// The body's next frame, waiting for it while watching the connection.
+async fn next_frame<T, B>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    mut body: std::pin::Pin<&mut B>,
+    watching: &mut bool,
+) -> io::Result<Option<Result<http_body::Frame<Bytes>, B::Error>>>
+where
+    T: AsyncRead + Unpin,
+    B: Body<Data = Bytes>,
+{
+    loop {
+        let mut next = body.as_mut();
+        tokio::select! {
+            biased;
+            read = io.read_buf(buf), if *watching => match read {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Err(e) => return Err(e),
+                Ok(_) => *watching = false,
+            },
+            frame = next.frame() => return Ok(frame),
+        }
+    }
+}
+
+/// `future`'s output if it is ready at once.
+fn poll_now<F: Future>(future: F) -> Option<F::Output> {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let future = std::pin::pin!(future);
+    match future.poll(&mut cx) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,319 @@
+//! A response head as the lean loop writes it, and how its body is framed — as hyper
+//! writes them: the status line in the request's version, the fields as the response
+//! has them (lowercase names), `date` when it has none, `content-length` when the body's
+//! length is known and `transfer-encoding: chunked` when it is not (HTTP/1.0: the body
+//! ends with the connection), no body at all for `HEAD`, 1xx, 204 and 304.
+
+use std::cell::RefCell;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::{HeaderMap, Method, StatusCode, Version};
+use http_body::SizeHint;
+
+/// How a response's body is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// None is sent (`HEAD`, 1xx, 204, 304), whatever the body holds.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// In chunks, ended by a last empty one.
+    Chunked,
+    /// As it comes; the connection's end ends it (HTTP/1.0 without a known length).
+    Close,
+}
+
+/// What the request said that the response's head depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    pub method: &'a Method,
+    pub version: Version,
+    /// Whether the connection stays open after this exchange (as the client asked).
+    pub keep_alive: bool,
+}
+
+/// The head of a response to a request `asked`, with a body of `size`: its bytes, how
+/// its body goes, and whether the connection stays open after it (`Connection: close`
+/// in the response ends it; a body that only the connection's end can end too).
+pub fn head(
+    status: StatusCode,
+    headers: &HeaderMap,
+    size: &SizeHint,
+    asked: Asked<'_>,
+    out: &mut Vec<u8>,
+) -> (Framing, bool) {
+    let mut keep_alive = asked.keep_alive;
+    out.reserve(64 + headers.len() * 32);
+    match (asked.version, status) {
+        (Version::HTTP_10, _) => out.extend_from_slice(b"HTTP/1.0 "),
+        (_, StatusCode::OK) => out.extend_from_slice(b"HTTP/1.1 200 OK\r\n"),
+        _ => out.extend_from_slice(b"HTTP/1.1 "),
+    }
+    if asked.version == Version::HTTP_10 || status != StatusCode::OK {
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let bodiless = *asked.method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let mut announced: Option<u64> = None;
+    let mut dated = false;
+    let mut said_keep_alive = false;
+    for (name, value) in headers {
+        if name == TRANSFER_ENCODING {
+            // The framing is the loop's to choose.
+            continue;
+        }
+        if name == CONTENT_LENGTH {
+            match value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+            {
+                Some(length) if announced.is_none() => announced = Some(length),
+                // A second or unreadable length: the body's own decides.
+                _ => continue,
+            }
+        } else if name == CONNECTION {
+            for token in value.as_bytes().split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                }
+                said_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            }
+        } else if name == DATE {
+            dated = true;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let framing = match (announced, size.exact()) {
+        _ if bodiless => {
+            // A HEAD's answer says the length a GET's would have.
+            if announced.is_none()
+                && *asked.method == Method::HEAD
+                && let Some(length) = size.exact()
+            {
+                field(out, "content-length", &length.to_string());
+            }
+            Framing::Empty
+        }
+        (Some(length), _) => Framing::Length(length),
+        (None, Some(length)) => {
+            field(out, "content-length", &length.to_string());
+            Framing::Length(length)
+        }
+        (None, None) if asked.version == Version::HTTP_10 => {
+            keep_alive = false;
+            Framing::Close
+        }
+        (None, None) => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            Framing::Chunked
+        }
+    };
+    if asked.version == Version::HTTP_10 && keep_alive && !said_keep_alive {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
+    }
+    if !dated {
+        DATE_NOW.with(|date| {
+            let mut date = date.borrow_mut();
+            out.extend_from_slice(b"date: ");
+            out.extend_from_slice(date.now());
+            out.extend_from_slice(b"\r\n");
+        });
+    }
+    out.extend_from_slice(b"\r\n");
+    (framing, keep_alive)
+}
+
+fn field(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The start of a chunk of `len` bytes.
+pub fn chunk_head(len: usize, out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("{len:X}\r\n").as_bytes());
+}
+
+/// After the last chunk.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+thread_local! {
+    /// The `date` value, made once a second per thread.
+    static DATE_NOW: RefCell<CachedDate> = RefCell::new(CachedDate::default());
+}
+
+#[derive(Default)]
+struct CachedDate {
+    /// The second it is for.
+    second: u64,
+    text: Vec<u8>,
+}
+
+impl CachedDate {
+    fn now(&mut self) -> &[u8] {
+        let now = SystemTime::now();
+        let second = now
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_secs();
+        if second != self.second || self.text.is_empty() {
+            self.second = second;
+            self.text = httpdate::fmt_http_date(now).into_bytes();
+        }
+        &self.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn written(
+        status: StatusCode,
+        headers: &[(&str, &str)],
+        size: SizeHint,
+        method: Method,
+        version: Version,
+        keep_alive: bool,
+    ) -> (String, Framing, bool) {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        let mut out = Vec::new();
+        let asked = Asked {
+            method: &method,
+            version,
+            keep_alive,
+        };
+        let (framing, keep) = head(status, &map, &size, asked, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        // The date changes: shown as `date: …`.
+        let text = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("date: ") {
+                    "date: …"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        (text, framing, keep)
+    }
+
+    #[test]
+    fn a_known_length_is_announced_an_unknown_one_chunked() {
+        let (text, framing, keep) = written(
+            StatusCode::OK,
+            &[("content-type", "application/json")],
+            SizeHint::with_exact(12),
+            Method::POST,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\ncontent-type: application/json\ncontent-length: 12\ndate: …\n"
+        );
+        assert_eq!((framing, keep), (Framing::Length(12), true));
+        let (text, framing, _) = written(
+            StatusCode::OK,
+            &[("content-type", "text/event-stream")],
+            SizeHint::new(),
+            Method::POST,
+            Version::HTTP_11,
+            true,
+        );
+        assert!(text.contains("transfer-encoding: chunked\n"), "{text}");
+        assert_eq!(framing, Framing::Chunked);
+    }
+
+    #[test]
+    fn the_responses_own_length_and_connection_are_kept_its_encoding_is_not() {
+        let (text, framing, keep) = written(
+            StatusCode::NOT_FOUND,
+            &[
+                ("content-length", "3"),
+                ("transfer-encoding", "chunked"),
+                ("connection", "close"),
+            ],
+            SizeHint::new(),
+            Method::GET,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            text,
+            "HTTP/1.1 404 Not Found\ncontent-length: 3\nconnection: close\ndate: …\n"
+        );
+        assert_eq!((framing, keep), (Framing::Length(3), false));
+    }
+
+    #[test]
+    fn bodiless_answers_and_http_1_0() {
+        let (text, framing, _) = written(
+            StatusCode::NO_CONTENT,
+            &[],
+            SizeHint::with_exact(0),
+            Method::DELETE,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(text, "HTTP/1.1 204 No Content\ndate: …\n");
+        assert_eq!(framing, Framing::Empty);
+        let (text, framing, _) = written(
+            StatusCode::OK,
+            &[],
+            SizeHint::with_exact(5),
+            Method::HEAD,
+            Version::HTTP_11,
+            true,
+        );
+        assert!(text.contains("content-length: 5\n"), "{text}");
+        assert_eq!(framing, Framing::Empty);
+        let (text, framing, keep) = written(
+            StatusCode::OK,
+            &[],
+            SizeHint::new(),
+            Method::POST,
+            Version::HTTP_10,
+            true,
+        );
+        assert!(text.starts_with("HTTP/1.0 200 OK\n"), "{text}");
+        assert_eq!((framing, keep), (Framing::Close, false));
+        let (text, _, keep) = written(
+            StatusCode::OK,
+            &[],
+            SizeHint::with_exact(1),
+            Method::POST,
+            Version::HTTP_10,
+            true,
+        );
+        assert!(text.contains("connection: keep-alive\n") && keep, "{text}");
+    }
+
+    #[test]
+    fn chunks_are_framed_in_hex() {
+        let mut out = Vec::new();
+        chunk_head(255, &mut out);
+        assert_eq!(out, b"FF\r\n");
+    }
+}

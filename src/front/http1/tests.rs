@@ -1,0 +1,232 @@
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http::StatusCode;
+use http_body::Frame;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
+use tokio::sync::mpsc;
+
+use super::*;
+
+/// Answers every request with its method, path and body, as JSON-ish text.
+async fn echo(request: Request<ClientBody>) -> Response<Full<Bytes>> {
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let text = format!(
+        "{} {} {}",
+        parts.method,
+        parts.uri,
+        String::from_utf8_lossy(&body)
+    );
+    Response::new(Full::new(Bytes::from(text)))
+}
+
+/// Reads what the loop wrote until it closes or `until` appears; as text, with the
+/// `date` lines shown as `date: …`.
+async fn read_until(client: &mut DuplexStream, until: &str) -> String {
+    let mut all = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&all).contains(until) {
+        match tokio::time::timeout(Duration::from_secs(5), client.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => all.extend_from_slice(&chunk[..n]),
+            Err(_) => panic!(
+                "nothing more, and no {until:?}, in {:?}",
+                String::from_utf8_lossy(&all)
+            ),
+        }
+    }
+    dated(&String::from_utf8_lossy(&all))
+}
+
+fn dated(text: &str) -> String {
+    text.split("\r\n")
+        .map(|l| {
+            if l.starts_with("date: ") {
+                "date: …"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+}
+
+use std::time::Duration;
+
+#[tokio::test]
+async fn whole_requests_are_answered_in_order_on_one_connection() {
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, echo));
+    // Two requests in one write (pipelined), then a third.
+    client
+        .write_all(
+            b"POST /mcp HTTP/1.1\r\nHost: p\r\nContent-Length: 2\r\n\r\n{}\
+              GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let text = read_until(&mut client, "GET /healthz ").await;
+    assert_eq!(
+        text,
+        "HTTP/1.1 200 OK\r\ncontent-length: 12\r\ndate: …\r\n\r\nPOST /mcp {}\
+         HTTP/1.1 200 OK\r\ncontent-length: 13\r\ndate: …\r\n\r\nGET /healthz "
+    );
+    client
+        .write_all(b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nConnection: close\r\n\r\nz")
+        .await
+        .unwrap();
+    let text = read_until(&mut client, "POST /x z").await;
+    assert!(text.ends_with("\r\n\r\nPOST /x z"), "{text}");
+    assert!(
+        matches!(served.await.unwrap(), Ended::Closed),
+        "closed as asked"
+    );
+}
+
+#[tokio::test]
+async fn what_the_loop_does_not_take_is_handed_over_with_every_byte_read() {
+    for (sent, why) in [
+        (
+            &b"POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n"[..],
+            "chunked",
+        ),
+        (
+            b"POST /mcp HTTP/1.1\r\nContent-Length: 10\r\n\r\n{\"a\"",
+            "a body still coming",
+        ),
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0", "HTTP/2"),
+        (b"GARBAGE\r\n\r\n", "no HTTP"),
+    ] {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(serve(server, echo));
+        client.write_all(sent).await.unwrap();
+        match tokio::time::timeout(Duration::from_secs(5), served).await {
+            Ok(Ok(Ended::HandOff { read, .. })) => assert_eq!(&read[..], sent, "{why}"),
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_streams_is_sent_chunked_frame_by_frame() {
+    let (frames, receiver) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+    let receiver = Arc::new(tokio::sync::Mutex::new(Some(receiver)));
+    let answer = move |_request: Request<ClientBody>| {
+        let receiver = receiver.clone();
+        async move {
+            let receiver = receiver.lock().await.take().unwrap();
+            let stream = tokio_stream_of(receiver);
+            let mut response = Response::new(StreamBody::new(stream));
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/event-stream"),
+            );
+            response
+        }
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, answer));
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    let head = read_until(&mut client, "\r\n\r\n").await;
+    assert_eq!(
+        head,
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\ndate: …\r\n\r\n",
+        "the head goes before any event"
+    );
+    frames
+        .send(Ok(Frame::data(Bytes::from_static(b"data: 1\n\n"))))
+        .await
+        .unwrap();
+    assert_eq!(
+        read_until(&mut client, "\n\n\r\n").await,
+        "9\r\ndata: 1\n\n\r\n"
+    );
+    drop(frames);
+    assert_eq!(read_until(&mut client, "0\r\n\r\n").await, "0\r\n\r\n");
+    drop(client);
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
+}
+
+/// A stream of `receiver`'s items.
+fn tokio_stream_of<T>(mut receiver: mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
+    // Dropped futures and bodies count themselves.
+    #[derive(Clone, Default)]
+    struct Dropped(Arc<AtomicUsize>);
+    struct Guard(Dropped);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dropped = Dropped::default();
+    let waiting = {
+        let dropped = dropped.clone();
+        move |_request: Request<ClientBody>| {
+            let guard = Guard(dropped.clone());
+            async move {
+                let _guard = guard;
+                std::future::pending::<Response<Full<Bytes>>>().await
+            }
+        }
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, waiting));
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(client);
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
+    assert_eq!(
+        dropped.0.load(Ordering::SeqCst),
+        1,
+        "the request's future was dropped"
+    );
+}
+
+#[tokio::test]
+async fn http_1_0_and_bodiless_answers() {
+    let answer = |request: Request<ClientBody>| async move {
+        let status = if request.method() == http::Method::DELETE {
+            StatusCode::NO_CONTENT
+        } else {
+            StatusCode::OK
+        };
+        let mut response = Response::new(Full::new(Bytes::from_static(b"hello")));
+        *response.status_mut() = status;
+        response
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, answer));
+    client
+        .write_all(b"HEAD / HTTP/1.1\r\n\r\nDELETE / HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let text = read_until(&mut client, "hello").await;
+    assert_eq!(
+        text,
+        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: …\r\n\r\n\
+         HTTP/1.1 204 No Content\r\ndate: …\r\n\r\n\
+         HTTP/1.0 200 OK\r\ncontent-length: 5\r\ndate: …\r\n\r\nhello"
+    );
+    assert!(
+        matches!(served.await.unwrap(), Ended::Closed),
+        "an HTTP/1.0 client that did not ask to keep the connection"
+    );
+}
