@@ -124,12 +124,12 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = std::io::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         match self.project() {
             Projection::Full { body } => body.poll_frame(cx).map_err(|never| match never {}),
             Projection::Untouched { body, .. } => body.poll_frame(cx),

@@ -66,14 +66,14 @@ fn ends_an_event(data: &[u8]) -> bool {
     data.ends_with(b"\n\n") || data.ends_with(b"\r\n\r\n") || data.ends_with(b"\r\r")
 }
 
-impl<B: Body<Data = Bytes, Error = hyper::Error>> Body for Timed<B> {
+impl<B: Body<Data = Bytes, Error = std::io::Error>> Body for Timed<B> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = std::io::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         let this = &mut *self;
         let Some(inner) = this.inner.as_mut() else {
             // Past the deadline: the last event, then the end.
@@ -134,12 +134,12 @@ mod tests {
 
     impl Body for Stalled {
         type Data = Bytes;
-        type Error = hyper::Error;
+        type Error = std::io::Error;
 
         fn poll_frame(
             mut self: Pin<&mut Self>,
             _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
             match self.first.take() {
                 Some(first) => Poll::Ready(Some(Ok(Frame::data(first)))),
                 None if self.ends => Poll::Ready(None),
@@ -197,11 +197,11 @@ mod tests {
         struct Endless;
         impl Body for Endless {
             type Data = Bytes;
-            type Error = hyper::Error;
+            type Error = std::io::Error;
             fn poll_frame(
                 self: Pin<&mut Self>,
                 _: &mut Context<'_>,
-            ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+            ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
                 Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"data: x\n\n")))))
             }
         }

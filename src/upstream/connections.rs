@@ -1,55 +1,76 @@
 //! Connections to one HTTP upstream (HTTP/1.1 keep-alive), each owned by the request
 //! using it: no connection task, no channel hop per request. The request's own task
-//! drives the connection (hyper's `client::conn::http1`) while it waits for the head,
-//! and the response body drives it while it is read ([`UpstreamBody`]); a body read to
-//! its end gives the connection back to the idle list of the worker it was used on
+//! writes the request and reads the response's head (`exchange`: the proxy's own
+//! HTTP/1.1, without a general-purpose client's dispatcher and body channels), and the
+//! response body reads the rest as it is read ([`UpstreamBody`]); a body read to its end
+//! gives the connection back to the idle list of the worker it was used on
 //! (`crate::workers`), so a call never touches another thread's connection. Idle
 //! connections are bounded (`max_idle` in all, shared out over the workers) and closed
-//! between one and two `idle_timeout`s after their last use.
+//! between one and two `idle_timeout`s after their last use; one the upstream closed
+//! while idle is found so before it is used (a read that does not wait), and a request
+//! whose connection turns out closed before any of it was written goes on a new one.
+
+mod exchange;
 
 use std::future::poll_fn;
+use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, Connection, SendRequest};
-use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpStream;
 
+use self::exchange::{Chunks, Framing, ReadHead, Step};
 use crate::workers::PerWorker;
 
-type Driver = Connection<TokioIo<TcpStream>, Full<Bytes>>;
+/// What a read starts with room for.
+const READ_SIZE: usize = 16 * 1024;
 
-/// One connection: the handle requests are sent on, and the state machine that does
-/// the reading and writing (polled by whoever holds the connection).
+/// One connection, and what was read from it and not yet used.
 struct Conn {
-    sender: SendRequest<Full<Bytes>>,
-    driver: Driver,
-    /// The driver finished: the connection is closed.
-    closed: bool,
-    /// Taken from an idle list (a failure before the request was written is retried).
+    io: TcpStream,
+    buf: BytesMut,
+    /// Taken from an idle list (a request it could not take is sent on a new one).
     reused: bool,
 }
 
 impl Conn {
-    /// Lets the connection read and write; notes when it closed.
-    fn drive(&mut self, cx: &mut Context<'_>) {
-        if !self.closed && Pin::new(&mut self.driver).poll(cx).is_ready() {
-            self.closed = true;
+    /// Whether an idle connection is still open, without waiting: closed by the
+    /// upstream (or sent something unasked) while idle, it is not.
+    fn still_open(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        match self.io.try_read(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+            // Ok(0): closed; Ok(_): bytes nobody asked for; Err: broken.
+            _ => false,
         }
     }
 
-    /// Ready for a request (driving it until it is); an error when it closed.
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
-        self.drive(cx);
-        self.sender.poll_ready(cx)
+    /// Reads more into the buffer; `Ready(Ok(0))`: the upstream closed.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
+            self.buf.reserve(READ_SIZE);
+        }
+        loop {
+            match self.io.try_read_buf(&mut self.buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.io.poll_read_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
     }
 }
 
@@ -88,7 +109,9 @@ impl std::fmt::Debug for Connections {
 #[derive(Debug)]
 pub enum SendError {
     Connect(std::io::Error),
-    Http(hyper::Error),
+    /// The exchange failed: the connection broke or closed, or the upstream sent what is
+    /// not HTTP/1.1.
+    Http(std::io::Error),
 }
 
 impl std::fmt::Display for SendError {
@@ -98,6 +121,10 @@ impl std::fmt::Display for SendError {
             SendError::Connect(e) => {
                 write!(f, "cannot connect: {e}")?;
                 e.source()
+            }
+            SendError::Http(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                write!(f, "connection closed before message completed")?;
+                None
             }
             SendError::Http(e) => {
                 write!(f, "{e}")?;
@@ -143,34 +170,68 @@ impl Connections {
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        let mut request = request;
+        let (parts, body) = request.into_parts();
+        let body = whole(body);
+        let target = parts
+            .uri
+            .path_and_query()
+            .map_or("/", http::uri::PathAndQuery::as_str);
+        let mut out = Vec::new();
+        exchange::encode_request(&parts.method, target, &parts.headers, &body, &mut out);
         loop {
             let mut conn = self.checkout().await?;
-            let sent = conn.sender.try_send_request(request);
-            let mut sent = std::pin::pin!(sent);
-            let result = poll_fn(|cx| {
-                conn.drive(cx);
-                sent.as_mut().poll(cx)
-            })
-            .await;
-            match result {
-                Ok(response) => {
-                    let (parts, body) = response.into_parts();
-                    let body = UpstreamBody {
-                        body,
-                        conn: Some(conn),
-                        home: Arc::downgrade(&self.shared),
-                        ended: false,
-                    };
-                    return Ok(Response::from_parts(parts, body));
+            if let Err(e) = conn.io.write_all(&out).await {
+                // An idle connection the upstream had just closed: nothing of the
+                // request reached it, so it goes on a new connection.
+                if conn.reused
+                    && matches!(
+                        e.kind(),
+                        io::ErrorKind::BrokenPipe
+                            | io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::ConnectionAborted
+                    )
+                {
+                    continue;
                 }
-                Err(mut e) => match e.take_message() {
-                    // An idle connection the upstream had just closed: the request was
-                    // not written, so it goes on a new connection.
-                    Some(unsent) if conn.reused => request = unsent,
-                    _ => return Err(SendError::Http(e.into_error())),
-                },
+                return Err(SendError::Http(e));
             }
+            let head = loop {
+                match exchange::parse_head(&conn.buf, &parts.method).map_err(SendError::Http)? {
+                    ReadHead::Head(head, len) => {
+                        let _ = conn.buf.split_to(len);
+                        break head;
+                    }
+                    ReadHead::Interim(len) => {
+                        let _ = conn.buf.split_to(len);
+                    }
+                    ReadHead::Partial => {
+                        let read = poll_fn(|cx| conn.poll_fill(cx))
+                            .await
+                            .map_err(SendError::Http)?;
+                        if read == 0 {
+                            return Err(SendError::Http(io::ErrorKind::UnexpectedEof.into()));
+                        }
+                    }
+                }
+            };
+            let mut response = Response::new(UpstreamBody::Lean(LeanBody {
+                conn: Some(conn),
+                state: match head.framing {
+                    Framing::Length(0) => Reading::Done,
+                    Framing::Length(n) => Reading::Length(n),
+                    Framing::Chunked => Reading::Chunked(Chunks::Size),
+                    Framing::Close => Reading::ToEnd,
+                },
+                keep_alive: head.keep_alive,
+                home: Arc::downgrade(&self.shared),
+            }));
+            *response.status_mut() = head.status;
+            *response.version_mut() = head.version;
+            *response.headers_mut() = head.headers;
+            if let UpstreamBody::Lean(body) = response.body_mut() {
+                body.release_if_done();
+            }
+            return Ok(response);
         }
     }
 
@@ -181,18 +242,14 @@ impl Connections {
             let Some(Idle { mut conn, .. }) = idle else {
                 break;
             };
-            if poll_fn(|cx| conn.poll_ready(cx)).await.is_ok() && !conn.closed {
+            if conn.still_open() {
                 conn.reused = true;
                 return Ok(conn);
             }
         }
-        // Boxed: a new connection is the exception, and connecting (the TCP connect, the
-        // handshake, their timeouts) would make every request's future larger.
-        let mut conn = Box::pin(self.connect()).await?;
-        poll_fn(|cx| conn.poll_ready(cx))
-            .await
-            .map_err(SendError::Http)?;
-        Ok(conn)
+        // Boxed: a new connection is the exception, and connecting (the TCP connect, its
+        // timeout) would make every request's future larger.
+        Box::pin(self.connect()).await
     }
 
     async fn connect(&self) -> Result<Conn, SendError> {
@@ -225,14 +282,10 @@ impl Connections {
             }
         };
         let _ = stream.set_nodelay(true);
-        let (sender, driver) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(SendError::Http)?;
         self.sweep_idle();
         Ok(Conn {
-            sender,
-            driver,
-            closed: false,
+            io: stream,
+            buf: BytesMut::new(),
             reused: false,
         })
     }
@@ -278,9 +331,6 @@ impl Shared {
     /// A connection whose response was read to its end goes back to the idle list of
     /// the worker it was used on, when there is room.
     fn give_back(&self, conn: Conn) {
-        if conn.closed || conn.sender.is_closed() {
-            return;
-        }
         let mut list = self.idle.here().lock();
         if list.len() < self.max_idle {
             list.push(Idle {
@@ -291,84 +341,168 @@ impl Shared {
     }
 }
 
-/// An upstream response body. While it is read it drives its connection; read to its
-/// end (or dropped once at its end), the connection is reused; dropped before, the
-/// connection is closed.
-pub struct UpstreamBody {
-    body: Incoming,
-    conn: Option<Conn>,
-    home: Weak<Shared>,
-    ended: bool,
+/// A request's body, known whole.
+fn whole(body: Full<Bytes>) -> Bytes {
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut body = std::pin::pin!(body);
+    match body.as_mut().poll_frame(&mut cx) {
+        Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
+        _ => Bytes::new(),
+    }
 }
 
-impl std::fmt::Debug for UpstreamBody {
+/// An upstream response body. Read to its end (or dropped once at its end), its
+/// connection is reused; dropped before, the connection is closed.
+#[derive(Debug)]
+pub enum UpstreamBody {
+    /// Read from an upstream connection of this worker's, as it arrives.
+    Lean(LeanBody),
+    /// A body that comes with no connection to drive (another replica's, over HTTP/2).
+    Detached(Incoming),
+}
+
+/// See [`UpstreamBody::Lean`].
+pub struct LeanBody {
+    /// `None` once given back (or lost).
+    conn: Option<Conn>,
+    state: Reading,
+    /// Whether the connection may carry another exchange once the body is read.
+    keep_alive: bool,
+    home: Weak<Shared>,
+}
+
+impl std::fmt::Debug for LeanBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody")
-            .field("ended", &self.ended)
+        f.debug_struct("LeanBody")
+            .field("state", &self.state)
             .finish_non_exhaustive()
+    }
+}
+
+/// Where a body's reading is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// This many bytes more.
+    Length(u64),
+    /// Chunks.
+    Chunked(Chunks),
+    /// Until the connection's end.
+    ToEnd,
+    /// Read to its end.
+    Done,
+}
+
+impl LeanBody {
+    /// At the end: the connection goes back to its worker's idle list (if it may carry
+    /// another exchange and nothing else came on it).
+    fn release_if_done(&mut self) {
+        if self.state != Reading::Done {
+            return;
+        }
+        if let Some(conn) = self.conn.take()
+            && self.keep_alive
+            && conn.buf.is_empty()
+            && let Some(home) = self.home.upgrade()
+        {
+            home.give_back(conn);
+        }
+    }
+
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        loop {
+            match &mut self.state {
+                Reading::Done => return Poll::Ready(None),
+                Reading::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = usize::try_from(*left).unwrap_or(usize::MAX).min(conn.buf.len());
+                        let data = conn.buf.split_to(n).freeze();
+                        *left -= n as u64;
+                        if *left == 0 {
+                            self.state = Reading::Done;
+                        }
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+                Reading::Chunked(chunks) => match chunks.step(&mut conn.buf) {
+                    Ok(Step::Data(data)) => return Poll::Ready(Some(Ok(data))),
+                    Ok(Step::End) => {
+                        self.state = Reading::Done;
+                        return Poll::Ready(None);
+                    }
+                    Ok(Step::More) => {}
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                },
+                Reading::ToEnd => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                }
+            }
+            match std::task::ready!(conn.poll_fill(cx)) {
+                Ok(0) if self.state == Reading::ToEnd => {
+                    self.state = Reading::Done;
+                    self.keep_alive = false;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return Poll::Ready(Some(Err(io::ErrorKind::UnexpectedEof.into()))),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+        }
     }
 }
 
 impl UpstreamBody {
     /// A body that comes with no connection to drive (another client's).
     pub fn detached(body: Incoming) -> UpstreamBody {
-        UpstreamBody {
-            body,
-            conn: None,
-            home: Weak::new(),
-            ended: false,
-        }
-    }
-
-    fn release(&mut self) {
-        if let Some(conn) = self.conn.take()
-            && let Some(home) = self.home.upgrade()
-        {
-            home.give_back(conn);
-        }
+        UpstreamBody::Detached(body)
     }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = io::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        if let Some(conn) = this.conn.as_mut() {
-            conn.drive(cx);
-        }
-        let frame = ready!(Pin::new(&mut this.body).poll_frame(cx));
-        match &frame {
-            None => this.ended = true,
-            Some(Ok(_)) if this.body.is_end_stream() => this.ended = true,
-            Some(Ok(_)) => {}
-            Some(Err(_)) => {
-                this.conn = None;
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        match self.get_mut() {
+            UpstreamBody::Lean(body) => {
+                let polled = body.poll_data(cx);
+                match &polled {
+                    Poll::Ready(Some(Err(_))) => body.conn = None,
+                    Poll::Ready(_) => body.release_if_done(),
+                    Poll::Pending => {}
+                }
+                polled.map(|data| data.map(|data| data.map(Frame::data)))
             }
+            UpstreamBody::Detached(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|frame| frame.map(|frame| frame.map_err(io::Error::other))),
         }
-        if this.ended {
-            this.release();
-        }
-        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.body.is_end_stream()
+        match self {
+            UpstreamBody::Lean(body) => body.state == Reading::Done,
+            UpstreamBody::Detached(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl Drop for UpstreamBody {
-    fn drop(&mut self) {
-        if self.ended || self.body.is_end_stream() {
-            self.release();
+        match self {
+            UpstreamBody::Lean(body) => match body.state {
+                Reading::Length(n) => SizeHint::with_exact(n),
+                Reading::Done => SizeHint::with_exact(0),
+                Reading::Chunked(_) | Reading::ToEnd => SizeHint::new(),
+            },
+            UpstreamBody::Detached(body) => body.size_hint(),
         }
     }
 }

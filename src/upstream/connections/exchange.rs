@@ -1,0 +1,367 @@
+//! One HTTP/1.1 exchange on an upstream connection, as the proxy writes and reads it: the
+//! request written in one go (head and body), the response's head parsed as `httparse`
+//! parses it, its body framed by `Content-Length`, by chunks, or by the connection's end
+//! — read as it comes, an event stream event by event.
+
+use std::io;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+
+/// The most header fields a response head may have (hyper's default).
+const MAX_HEADERS: usize = 100;
+/// The longest response head read (hyper's default buffer bound, about).
+pub const MAX_HEAD: usize = 400 * 1024;
+/// The longest trailer section of a chunked body.
+const MAX_TRAILERS: usize = 16 * 1024;
+
+/// Writes `method target` with `headers` and `body` into `out` (`Host` is among the
+/// headers). The body's length is the proxy's to say: a `Content-Length` or
+/// `Transfer-Encoding` among `headers` is left out.
+pub fn encode_request(
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.reserve(64 + target.len() + headers.len() * 32 + body.len());
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    // As hyper says it: a body's length, and 0 for a method that usually has one.
+    if !body.is_empty() || matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(body.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+}
+
+/// A response head.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    /// How its body ends.
+    pub framing: Framing,
+    /// Whether the connection may carry another exchange after this one.
+    pub keep_alive: bool,
+}
+
+/// How a response body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// After this many more bytes.
+    Length(u64),
+    /// After its last chunk (and trailers).
+    Chunked,
+    /// With the connection.
+    Close,
+}
+
+/// What the bytes read so far hold of a response head.
+pub enum ReadHead {
+    /// Not all of it.
+    Partial,
+    /// An informational (1xx) answer of this length: skipped.
+    Interim(usize),
+    /// The head, and its length.
+    Head(Head, usize),
+}
+
+/// Reads a response head to a `method` request from the start of `buf`.
+pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut fields);
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(invalid("a response head larger than the proxy reads"));
+        }
+        Ok(httparse::Status::Partial) => return Ok(ReadHead::Partial),
+        Err(e) => return Err(invalid(&format!("an unreadable response head ({e})"))),
+    };
+    let code = response.code.unwrap_or(0);
+    let status = StatusCode::from_u16(code).map_err(|_| invalid("a response status out of range"))?;
+    if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(ReadHead::Interim(len));
+    }
+    let version = match response.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut close = version == Version::HTTP_10;
+    for field in response.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| invalid("a response field name that is not one"))?;
+        let value = HeaderValue::from_bytes(field.value)
+            .map_err(|_| invalid("a response field value that is not one"))?;
+        if name == CONTENT_LENGTH {
+            let n = std::str::from_utf8(field.value)
+                .ok()
+                .map(str::trim)
+                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| invalid("a response Content-Length that is not a number"))?;
+            if length.is_some_and(|seen| seen != n) {
+                return Err(invalid("a response with two Content-Lengths"));
+            }
+            length = Some(n);
+        } else if name == TRANSFER_ENCODING {
+            // Chunked must be the last coding (RFC 9112 §6.3): anything else is read to
+            // the connection's end.
+            chunked = field
+                .value
+                .rsplit(|&b| b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            if !chunked {
+                close = true;
+            }
+        } else if name == CONNECTION {
+            for token in field.value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10
+                {
+                    close = false;
+                }
+            }
+        }
+        headers.append(name, value);
+    }
+    let bodiless = *method == Method::HEAD
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || status == StatusCode::SWITCHING_PROTOCOLS;
+    let framing = match (bodiless, chunked, length) {
+        (true, _, _) => Framing::Length(0),
+        (false, true, _) => Framing::Chunked,
+        (false, false, Some(n)) => Framing::Length(n),
+        (false, false, None) => {
+            close = true;
+            Framing::Close
+        }
+    };
+    Ok(ReadHead::Head(
+        Head {
+            status,
+            version,
+            headers,
+            framing,
+            keep_alive: !close,
+        },
+        len,
+    ))
+}
+
+/// Where a chunked body's reading is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunks {
+    /// At a chunk's size line.
+    Size,
+    /// In a chunk, with this many bytes left.
+    Data(u64),
+    /// At the CRLF after a chunk's data.
+    DataEnd,
+    /// In the trailer section, this many bytes into it.
+    Trailers(usize),
+    /// Past the end.
+    Done,
+}
+
+/// What a step of reading a chunked body gave.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Some of the body.
+    Data(Bytes),
+    /// More bytes must be read first.
+    More,
+    /// The body is over.
+    End,
+}
+
+impl Chunks {
+    /// Reads what `buf` holds of the body (consuming it), up to the next data or the end.
+    pub fn step(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
+        loop {
+            match *self {
+                Chunks::Size => match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete((used, 0))) => {
+                        buf.advance(used);
+                        *self = Chunks::Trailers(0);
+                    }
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        buf.advance(used);
+                        *self = Chunks::Data(size);
+                    }
+                    Ok(httparse::Status::Partial) if buf.len() > 1024 => {
+                        return Err(invalid("a chunk size line too long"));
+                    }
+                    Ok(httparse::Status::Partial) => return Ok(Step::More),
+                    Err(_) => return Err(invalid("an unreadable chunk size")),
+                },
+                Chunks::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(Step::More);
+                    }
+                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                    let data = buf.split_to(n).freeze();
+                    let left = left - n as u64;
+                    *self = if left == 0 {
+                        Chunks::DataEnd
+                    } else {
+                        Chunks::Data(left)
+                    };
+                    return Ok(Step::Data(data));
+                }
+                Chunks::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Step::More);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(invalid("a chunk not ended by CRLF"));
+                    }
+                    buf.advance(2);
+                    *self = Chunks::Size;
+                }
+                Chunks::Trailers(seen) => {
+                    let Some(end) = memchr::memmem::find(buf, b"\r\n") else {
+                        if seen + buf.len() > MAX_TRAILERS {
+                            return Err(invalid("trailers longer than the proxy reads"));
+                        }
+                        return Ok(Step::More);
+                    };
+                    buf.advance(end + 2);
+                    if end == 0 {
+                        *self = Chunks::Done;
+                        return Ok(Step::End);
+                    }
+                    // A trailer field: not passed on.
+                    *self = Chunks::Trailers(seen + end + 2);
+                }
+                Chunks::Done => return Ok(Step::End),
+            }
+        }
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("the upstream sent {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_written_with_the_length_of_its_body() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("u:1"));
+        headers.insert("content-length", HeaderValue::from_static("999"));
+        let mut out = Vec::new();
+        encode_request(&Method::POST, "/mcp?a", &headers, b"{}", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /mcp?a HTTP/1.1\r\nhost: u:1\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        let mut out = Vec::new();
+        encode_request(&Method::DELETE, "/mcp", &HeaderMap::new(), b"", &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), "DELETE /mcp HTTP/1.1\r\n\r\n");
+    }
+
+    fn head(text: &str, method: Method) -> (Head, usize) {
+        match parse_head(text.as_bytes(), &method).unwrap() {
+            ReadHead::Head(head, len) => (head, len),
+            _ => panic!("{text:?}: no head"),
+        }
+    }
+
+    #[test]
+    fn a_response_heads_framing_and_keep_alive() {
+        let (h, len) = head(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello",
+            Method::POST,
+        );
+        assert_eq!((h.status, h.framing, h.keep_alive), (StatusCode::OK, Framing::Length(5), true));
+        assert_eq!(len, 70);
+        let (h, _) = head(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            Method::POST,
+        );
+        assert_eq!(h.framing, Framing::Chunked, "chunked wins over a length");
+        let (h, _) = head("HTTP/1.1 200 OK\r\n\r\n", Method::GET);
+        assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
+        let (h, _) = head("HTTP/1.1 202 Accepted\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", Method::POST);
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(0), false));
+        let (h, _) = head("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", Method::POST);
+        assert!(!h.keep_alive);
+        let (h, _) = head("HTTP/1.1 204 No Content\r\n\r\n", Method::DELETE);
+        assert_eq!((h.framing, h.keep_alive), (Framing::Length(0), true));
+        assert!(matches!(
+            parse_head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", &Method::POST).unwrap(),
+            ReadHead::Interim(25)
+        ));
+        for bad in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            "NOT HTTP\r\n\r\n",
+        ] {
+            assert!(parse_head(bad.as_bytes(), &Method::POST).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The data of `body` read with `Chunks`, fed `split` bytes at a time.
+    fn dechunk(body: &[u8], split: usize) -> io::Result<Vec<u8>> {
+        let mut chunks = Chunks::Size;
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut fed = 0;
+        loop {
+            match chunks.step(&mut buf)? {
+                Step::Data(data) => out.extend_from_slice(&data),
+                Step::End => return Ok(out),
+                Step::More => {
+                    if fed == body.len() {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                    let next = (fed + split).min(body.len());
+                    buf.extend_from_slice(&body[fed..next]);
+                    fed = next;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_chunked_body_reads_the_same_however_it_arrives() {
+        let body = b"5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nX-Trailer: t\r\n\r\n";
+        for split in 1..=body.len() {
+            assert_eq!(dechunk(body, split).unwrap(), b"hello 0123456789", "split {split}");
+        }
+        assert!(dechunk(b"5\r\nhelloXX0\r\n\r\n", 100).is_err(), "data not ended by CRLF");
+        assert!(dechunk(b"zz\r\n", 100).is_err());
+        assert_eq!(
+            dechunk(b"5\r\nhel", 100).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
+        );
+    }
+}
