@@ -29,11 +29,14 @@ mod rewind;
 use std::future::Future;
 use std::io;
 
+use std::pin::Pin;
+use std::task::Poll;
+
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt as _;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 
 use self::request::{Head, Parsed};
 use self::response::{Asked, Framing};
@@ -46,7 +49,7 @@ const READ_SIZE: usize = 16 * 1024;
 /// heads up to ~400 KiB and answers 431 beyond).
 const MAX_HEAD: usize = 64 * 1024;
 /// A body written with its head in one copy when it is no longer than this; a longer
-/// one goes in a vectored write.
+/// one goes in writes of its own.
 const COPY_BODY: usize = 16 * 1024;
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -56,13 +59,19 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 pub enum Ended<T> {
     /// Closed (by either side), or to be closed.
     Closed,
-    /// For hyper to serve: `read` are the bytes read from `io` and not served.
-    HandOff { io: T, read: Bytes },
+    /// For hyper to serve: `read` are the bytes read from `io` and not served; `fresh`:
+    /// nothing was served on the connection yet (so it may be HTTP/2).
+    HandOff { io: T, read: Bytes, fresh: bool },
 }
 
 /// Serves HTTP/1.1 requests on `io` with `exchange` until the connection ends or a
-/// request is one the loop leaves to hyper.
-pub async fn serve<T, F, Fut, B>(mut io: T, mut exchange: F) -> Ended<T>
+/// request is one the loop leaves to hyper; no request after an answer written while
+/// `draining()` says so.
+pub async fn serve<T, F, Fut, B>(
+    mut io: T,
+    mut exchange: F,
+    draining: impl Fn() -> bool,
+) -> Ended<T>
 where
     T: AsyncRead + AsyncWrite + Unpin,
     F: FnMut(Request<ClientBody>) -> Fut,
@@ -83,6 +92,7 @@ where
                     return Ended::HandOff {
                         io,
                         read: buf.freeze(),
+                        fresh: first,
                     };
                 }
             } else {
@@ -92,12 +102,14 @@ where
                         return Ended::HandOff {
                             io,
                             read: buf.freeze(),
+                            fresh: first,
                         };
                     }
                     Parsed::Partial if buf.len() >= MAX_HEAD => {
                         return Ended::HandOff {
                             io,
                             read: buf.freeze(),
+                            fresh: first,
                         };
                     }
                     Parsed::Partial => {}
@@ -110,8 +122,15 @@ where
             }
         };
         first = false;
-        // Its body, arrived with it (or arriving at once), else hyper waits for it.
-        let whole = head.len + head.body;
+        // Its body, arrived with it (or arriving at once), else hyper waits for it (and
+        // answers a length beyond any buffer).
+        let Some(whole) = head.len.checked_add(head.body) else {
+            return Ended::HandOff {
+                io,
+                read: buf.freeze(),
+                fresh: first,
+            };
+        };
         if buf.len() < whole && try_read_more(&mut io, &mut buf) {
             // Read as much as had arrived; see whether that was enough.
         }
@@ -119,6 +138,7 @@ where
             return Ended::HandOff {
                 io,
                 read: buf.freeze(),
+                fresh: first,
             };
         }
         let Head {
@@ -166,16 +186,15 @@ where
             version,
             keep_alive,
         };
-        let (framing, keep) = response::head(
-            parts.status,
-            &parts.headers,
-            &body.size_hint(),
-            asked,
-            &mut out,
-        );
+        // A body at its end already is empty, whatever its size hint.
+        let size = match body.is_end_stream() {
+            true => http_body::SizeHint::with_exact(0),
+            false => body.size_hint(),
+        };
+        let (framing, keep) = response::head(&parts, &size, asked, &mut out);
         drop(parts);
         let sent = write_body(&mut io, &mut buf, &mut out, body, framing, &mut watching).await;
-        if sent.is_err() || !keep {
+        if sent.is_err() || !keep || draining() {
             let _ = io.shutdown().await;
             return Ended::Closed;
         }
@@ -217,8 +236,8 @@ where
     B: Body<Data = Bytes>,
 {
     let mut body = std::pin::pin!(body);
-    if framing == Framing::Empty {
-        return io.write_all(out).await;
+    if framing == Framing::Empty || framing == Framing::Length(0) {
+        return write_watching(io, buf, out, watching).await;
     }
     let mut written: u64 = 0;
     let mut head_sent = false;
@@ -230,7 +249,7 @@ where
             Some(frame) => frame,
             None => {
                 if !head_sent {
-                    io.write_all(out).await?;
+                    write_watching(io, buf, out, watching).await?;
                     out.clear();
                     head_sent = true;
                 }
@@ -249,11 +268,17 @@ where
         if data.is_empty() {
             continue;
         }
+        let mut data = data;
+        let mut full = false;
         if let Framing::Length(length) = framing {
-            written += data.len() as u64;
-            if written > length {
-                return Err(io::Error::other("the response body is longer than it said"));
+            // As hyper does: what goes past the announced length is not sent, and the
+            // body is not read further.
+            let left = length - written;
+            if data.len() as u64 >= left {
+                data.truncate(usize::try_from(left).unwrap_or(usize::MAX));
+                full = true;
             }
+            written += data.len() as u64;
         }
         let chunked = framing == Framing::Chunked;
         if chunked {
@@ -264,14 +289,19 @@ where
             if chunked {
                 out.extend_from_slice(b"\r\n");
             }
-            io.write_all(out).await?;
+            write_watching(io, buf, out, watching).await?;
         } else {
-            let tail: &[u8] = if chunked { b"\r\n" } else { b"" };
-            let mut all = Buf::chain(Buf::chain(&out[..], &data[..]), tail);
-            io.write_all_buf(&mut all).await?;
+            write_watching(io, buf, out, watching).await?;
+            write_watching(io, buf, &data, watching).await?;
+            if chunked {
+                write_watching(io, buf, b"\r\n", watching).await?;
+            }
         }
         out.clear();
         head_sent = true;
+        if full {
+            return Ok(());
+        }
     }
     match framing {
         Framing::Chunked => out.extend_from_slice(response::LAST_CHUNK),
@@ -283,10 +313,50 @@ where
         _ => {}
     }
     if !out.is_empty() {
-        io.write_all(out).await?;
+        write_watching(io, buf, out, watching).await?;
         out.clear();
     }
     Ok(())
+}
+
+/// Writes `data` whole; while the connection takes no more, watches it as [`serve`]
+/// does (a client that closed it ends the write with an error, as hyper's does).
+async fn write_watching<T: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    data: &[u8],
+    watching: &mut bool,
+) -> io::Result<()> {
+    let mut written = 0;
+    std::future::poll_fn(|cx| {
+        while written < data.len() {
+            match Pin::new(&mut *io).poll_write(cx, &data[written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    if *watching {
+                        let mut probe = [0u8; 1024];
+                        let mut read = ReadBuf::new(&mut probe);
+                        match Pin::new(&mut *io).poll_read(cx, &mut read) {
+                            Poll::Ready(Ok(())) if read.filled().is_empty() => {
+                                return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
+                            }
+                            Poll::Ready(Ok(())) => {
+                                buf.extend_from_slice(read.filled());
+                                *watching = false;
+                            }
+                            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                            Poll::Pending => {}
+                        }
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(()))
+    })
+    .await
 }
 
 /// The body's next frame, waiting for it while watching the connection.

@@ -174,7 +174,7 @@ async fn accept_loop(
     // Set once the grace period is over.
     let (closing, closed) = watch::channel(false);
     let connections = Connections {
-        builder: auto::Builder::new(TokioExecutor::new()),
+        builders: Builders::new(),
         front,
         role,
         phase: stopped.clone(),
@@ -254,7 +254,7 @@ async fn accept(
 
 /// What the connections of one listener share.
 struct Connections {
-    builder: auto::Builder<TokioExecutor>,
+    builders: Builders,
     front: Arc<Front>,
     role: Role,
     /// The listener's phase: draining connections finish and close.
@@ -280,7 +280,7 @@ impl Connections {
             peer: peer.ip(),
         };
         let io = Watched::new(stream, activity.clone());
-        let builder = self.builder.clone();
+        let builders = self.builders.clone();
         let limits = &self.front.connections;
         let (header_read, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let metrics = limits.admission.metrics().clone();
@@ -292,14 +292,19 @@ impl Connections {
             let _open = open;
             let lean = {
                 let exchange = exchange.clone();
-                http1::serve(io, move |request| exchange.call(request))
+                let phase = exchange.phase.clone();
+                http1::serve(
+                    io,
+                    move |request| exchange.call(request),
+                    move || *phase.borrow() >= Phase::Draining,
+                )
             };
             let mut connection = Connection::Lean(Box::pin(lean));
             let mut draining = false;
             loop {
                 let idle = if draining { idle.min(DRAIN_IDLE) } else { idle };
                 tokio::select! {
-                    () = std::future::poll_fn(|cx| connection.poll(cx, &builder, &exchange)) => break,
+                    () = std::future::poll_fn(|cx| connection.poll(cx, &builders, &exchange)) => break,
                     reason = activity.expired(header_read, idle) => {
                         // Nothing is in flight: closing loses no answer.
                         tracing::debug!(peer = %peer, reason = ?reason, draining, "connection closed");
@@ -368,6 +373,25 @@ impl Exchange {
     }
 }
 
+/// How hyper serves the connections the proxy's loop hands it.
+#[derive(Clone)]
+struct Builders {
+    /// HTTP/1.1 or HTTP/2, as the connection's first bytes say.
+    any: auto::Builder<TokioExecutor>,
+    /// HTTP/1.1 (a connection the loop served requests on already).
+    http1: auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new() -> Builders {
+        let any = auto::Builder::new(TokioExecutor::new());
+        Builders {
+            http1: any.clone().http1_only(),
+            any,
+        }
+    }
+}
+
 type Io = Watched<TcpStream>;
 type LeanLoop = Pin<Box<dyn Future<Output = http1::Ended<Io>> + Send>>;
 type HyperConnection =
@@ -400,19 +424,20 @@ enum Connection {
 
 impl Connection {
     /// Serves the connection; `Ready` once it is over.
-    fn poll(
-        &mut self,
-        cx: &mut Context<'_>,
-        builder: &auto::Builder<TokioExecutor>,
-        exchange: &Exchange,
-    ) -> Poll<()> {
+    fn poll(&mut self, cx: &mut Context<'_>, builders: &Builders, exchange: &Exchange) -> Poll<()> {
         loop {
             match self {
                 Connection::Lean(lean) => match lean.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(http1::Ended::Closed) => *self = Connection::Done,
-                    Poll::Ready(http1::Ended::HandOff { io, read }) => {
+                    Poll::Ready(http1::Ended::HandOff { io, read, fresh }) => {
                         let io = TokioIo::new(http1::Rewind::new(read, io));
+                        // HTTP/2 only from a connection's start, as hyper's detection.
+                        let builder = if fresh {
+                            &builders.any
+                        } else {
+                            &builders.http1
+                        };
                         let connection = builder
                             .serve_connection(io, ByHyper(exchange.clone()))
                             .into_owned();

@@ -57,6 +57,21 @@ impl Conn {
         }
     }
 
+    /// Whether a response head to a `method` request has arrived already (read without
+    /// waiting): an answer sent before the request was read whole.
+    fn answered_early(&mut self, method: &http::Method) -> bool {
+        loop {
+            match self.io.try_read_buf(&mut self.buf) {
+                Ok(n) if n > 0 => continue,
+                _ => break,
+            }
+        }
+        matches!(
+            exchange::parse_head(&self.buf, method),
+            Ok(ReadHead::Head(..) | ReadHead::Interim(_))
+        )
+    }
+
     /// Reads more into the buffer; `Ready(Ok(0))`: the upstream closed.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
@@ -180,20 +195,30 @@ impl Connections {
         exchange::encode_request(&parts.method, target, &parts.headers, &body, &mut out);
         loop {
             let mut conn = self.checkout().await?;
-            if let Err(e) = conn.io.write_all(&out).await {
-                // An idle connection the upstream had just closed: nothing of the
-                // request reached it, so it goes on a new connection.
-                if conn.reused
-                    && matches!(
-                        e.kind(),
-                        io::ErrorKind::BrokenPipe
-                            | io::ErrorKind::ConnectionReset
-                            | io::ErrorKind::ConnectionAborted
-                    )
-                {
-                    continue;
+            let mut sent = 0;
+            while sent < out.len() {
+                match conn.io.write(&out[sent..]).await {
+                    Ok(0) => return Err(SendError::Http(io::ErrorKind::WriteZero.into())),
+                    Ok(n) => sent += n,
+                    Err(e) => {
+                        // An idle connection the upstream had just closed: nothing of
+                        // the request reached it, so it goes on a new connection.
+                        if conn.reused && sent == 0 && gone(&e) {
+                            break;
+                        }
+                        // An upstream that answered before it read the whole request
+                        // (and closed): its answer, if it came whole enough to read.
+                        if conn.answered_early(&parts.method) {
+                            break;
+                        }
+                        return Err(SendError::Http(e));
+                    }
                 }
-                return Err(SendError::Http(e));
+            }
+            // Not all of the request written: the connection is not used again.
+            let broken = sent < out.len();
+            if broken && !conn.answered_early(&parts.method) {
+                continue;
             }
             let head = loop {
                 match exchange::parse_head(&conn.buf, &parts.method).map_err(SendError::Http)? {
@@ -222,12 +247,15 @@ impl Connections {
                     Framing::Chunked => Reading::Chunked(Chunks::Size),
                     Framing::Close => Reading::ToEnd,
                 },
-                keep_alive: head.keep_alive,
+                keep_alive: head.keep_alive && !broken,
                 home: Arc::downgrade(&self.shared),
             }));
             *response.status_mut() = head.status;
             *response.version_mut() = head.version;
             *response.headers_mut() = head.headers;
+            if let Some(reason) = head.reason {
+                response.extensions_mut().insert(reason);
+            }
             if let UpstreamBody::Lean(body) = response.body_mut() {
                 body.release_if_done();
             }
@@ -341,6 +369,16 @@ impl Shared {
     }
 }
 
+/// Whether `e` says the connection was gone before anything was written on it.
+fn gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+    )
+}
+
 /// A request's body, known whole.
 fn whole(body: Full<Bytes>) -> Bytes {
     let waker = std::task::Waker::noop();
@@ -418,7 +456,9 @@ impl LeanBody {
                 Reading::Done => return Poll::Ready(None),
                 Reading::Length(left) => {
                     if !conn.buf.is_empty() {
-                        let n = usize::try_from(*left).unwrap_or(usize::MAX).min(conn.buf.len());
+                        let n = usize::try_from(*left)
+                            .unwrap_or(usize::MAX)
+                            .min(conn.buf.len());
                         let data = conn.buf.split_to(n).freeze();
                         *left -= n as u64;
                         if *left == 0 {

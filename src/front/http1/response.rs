@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
-use http::{HeaderMap, Method, StatusCode, Version};
+use http::{Method, StatusCode, Version};
 use http_body::SizeHint;
 
 /// How a response's body is sent.
@@ -33,73 +33,109 @@ pub struct Asked<'a> {
     pub keep_alive: bool,
 }
 
-/// The head of a response to a request `asked`, with a body of `size`: its bytes, how
-/// its body goes, and whether the connection stays open after it (`Connection: close`
-/// in the response ends it; a body that only the connection's end can end too).
+/// The head of a response (`parts`) to a request `asked`, with a body of `size`: its
+/// bytes, how its body goes, and whether the connection stays open after it
+/// (`Connection: close` in the response ends it; so does a body that only the
+/// connection's end can end, and a 101).
 pub fn head(
-    status: StatusCode,
-    headers: &HeaderMap,
+    parts: &http::response::Parts,
     size: &SizeHint,
     asked: Asked<'_>,
     out: &mut Vec<u8>,
 ) -> (Framing, bool) {
+    let headers = &parts.headers;
     let mut keep_alive = asked.keep_alive;
-    out.reserve(64 + headers.len() * 32);
-    match (asked.version, status) {
-        (Version::HTTP_10, _) => out.extend_from_slice(b"HTTP/1.0 "),
-        (_, StatusCode::OK) => out.extend_from_slice(b"HTTP/1.1 200 OK\r\n"),
-        _ => out.extend_from_slice(b"HTTP/1.1 "),
+    let mut status = parts.status;
+    // As hyper does: no 1xx but 101 is an answer of its own (a 500 instead, and the
+    // connection closed), and after a 101 the connection is no longer HTTP.
+    if status.is_informational() {
+        keep_alive = false;
+        if status != StatusCode::SWITCHING_PROTOCOLS {
+            status = StatusCode::INTERNAL_SERVER_ERROR;
+        }
     }
-    if asked.version == Version::HTTP_10 || status != StatusCode::OK {
-        out.extend_from_slice(status.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
-        out.extend_from_slice(b"\r\n");
+    // The response's version when it is the older (an HTTP/1.0 upstream's, passed on).
+    let version = match (asked.version, parts.version) {
+        (Version::HTTP_10, _) | (_, Version::HTTP_10) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let reason = parts
+        .extensions
+        .get::<hyper::ext::ReasonPhrase>()
+        .filter(|_| status == parts.status)
+        .map(|reason| reason.as_bytes());
+    out.reserve(64 + headers.len() * 32);
+    match (version, status, reason) {
+        (Version::HTTP_11, StatusCode::OK, None) => out.extend_from_slice(b"HTTP/1.1 200 OK\r\n"),
+        _ => {
+            out.extend_from_slice(match version {
+                Version::HTTP_10 => b"HTTP/1.0 ",
+                _ => b"HTTP/1.1 ",
+            });
+            out.extend_from_slice(status.as_str().as_bytes());
+            out.push(b' ');
+            match reason {
+                Some(reason) => out.extend_from_slice(reason),
+                None => {
+                    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes())
+                }
+            }
+            out.extend_from_slice(b"\r\n");
+        }
     }
     let bodiless = *asked.method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
+    // A status that never has a body has no length either (hyper drops one).
+    let lengthless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
     let mut announced: Option<u64> = None;
     let mut dated = false;
+    let mut said_close = false;
     let mut said_keep_alive = false;
-    for (name, value) in headers {
-        if name == TRANSFER_ENCODING {
-            // The framing is the loop's to choose.
-            continue;
-        }
-        if name == CONTENT_LENGTH {
-            match value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-            {
-                Some(length) if announced.is_none() => announced = Some(length),
-                // A second or unreadable length: the body's own decides.
-                _ => continue,
+    if status == parts.status {
+        for (name, value) in headers {
+            if name == TRANSFER_ENCODING {
+                // The framing is the loop's to choose.
+                continue;
             }
-        } else if name == CONNECTION {
-            for token in value.as_bytes().split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
+            if name == CONTENT_LENGTH {
+                match value
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                {
+                    Some(length) if announced.is_none() && !lengthless => announced = Some(length),
+                    // A second or unreadable length: the body's own decides.
+                    _ => continue,
                 }
-                said_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            } else if name == CONNECTION {
+                for token in value.as_bytes().split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                        said_close = true;
+                    }
+                    said_keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            } else if name == DATE {
+                dated = true;
             }
-        } else if name == DATE {
-            dated = true;
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
     }
     let framing = match (announced, size.exact()) {
         _ if bodiless => {
-            // A HEAD's answer says the length a GET's would have.
+            // A HEAD's answer says the length a GET's would have (none when it is 0).
             if announced.is_none()
                 && *asked.method == Method::HEAD
-                && let Some(length) = size.exact()
+                && !lengthless
+                && let Some(length) = size.exact().filter(|&n| n > 0)
             {
                 field(out, "content-length", &length.to_string());
             }
@@ -110,7 +146,7 @@ pub fn head(
             field(out, "content-length", &length.to_string());
             Framing::Length(length)
         }
-        (None, None) if asked.version == Version::HTTP_10 => {
+        (None, None) if version == Version::HTTP_10 => {
             keep_alive = false;
             Framing::Close
         }
@@ -119,8 +155,15 @@ pub fn head(
             Framing::Chunked
         }
     };
-    if asked.version == Version::HTTP_10 && keep_alive && !said_keep_alive {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
+    match version {
+        Version::HTTP_10 if keep_alive && !said_keep_alive => {
+            out.extend_from_slice(b"connection: keep-alive\r\n");
+        }
+        // The client asked to close: the answer says so too (as hyper's does).
+        Version::HTTP_11 if !asked.keep_alive && !said_close => {
+            out.extend_from_slice(b"connection: close\r\n");
+        }
+        _ => {}
     }
     if !dated {
         DATE_NOW.with(|date| {
@@ -179,7 +222,7 @@ impl CachedDate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     fn written(
         status: StatusCode,
@@ -202,7 +245,10 @@ mod tests {
             version,
             keep_alive,
         };
-        let (framing, keep) = head(status, &map, &size, asked, &mut out);
+        let (mut parts, ()) = http::Response::new(()).into_parts();
+        parts.status = status;
+        parts.headers = map;
+        let (framing, keep) = head(&parts, &size, asked, &mut out);
         let text = String::from_utf8(out).unwrap();
         // The date changes: shown as `date: …`.
         let text = text
@@ -279,6 +325,27 @@ mod tests {
         );
         assert_eq!(text, "HTTP/1.1 204 No Content\ndate: …\n");
         assert_eq!(framing, Framing::Empty);
+        let (text, _, _) = written(
+            StatusCode::NOT_MODIFIED,
+            &[("content-length", "3")],
+            SizeHint::with_exact(0),
+            Method::GET,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(text, "HTTP/1.1 304 Not Modified\ndate: …\n", "no length");
+        let (text, _, _) = written(
+            StatusCode::OK,
+            &[],
+            SizeHint::with_exact(0),
+            Method::HEAD,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            text, "HTTP/1.1 200 OK\ndate: …\n",
+            "a HEAD of nothing says no length"
+        );
         let (text, framing, _) = written(
             StatusCode::OK,
             &[],
@@ -308,6 +375,45 @@ mod tests {
             true,
         );
         assert!(text.contains("connection: keep-alive\n") && keep, "{text}");
+    }
+
+    #[test]
+    fn an_asked_close_is_said_and_1xx_are_not_answers() {
+        let (text, _, keep) = written(
+            StatusCode::OK,
+            &[],
+            SizeHint::with_exact(0),
+            Method::POST,
+            Version::HTTP_11,
+            false,
+        );
+        assert_eq!(
+            text,
+            "HTTP/1.1 200 OK\ncontent-length: 0\nconnection: close\ndate: …\n"
+        );
+        assert!(!keep);
+        let (text, framing, keep) = written(
+            StatusCode::CONTINUE,
+            &[("x", "y")],
+            SizeHint::with_exact(0),
+            Method::POST,
+            Version::HTTP_11,
+            true,
+        );
+        assert_eq!(
+            text,
+            "HTTP/1.1 500 Internal Server Error\ncontent-length: 0\ndate: …\n"
+        );
+        assert_eq!((framing, keep), (Framing::Length(0), false));
+        let (_, _, keep) = written(
+            StatusCode::SWITCHING_PROTOCOLS,
+            &[],
+            SizeHint::with_exact(0),
+            Method::GET,
+            Version::HTTP_11,
+            true,
+        );
+        assert!(!keep, "no HTTP after a 101");
     }
 
     #[test]

@@ -63,7 +63,7 @@ use std::time::Duration;
 #[tokio::test]
 async fn whole_requests_are_answered_in_order_on_one_connection() {
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, echo));
+    let served = tokio::spawn(serve(server, echo, || false));
     // Two requests in one write (pipelined), then a third.
     client
         .write_all(
@@ -103,9 +103,13 @@ async fn what_the_loop_does_not_take_is_handed_over_with_every_byte_read() {
         ),
         (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0", "HTTP/2"),
         (b"GARBAGE\r\n\r\n", "no HTTP"),
+        (
+            b"POST /mcp HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n",
+            "a length past any buffer (hyper answers it)",
+        ),
     ] {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let served = tokio::spawn(serve(server, echo));
+        let served = tokio::spawn(serve(server, echo, || false));
         client.write_all(sent).await.unwrap();
         match tokio::time::timeout(Duration::from_secs(5), served).await {
             Ok(Ok(Ended::HandOff { read, .. })) => assert_eq!(&read[..], sent, "{why}"),
@@ -132,7 +136,7 @@ async fn a_body_that_streams_is_sent_chunked_frame_by_frame() {
         }
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, answer));
+    let served = tokio::spawn(serve(server, answer, || false));
     client
         .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
         .await
@@ -185,7 +189,7 @@ async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
         }
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, waiting));
+    let served = tokio::spawn(serve(server, waiting, || false));
     client
         .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
         .await
@@ -213,7 +217,7 @@ async fn http_1_0_and_bodiless_answers() {
         response
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, answer));
+    let served = tokio::spawn(serve(server, answer, || false));
     client
         .write_all(b"HEAD / HTTP/1.1\r\n\r\nDELETE / HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n")
         .await
@@ -229,4 +233,46 @@ async fn http_1_0_and_bodiless_answers() {
         matches!(served.await.unwrap(), Ended::Closed),
         "an HTTP/1.0 client that did not ask to keep the connection"
     );
+}
+
+#[tokio::test]
+async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on() {
+    let answer = |_request: Request<ClientBody>| async move {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"hello world")));
+        response.headers_mut().insert(
+            http::header::CONTENT_LENGTH,
+            http::HeaderValue::from_static("5"),
+        );
+        response
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let _served = tokio::spawn(serve(server, answer, || false));
+    client
+        .write_all(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
+        .await
+        .unwrap();
+    let text = read_until(&mut client, "hello").await;
+    let text = if text.matches("hello").count() < 2 {
+        text + &read_until(&mut client, "hello").await
+    } else {
+        text
+    };
+    assert_eq!(
+        text,
+        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: …\r\n\r\nhello\
+         HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: …\r\n\r\nhello"
+    );
+}
+
+#[tokio::test]
+async fn a_draining_connection_closes_after_its_answer() {
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, echo, || true));
+    client
+        .write_all(b"POST /a HTTP/1.1\r\nContent-Length: 1\r\n\r\nxPOST /b HTTP/1.1\r\nContent-Length: 1\r\n\r\ny")
+        .await
+        .unwrap();
+    let text = read_until(&mut client, "never").await;
+    assert!(text.ends_with("POST /a x"), "{text}");
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
 }

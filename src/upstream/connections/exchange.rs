@@ -40,8 +40,8 @@ pub fn encode_request(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    // As hyper says it: a body's length, and 0 for a method that usually has one.
-    if !body.is_empty() || matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+    // As hyper says it: a body's length, none for an empty body.
+    if !body.is_empty() {
         out.extend_from_slice(b"content-length: ");
         out.extend_from_slice(body.len().to_string().as_bytes());
         out.extend_from_slice(b"\r\n");
@@ -54,6 +54,8 @@ pub fn encode_request(
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
+    /// The reason phrase, when it is not the status's own.
+    pub reason: Option<hyper::ext::ReasonPhrase>,
     pub version: Version,
     pub headers: HeaderMap,
     /// How its body ends.
@@ -96,7 +98,8 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
         Err(e) => return Err(invalid(&format!("an unreadable response head ({e})"))),
     };
     let code = response.code.unwrap_or(0);
-    let status = StatusCode::from_u16(code).map_err(|_| invalid("a response status out of range"))?;
+    let status =
+        StatusCode::from_u16(code).map_err(|_| invalid("a response status out of range"))?;
     if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(ReadHead::Interim(len));
     }
@@ -104,43 +107,56 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
+    let reason = response
+        .reason
+        .filter(|reason| Some(*reason) != status.canonical_reason())
+        .and_then(|reason| hyper::ext::ReasonPhrase::try_from(reason.as_bytes()).ok());
     let mut headers = HeaderMap::with_capacity(response.headers.len());
     let mut length: Option<u64> = None;
+    let mut coded = false;
     let mut chunked = false;
     let mut close = version == Version::HTTP_10;
+    let mut said_close = false;
     for field in response.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes())
             .map_err(|_| invalid("a response field name that is not one"))?;
         let value = HeaderValue::from_bytes(field.value)
             .map_err(|_| invalid("a response field value that is not one"))?;
         if name == CONTENT_LENGTH {
-            let n = std::str::from_utf8(field.value)
-                .ok()
-                .map(str::trim)
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<u64>().ok())
-                .ok_or_else(|| invalid("a response Content-Length that is not a number"))?;
-            if length.is_some_and(|seen| seen != n) {
-                return Err(invalid("a response with two Content-Lengths"));
+            // One length, or the same one several times (`5, 5`), as hyper takes it.
+            for part in field.value.split(|&b| b == b',') {
+                let n = std::str::from_utf8(part)
+                    .ok()
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| invalid("a response Content-Length that is not a number"))?;
+                if length.is_some_and(|seen| seen != n) {
+                    return Err(invalid("a response with two Content-Lengths"));
+                }
+                length = Some(n);
             }
-            length = Some(n);
         } else if name == TRANSFER_ENCODING {
+            if version == Version::HTTP_10 {
+                return Err(invalid("Transfer-Encoding in an HTTP/1.0 response"));
+            }
             // Chunked must be the last coding (RFC 9112 §6.3): anything else is read to
-            // the connection's end.
+            // the connection's end, whatever length is said.
+            coded = true;
             chunked = field
                 .value
                 .rsplit(|&b| b == b',')
                 .next()
                 .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-            if !chunked {
-                close = true;
-            }
         } else if name == CONNECTION {
             for token in field.value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && version == Version::HTTP_10
+                    said_close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive")
+                    && version == Version::HTTP_10
+                    && !said_close
                 {
                     close = false;
                 }
@@ -148,15 +164,19 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
         }
         headers.append(name, value);
     }
+    // After a 101 the connection is no longer HTTP: never used again.
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        close = true;
+    }
     let bodiless = *method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
         || status == StatusCode::SWITCHING_PROTOCOLS;
-    let framing = match (bodiless, chunked, length) {
-        (true, _, _) => Framing::Length(0),
-        (false, true, _) => Framing::Chunked,
-        (false, false, Some(n)) => Framing::Length(n),
-        (false, false, None) => {
+    let framing = match (bodiless, coded, chunked, length) {
+        (true, ..) => Framing::Length(0),
+        (false, true, true, _) => Framing::Chunked,
+        (false, false, _, Some(n)) => Framing::Length(n),
+        (false, ..) => {
             close = true;
             Framing::Close
         }
@@ -164,6 +184,7 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
     Ok(ReadHead::Head(
         Head {
             status,
+            reason,
             version,
             headers,
             framing,
@@ -204,6 +225,15 @@ impl Chunks {
     pub fn step(&mut self, buf: &mut BytesMut) -> io::Result<Step> {
         loop {
             match *self {
+                Chunks::Size if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) => {
+                    return Err(invalid("a chunk size that is not hexadecimal"));
+                }
+                Chunks::Size
+                    if memchr::memchr(b'\n', buf)
+                        .is_some_and(|lf| lf == 0 || buf[lf - 1] != b'\r') =>
+                {
+                    return Err(invalid("a chunk size line not ended by CRLF"));
+                }
                 Chunks::Size => match httparse::parse_chunk_size(buf) {
                     Ok(httparse::Status::Complete((used, 0))) => {
                         buf.advance(used);
@@ -250,6 +280,9 @@ impl Chunks {
                         }
                         return Ok(Step::More);
                     };
+                    if seen + end + 2 > MAX_TRAILERS {
+                        return Err(invalid("trailers longer than the proxy reads"));
+                    }
                     buf.advance(end + 2);
                     if end == 0 {
                         *self = Chunks::Done;
@@ -265,7 +298,10 @@ impl Chunks {
 }
 
 fn invalid(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("the upstream sent {what}"))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the upstream sent {what}"),
+    )
 }
 
 #[cfg(test)]
@@ -285,7 +321,17 @@ mod tests {
         );
         let mut out = Vec::new();
         encode_request(&Method::DELETE, "/mcp", &HeaderMap::new(), b"", &mut out);
-        assert_eq!(String::from_utf8(out).unwrap(), "DELETE /mcp HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "DELETE /mcp HTTP/1.1\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        encode_request(&Method::POST, "/", &HeaderMap::new(), b"", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST / HTTP/1.1\r\n\r\n",
+            "no length for none"
+        );
     }
 
     fn head(text: &str, method: Method) -> (Head, usize) {
@@ -301,7 +347,10 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello",
             Method::POST,
         );
-        assert_eq!((h.status, h.framing, h.keep_alive), (StatusCode::OK, Framing::Length(5), true));
+        assert_eq!(
+            (h.status, h.framing, h.keep_alive),
+            (StatusCode::OK, Framing::Length(5), true)
+        );
         assert_eq!(len, 70);
         let (h, _) = head(
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
@@ -310,7 +359,10 @@ mod tests {
         assert_eq!(h.framing, Framing::Chunked, "chunked wins over a length");
         let (h, _) = head("HTTP/1.1 200 OK\r\n\r\n", Method::GET);
         assert_eq!((h.framing, h.keep_alive), (Framing::Close, false));
-        let (h, _) = head("HTTP/1.1 202 Accepted\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", Method::POST);
+        let (h, _) = head(
+            "HTTP/1.1 202 Accepted\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            Method::POST,
+        );
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(0), false));
         let (h, _) = head("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", Method::POST);
         assert!(!h.keep_alive);
@@ -320,12 +372,47 @@ mod tests {
             parse_head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", &Method::POST).unwrap(),
             ReadHead::Interim(25)
         ));
+        let (h, _) = head(
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+            Method::POST,
+        );
+        assert_eq!(h.framing, Framing::Length(5));
+        let (h, _) = head(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 5\r\n\r\n",
+            Method::POST,
+        );
+        assert_eq!(
+            (h.framing, h.keep_alive),
+            (Framing::Close, false),
+            "a coding not chunked"
+        );
+        let (h, _) = head(
+            "HTTP/1.0 200 OK\r\nConnection: close, keep-alive\r\nContent-Length: 0\r\n\r\n",
+            Method::POST,
+        );
+        assert!(!h.keep_alive, "close holds");
+        let (h, _) = head(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+            Method::GET,
+        );
+        assert!(!h.keep_alive, "no HTTP after a 101");
+        let (h, _) = head(
+            "HTTP/1.1 200 Fine\r\nContent-Length: 0\r\n\r\n",
+            Method::POST,
+        );
+        assert_eq!(h.reason.as_ref().map(|r| r.as_bytes()), Some(&b"Fine"[..]));
+        let (h, _) = head("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", Method::POST);
+        assert!(h.reason.is_none(), "the status's own reason");
         for bad in [
+            "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
             "NOT HTTP\r\n\r\n",
         ] {
-            assert!(parse_head(bad.as_bytes(), &Method::POST).is_err(), "{bad:?}");
+            assert!(
+                parse_head(bad.as_bytes(), &Method::POST).is_err(),
+                "{bad:?}"
+            );
         }
     }
 
@@ -355,10 +442,31 @@ mod tests {
     fn a_chunked_body_reads_the_same_however_it_arrives() {
         let body = b"5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nX-Trailer: t\r\n\r\n";
         for split in 1..=body.len() {
-            assert_eq!(dechunk(body, split).unwrap(), b"hello 0123456789", "split {split}");
+            assert_eq!(
+                dechunk(body, split).unwrap(),
+                b"hello 0123456789",
+                "split {split}"
+            );
         }
-        assert!(dechunk(b"5\r\nhelloXX0\r\n\r\n", 100).is_err(), "data not ended by CRLF");
+        assert!(
+            dechunk(b"5\r\nhelloXX0\r\n\r\n", 100).is_err(),
+            "data not ended by CRLF"
+        );
         assert!(dechunk(b"zz\r\n", 100).is_err());
+        assert!(
+            dechunk(b"\r\n\r\n", 100).is_err(),
+            "an empty size is no last chunk"
+        );
+        assert!(
+            dechunk(b"5;a\nb\r\nhello\r\n0\r\n\r\n", 100).is_err(),
+            "a bare LF"
+        );
+        let endless: Vec<u8> = b"0\r\n"
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(b"X: y\r\n".iter().copied(), 4000).flatten())
+            .collect();
+        assert!(dechunk(&endless, 64).is_err(), "trailers without end");
         assert_eq!(
             dechunk(b"5\r\nhel", 100).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
