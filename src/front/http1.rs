@@ -65,8 +65,8 @@ pub enum Ended<T> {
 }
 
 /// Serves HTTP/1.1 requests on `io` with `exchange` until the connection ends or a
-/// request is one the loop leaves to hyper; no request after an answer written while
-/// `draining()` says so.
+/// request is one the loop leaves to hyper; an answer whose head is written while
+/// `draining()` says so closes the connection (`Connection: close`).
 pub async fn serve<T, F, Fut, B>(
     mut io: T,
     mut exchange: F,
@@ -181,10 +181,13 @@ where
         // Answered.
         let (parts, body) = response.into_parts();
         out.clear();
+        // Draining decided here, once: an answer whose head says the connection stays
+        // open keeps that promise (a client may already be reusing it); the next
+        // request's answer says `Connection: close`, else the listener's idle limit ends it.
         let asked = Asked {
             method: &asked_method,
             version,
-            keep_alive,
+            keep_alive: keep_alive && !draining(),
         };
         // A body at its end already is empty, whatever its size hint.
         let size = match body.is_end_stream() {
@@ -194,7 +197,7 @@ where
         let (framing, keep) = response::head(&parts, &size, asked, &mut out);
         drop(parts);
         let sent = write_body(&mut io, &mut buf, &mut out, body, framing, &mut watching).await;
-        if sent.is_err() || !keep || draining() {
+        if sent.is_err() || !keep {
             let _ = io.shutdown().await;
             return Ended::Closed;
         }

@@ -29,7 +29,8 @@ pub enum Framing {
 pub struct Asked<'a> {
     pub method: &'a Method,
     pub version: Version,
-    /// Whether the connection stays open after this exchange (as the client asked).
+    /// Whether the connection may stay open after this exchange: the client asked for
+    /// it and the listener is not draining.
     pub keep_alive: bool,
 }
 

@@ -1,6 +1,8 @@
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use http::StatusCode;
 use http_body::Frame;
@@ -273,6 +275,67 @@ async fn a_draining_connection_closes_after_its_answer() {
         .await
         .unwrap();
     let text = read_until(&mut client, "never").await;
-    assert!(text.ends_with("POST /a x"), "{text}");
+    assert_eq!(
+        text,
+        "HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\ndate: …\r\n\r\nPOST /a x"
+    );
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
+}
+
+/// A body that, once asked for its frame, has the listener start draining.
+struct DrainsWhenSent {
+    draining: Arc<AtomicBool>,
+    data: Option<Bytes>,
+}
+
+impl Body for DrainsWhenSent {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.draining.store(true, Ordering::SeqCst);
+        Poll::Ready(self.data.take().map(|data| Ok(Frame::data(data))))
+    }
+}
+
+#[tokio::test]
+async fn an_answer_that_said_keep_alive_before_draining_began_keeps_its_promise() {
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let draining = Arc::new(AtomicBool::new(false));
+    let exchange = {
+        let draining = draining.clone();
+        move |_request: Request<ClientBody>| {
+            let draining = draining.clone();
+            async move {
+                Response::new(DrainsWhenSent {
+                    draining,
+                    data: Some(Bytes::from_static(b"ok")),
+                })
+            }
+        }
+    };
+    let served = tokio::spawn(serve(server, exchange, {
+        let draining = draining.clone();
+        move || draining.load(Ordering::SeqCst)
+    }));
+    // The first answer's head is written before its body starts the draining: it says
+    // nothing of closing, so the connection takes the next request...
+    client.write_all(b"GET /a HTTP/1.1\r\n\r\n").await.unwrap();
+    let first = read_until(&mut client, "ok").await;
+    assert_eq!(
+        first,
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ndate: …\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+    );
+    assert!(
+        !served.is_finished(),
+        "closed after an answer that said keep-alive"
+    );
+    // ... whose answer says it closes, and does.
+    client.write_all(b"GET /b HTTP/1.1\r\n\r\n").await.unwrap();
+    let second = read_until(&mut client, "never").await;
+    assert!(second.contains("connection: close\r\n"), "{second}");
     assert!(matches!(served.await.unwrap(), Ended::Closed));
 }
