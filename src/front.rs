@@ -213,7 +213,9 @@ async fn mcp(
     );
     let (response, method) = async {
         match *request.method() {
-            Method::POST => endpoint.post(request, peer, &front.metrics).await,
+            // Boxed where it is made: the POST's future (~5 KB) is then never moved again
+            // — every level it would be awaited through copied it into place.
+            Method::POST => Box::pin(endpoint.post(request, peer, &front.metrics)).await,
             Method::GET | Method::DELETE => {
                 let label = if request.method() == Method::GET {
                     "GET"

@@ -303,7 +303,9 @@ impl Connections {
             let mut draining = false;
             loop {
                 let idle = if draining { idle.min(DRAIN_IDLE) } else { idle };
+                // The connection first: it is what wakes the task, nearly every time.
                 tokio::select! {
+                    biased;
                     () = std::future::poll_fn(|cx| connection.poll(cx, &builders, &exchange)) => break,
                     reason = activity.expired(header_read, idle) => {
                         // Nothing is in flight: closing loses no answer.

@@ -25,7 +25,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use self::exchange::{Chunks, Framing, ReadHead, Step};
@@ -49,12 +49,12 @@ impl Conn {
         if !self.buf.is_empty() {
             return false;
         }
-        let mut probe = [0u8; 1];
-        match self.io.try_read(&mut probe) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
-            // Ok(0): closed; Ok(_): bytes nobody asked for; Err: broken.
-            _ => false,
-        }
+        // A read that does not wait: the runtime answers it without a system call while
+        // nothing arrived since the last read found the socket empty.
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        // Pending: nothing; Ready(0): closed; Ready(n): bytes nobody asked for; Err: broken.
+        matches!(self.poll_fill(&mut cx), Poll::Pending)
     }
 
     /// Whether a response head to a `method` request has arrived already (read without
@@ -72,20 +72,15 @@ impl Conn {
         )
     }
 
-    /// Reads more into the buffer; `Ready(Ok(0))`: the upstream closed.
+    /// Reads more into the buffer; `Ready(Ok(0))`: the upstream closed. Through the
+    /// runtime's read, which takes a read that did not fill the buffer as the socket
+    /// drained (so the next one waits for news instead of asking the kernel again).
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.buf.capacity() - self.buf.len() < READ_SIZE / 4 {
             self.buf.reserve(READ_SIZE);
         }
-        loop {
-            match self.io.try_read_buf(&mut self.buf) {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    std::task::ready!(self.io.poll_read_ready(cx))?;
-                }
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
+        let read = std::pin::pin!(self.io.read_buf(&mut self.buf));
+        read.poll(cx)
     }
 }
 
