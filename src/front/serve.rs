@@ -9,7 +9,8 @@
 //! RFC 9113 §6.8, so the client resends what the server did not take); an idle HTTP/1.1
 //! connection is not closed under a client that may be sending on it: its next response
 //! carries `Connection: close` (RFC 9112 §9.6), and it is closed only once it has stayed
-//! idle for [`DRAIN_IDLE`]. What is still open when `shutdown_grace` ends is closed.
+//! idle for [`DRAIN_IDLE`] (so is one on which nothing has arrived yet: a client's pool
+//! may hold it unused). What is still open when `shutdown_grace` ends is closed.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -4,7 +4,10 @@
 //! The rules, HTTP/1.1 and HTTP/2 alike:
 //! - a new connection must deliver its first request head within
 //!   `limits.header_read_timeout` of being accepted (this also bounds the HTTP/2 preface
-//!   and the protocol detection before it);
+//!   and the protocol detection before it); one on which nothing has arrived yet is idle
+//!   as well, so the idle limit ends it when that is shorter (a draining listener's
+//!   [`DRAIN_IDLE`](super::DRAIN_IDLE): a client's pool may hold connections it never
+//!   used);
 //! - once no request is in flight (every response sent to its end, event streams
 //!   included), the connection may idle for `limits.idle_timeout`; when its next bytes
 //!   arrive, the head they start must be complete within `limits.header_read_timeout`.
@@ -34,6 +37,9 @@ use crate::telemetry::server::Answered;
 
 /// "Not since the connection went idle".
 const NEVER: u64 = u64::MAX;
+/// "Nothing read yet on a new connection": its head counts from the accept, and it is
+/// idle too (a client's pool may hold it unused).
+const FRESH: u64 = u64::MAX - 1;
 
 /// What one connection is doing, shared by its transport, its requests and its watchdog.
 #[derive(Debug)]
@@ -43,7 +49,8 @@ pub struct Activity {
     /// Milliseconds after `opened` when the last request in flight ended.
     idle_since: AtomicU64,
     /// Milliseconds after `opened` of the first byte read while no request was in flight;
-    /// [`NEVER`] if none yet. A new connection counts as having started its head at once.
+    /// [`NEVER`] if none yet; [`FRESH`] on a new connection before its first byte (its
+    /// head counts from the accept).
     head_started: AtomicU64,
     /// Whether it speaks HTTP/2 (a request said so).
     http2: AtomicBool,
@@ -56,7 +63,7 @@ impl Activity {
             opened: Instant::now(),
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
-            head_started: AtomicU64::new(0),
+            head_started: AtomicU64::new(FRESH),
             http2: AtomicBool::new(false),
             changed: Notify::new(),
         })
@@ -90,12 +97,20 @@ impl Activity {
 
     /// Bytes arrived from the client.
     fn read(&self) {
-        if self.in_flight.load(Ordering::Acquire) == 0
-            && self.head_started.load(Ordering::Acquire) == NEVER
-            && self
-                .head_started
-                .compare_exchange(NEVER, self.now(), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
+        if self.in_flight.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        let was = self.head_started.load(Ordering::Acquire);
+        let started = match was {
+            NEVER => self.now(),
+            // The first bytes of a new connection: its head counts from the accept.
+            FRESH => 0,
+            _ => return,
+        };
+        if self
+            .head_started
+            .compare_exchange(was, started, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
         {
             self.changed.notify_one();
         }
@@ -116,6 +131,9 @@ impl Activity {
                         Some(self.idle_since.load(Ordering::Acquire).saturating_add(idle)),
                         Closed::Idle,
                     ),
+                    // Nothing sent yet: whichever limit ends first.
+                    FRESH if idle < header_read => (Some(idle), Closed::Idle),
+                    FRESH => (Some(header_read), Closed::HeaderTimeout),
                     started => (
                         Some(started.saturating_add(header_read)),
                         Closed::HeaderTimeout,
@@ -311,6 +329,26 @@ mod tests {
         let (reason, after) = watching.await.unwrap();
         assert_eq!(reason, Closed::HeaderTimeout);
         assert_eq!(after, Duration::from_millis(50) + HEADER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_that_sent_nothing_is_idle_too() {
+        // A shorter idle limit (a draining listener's) ends it...
+        let activity = Activity::new();
+        let short = HEADER / 4;
+        let started = Instant::now();
+        assert_eq!(activity.expired(HEADER, short).await, Closed::Idle);
+        assert_eq!(started.elapsed(), short);
+        // ... unless its head has started: then it has the header timeout, from the accept.
+        let activity = Activity::new();
+        let watching = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expired(HEADER, short).await }
+        });
+        tokio::time::sleep(short / 2).await;
+        activity.read();
+        assert_eq!(watching.await.unwrap(), Closed::HeaderTimeout);
+        assert_eq!(started.elapsed(), short + HEADER);
     }
 
     #[tokio::test(start_paused = true)]
