@@ -304,16 +304,8 @@ async fn a_tool_call_is_one_command_in_redis_under_sentinel() {
             assert!(calls < 50, "no use was served from memory");
         }
         // Every use written (the last ones behind their answers): both scripts loaded.
-        let uses_key = format!("mcp-session-proxy:q:{}", client.session_id());
-        let uses = async || {
-            ha.server(primary)
-                .query::<Option<u64>>(&["GET", &uses_key])
-                .await
-                .ok()
-                .flatten()
-        };
         let written = eventually_async(Duration::from_secs(5), || async {
-            uses().await == Some(calls)
+            ha.server(primary).session_uses(client.session_id()).await == calls
         })
         .await;
         assert!(written, "Redis did not count the first {calls} uses");
@@ -333,7 +325,7 @@ async fn a_tool_call_is_one_command_in_redis_under_sentinel() {
         assert_eq!(sent.len(), 1, "{sent:?}");
         // And every use is counted (renewals written together count each use).
         let counted = eventually_async(Duration::from_secs(5), || async {
-            uses().await == Some(calls)
+            ha.server(primary).session_uses(client.session_id()).await == calls
         })
         .await;
         assert!(counted, "Redis did not count the {calls} uses");
@@ -390,14 +382,8 @@ async fn demoted_then_followed(extra: &str, refused_first: bool) {
         }
         assert!(calls < 50, "no use was served from memory");
     }
-    let uses_key = format!("mcp-session-proxy:q:{}", client.session_id());
     let replicated = eventually_async(Duration::from_secs(10), || async {
-        second
-            .query::<Option<u64>>(&["GET", &uses_key])
-            .await
-            .ok()
-            .flatten()
-            == Some(calls)
+        second.session_uses(client.session_id()).await == calls
     })
     .await;
     assert!(replicated, "the replica never had the session's use");
@@ -429,12 +415,7 @@ async fn demoted_then_followed(extra: &str, refused_first: bool) {
     let (count, _) = counter_once_served(&mut client).await;
     assert_eq!(count, calls + 2);
     let written = eventually_async(Duration::from_secs(5), || async {
-        second
-            .query::<Option<u64>>(&["GET", &uses_key])
-            .await
-            .ok()
-            .flatten()
-            > Some(calls)
+        second.session_uses(client.session_id()).await > calls
     })
     .await;
     assert!(written, "the new primary never had the session's uses");

@@ -310,14 +310,8 @@ async fn redis_sessions_are_served_from_memory_and_a_change_anywhere_is_heard_be
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Every use was counted in Redis, those served from memory too.
-        let uses_key = format!("mcp-session-proxy:q:{}", client.session_id());
         let counted = eventually_async(Duration::from_secs(5), || async {
-            on.redis
-                .query::<Option<u64>>(&["GET", &uses_key])
-                .await
-                .ok()
-                .flatten()
-                == Some(calls)
+            on.redis.session_uses(client.session_id()).await == calls
         })
         .await;
         assert!(counted, "Redis did not count the {calls} uses");

@@ -764,7 +764,8 @@ impl SessionStore for RedisStore {
 mod tests {
     use super::*;
 
-    fn record(caller: Option<Caller>) -> SessionRecord {
+    /// A record of upstream `alpha` with `caller` (also the cache's tests').
+    pub(super) fn record(caller: Option<Caller>) -> SessionRecord {
         SessionRecord {
             upstream: "alpha".into(),
             backing: Backing {

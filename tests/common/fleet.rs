@@ -307,6 +307,17 @@ impl Redis {
         query_at(self.port, words).await
     }
 
+    /// The uses of session `id` this server has counted (the proxy's `q:<id>` key; 0 while
+    /// there is none or it cannot be read).
+    pub async fn session_uses(&self, id: &str) -> u64 {
+        let key = format!("mcp-session-proxy:q:{id}");
+        self.query::<Option<u64>>(&["GET", &key])
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
     /// Keeps its replicas out: their links dropped, their user turned off (they try
     /// again every second, and fail until [`Redis::let_replicas_in`]): what it takes
     /// meanwhile waits in its memory for them.

@@ -1,14 +1,8 @@
-use std::sync::Arc;
-
-use serde_json::value::RawValue;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::UnixStream;
 
 use super::*;
-use crate::mcp::ClientEra;
 use crate::mcp::caller::Caller;
-use crate::mcp::initialize::Negotiated;
-use crate::session::record::Backing;
 
 const PREFIX: &str = "p:s:";
 const NOW: Millis = 1_000_000;
@@ -16,24 +10,9 @@ const TTL: Millis = 60_000;
 
 fn record(caller: Caller) -> SessionRecord {
     SessionRecord {
-        upstream: "alpha".into(),
-        backing: Backing {
-            replica: 7,
-            upstream_session: Some("up-1".into()),
-            negotiated: Arc::new(Negotiated {
-                protocol_version: "2025-11-25",
-                server_info: RawValue::from_string(r#"{"name":"s"}"#.into()).unwrap(),
-                capabilities: RawValue::from_string("{}".into()).unwrap(),
-                instructions: None,
-            }),
-            owner: None,
-        },
-        created_at: 1,
         expires_at: NOW + TTL,
         seq: 1,
-        client_era: ClientEra::DataLayer,
-        client: None,
-        caller: Some(caller),
+        ..super::super::tests::record(Some(caller))
     }
 }
 
