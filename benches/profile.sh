@@ -12,8 +12,8 @@
 #
 #   round 1: CPU time split into user space and kernel (the processes' own /proc
 #            accounting: utime, stime), task-clock, context switches, system calls, and
-#            the bytes written through write/writev (/proc/PID/io wchar; reads are recv
-#            calls, which it does not count);
+#            the bytes written through write/writev (/proc/PID/io wchar, which counts
+#            neither recv nor send: the proxy's own HTTP/1.1 loops write with send);
 #   round 2: heap allocations per call (the proxy only: uprobes on mimalloc's allocation
 #            entry points, counted by `perf stat`; uprobes slow the process, not the count);
 #   round 3 (--record): `perf record` of each hop (DWARF call graphs), folded into
@@ -123,7 +123,9 @@ per_call() { # n totals-before totals-after perf-stat-output
     read -r u2 s2 w2 <<<"$3"
     awk -v n="$1" -v t="$ticks" -v u=$((u2 - u1)) -v s=$((s2 - s1)) -v w=$((w2 - w1)) 'BEGIN {
         printf "  CPU per call, user / kernel:  %.1f / %.1f us\n", u * 1e6 / t / n, s * 1e6 / t / n
-        printf "  bytes written per call (write, writev): %.0f\n", w / n }'
+        # A hop writing with send leaves only its wake-ups (8-byte eventfd writes) here.
+        if (w / n >= 64) printf "  bytes written per call (write, writev): %.0f\n", w / n
+        else printf "  bytes written per call: not counted (written with send, which wchar misses)\n" }'
     echo "$4" | awk -F, -v n="$1" '
         $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
         $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
