@@ -4,15 +4,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Third-party MCP servers for the interop tests (pinned; a second run is a no-op).
-tests/interop/setup.sh
-
 # One build from a clean tree: incremental compilation's caches (gigabytes) would never
 # be read again.
 export CARGO_INCREMENTAL=0
 
+# Third-party MCP servers for the interop tests (pinned; a second run is a no-op),
+# installed while the lints run: on a fresh machine most of it is waiting on the
+# registries, which overlaps the compiler's work. Its output is shown once it is done.
+mkdir -p target
+setup_log=target/interop-setup.log
+tests/interop/setup.sh >"$setup_log" 2>&1 &
+setup=$!
+trap 'kill "$setup" 2>/dev/null || true' EXIT
+
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+if ! wait "$setup"; then
+    cat "$setup_log"
+    echo "tests/interop/setup.sh failed (above)" >&2
+    exit 1
+fi
+cat "$setup_log"
 # The book (docs/, mdBook; setup.sh installed it): it must build. Its links, examples,
 # configuration reference and dashboard are checked by the tests (tests/docs/).
 # A warning (an HTML tag left open, which hides text) fails it too.
