@@ -11,6 +11,8 @@
 //! whose connection turns out closed before any of it was written goes on a new one.
 
 mod exchange;
+#[cfg(test)]
+mod tests;
 
 use std::future::poll_fn;
 use std::io;
@@ -19,7 +21,7 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf as _, Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
@@ -191,39 +193,35 @@ impl Connections {
         loop {
             let mut conn = self.checkout().await?;
             let mut sent = 0;
+            let mut failed = None;
             while sent < out.len() {
                 match conn.io.write(&out[sent..]).await {
                     Ok(0) => return Err(SendError::Http(io::ErrorKind::WriteZero.into())),
                     Ok(n) => sent += n,
                     Err(e) => {
-                        // An idle connection the upstream had just closed: nothing of
-                        // the request reached it, so it goes on a new connection.
-                        if conn.reused && sent == 0 && gone(&e) {
-                            break;
-                        }
-                        // An upstream that answered before it read the whole request
-                        // (and closed): its answer, if it came whole enough to read.
-                        if conn.answered_early(&parts.method) {
-                            break;
-                        }
-                        return Err(SendError::Http(e));
+                        failed = Some(e);
+                        break;
                     }
                 }
             }
             // Not all of the request written: the connection is not used again.
-            let broken = sent < out.len();
-            if broken && !conn.answered_early(&parts.method) {
-                continue;
-            }
+            let broken = match failed {
+                None => false,
+                // An idle connection the upstream had just closed: nothing of the
+                // request reached it, so it goes on a new connection.
+                Some(e) if conn.reused && sent == 0 && gone(&e) => continue,
+                // An upstream that answered before it read the whole request (and
+                // closed): its answer, if it came whole enough to read.
+                Some(_) if conn.answered_early(&parts.method) => true,
+                Some(e) => return Err(SendError::Http(e)),
+            };
             let head = loop {
                 match exchange::parse_head(&conn.buf, &parts.method).map_err(SendError::Http)? {
                     ReadHead::Head(head, len) => {
-                        let _ = conn.buf.split_to(len);
+                        conn.buf.advance(len);
                         break head;
                     }
-                    ReadHead::Interim(len) => {
-                        let _ = conn.buf.split_to(len);
-                    }
+                    ReadHead::Interim(len) => conn.buf.advance(len),
                     ReadHead::Partial => {
                         let read = poll_fn(|cx| conn.poll_fill(cx))
                             .await

@@ -466,7 +466,12 @@ mod tests {
             .copied()
             .chain(std::iter::repeat_n(b"X: y\r\n".iter().copied(), 4000).flatten())
             .collect();
-        assert!(dechunk(&endless, 64).is_err(), "trailers without end");
+        // Refused at the bound, not merely at the input's end.
+        assert_eq!(
+            dechunk(&endless, 64).unwrap_err().kind(),
+            io::ErrorKind::InvalidData,
+            "trailers without end"
+        );
         assert_eq!(
             dechunk(b"5\r\nhel", 100).unwrap_err().kind(),
             io::ErrorKind::UnexpectedEof
