@@ -51,8 +51,6 @@ const MAX_HEAD: usize = 64 * 1024;
 /// A body written with its head in one copy when it is no longer than this; a longer
 /// one goes in writes of its own.
 const COPY_BODY: usize = 16 * 1024;
-/// The HTTP/2 connection preface (RFC 9113 §3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// How a connection left the loop.
 #[derive(Debug)]
@@ -82,38 +80,13 @@ where
     let mut out: Vec<u8> = Vec::with_capacity(1024);
     let mut first = true;
     loop {
-        // A head, whole.
+        // A head, whole. (The HTTP/2 preface, RFC 9113 §3.4, is no HTTP/1.x head: it is
+        // handed over with the rest.)
         let head = loop {
-            if first
-                && !buf.is_empty()
-                && H2_PREFACE.starts_with(&buf[..buf.len().min(H2_PREFACE.len())])
-            {
-                if buf.len() >= H2_PREFACE.len() {
-                    return Ended::HandOff {
-                        io,
-                        read: buf.freeze(),
-                        fresh: first,
-                    };
-                }
-            } else {
-                match request::parse(&buf) {
-                    Parsed::Take(head) => break head,
-                    Parsed::HandOff => {
-                        return Ended::HandOff {
-                            io,
-                            read: buf.freeze(),
-                            fresh: first,
-                        };
-                    }
-                    Parsed::Partial if buf.len() >= MAX_HEAD => {
-                        return Ended::HandOff {
-                            io,
-                            read: buf.freeze(),
-                            fresh: first,
-                        };
-                    }
-                    Parsed::Partial => {}
-                }
+            match request::parse(&buf) {
+                Parsed::Take(head) => break head,
+                Parsed::Partial if buf.len() < MAX_HEAD => {}
+                Parsed::Partial | Parsed::HandOff => return hand_off(io, buf, first),
             }
             match read_more(&mut io, &mut buf).await {
                 Ok(true) => {}
@@ -125,21 +98,14 @@ where
         // Its body, arrived with it (or arriving at once), else hyper waits for it (and
         // answers a length beyond any buffer).
         let Some(whole) = head.len.checked_add(head.body) else {
-            return Ended::HandOff {
-                io,
-                read: buf.freeze(),
-                fresh: first,
-            };
+            return hand_off(io, buf, false);
         };
-        if buf.len() < whole && try_read_more(&mut io, &mut buf) {
-            // Read as much as had arrived; see whether that was enough.
+        if buf.len() < whole {
+            // Read as much as has arrived; enough, or hyper waits for the rest.
+            try_read_more(&mut io, &mut buf);
         }
         if buf.len() < whole {
-            return Ended::HandOff {
-                io,
-                read: buf.freeze(),
-                fresh: first,
-            };
+            return hand_off(io, buf, false);
         }
         let Head {
             method,
@@ -204,6 +170,16 @@ where
     }
 }
 
+/// The connection for hyper, with what was read and not served; `fresh`: nothing was
+/// served on it yet.
+fn hand_off<T>(io: T, buf: BytesMut, fresh: bool) -> Ended<T> {
+    Ended::HandOff {
+        io,
+        read: buf.freeze(),
+        fresh,
+    }
+}
+
 /// Reads into `buf`, waiting; whether anything came (`false`: the connection closed).
 async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) -> io::Result<bool> {
     if buf.capacity() - buf.len() < READ_SIZE / 4 {
@@ -212,15 +188,16 @@ async fn read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) -> io::
     Ok(io.read_buf(buf).await? > 0)
 }
 
-/// Reads what has arrived into `buf` without waiting; whether anything was.
-fn try_read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) -> bool {
+/// Reads what has arrived into `buf` without waiting (an end or an error is left for
+/// the next read to find).
+fn try_read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < READ_SIZE / 4 {
         buf.reserve(READ_SIZE);
     }
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     let read = std::pin::pin!(io.read_buf(buf));
-    matches!(read.poll(&mut cx), std::task::Poll::Ready(Ok(n)) if n > 0)
+    let _ = read.poll(&mut cx);
 }
 
 /// Writes the head in `out` and `body` as `framing` says; a client that closes the

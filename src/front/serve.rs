@@ -319,10 +319,11 @@ impl Connections {
                     // A stop, or the listener dropped.
                     _ = reached(&mut phase, |phase| *phase >= Phase::Draining), if !draining => {
                         draining = true;
-                        // HTTP/2 says GOAWAY; HTTP/1.1 with a response under way sends no
-                        // keep-alive (the proxy's loop: the answer says `Connection: close`,
-                        // or the loop closes after it). An idle HTTP/1.1 connection is left
-                        // to its next response's `Connection: close`, or to DRAIN_IDLE.
+                        // HTTP/2 says GOAWAY; hyper's HTTP/1.1 with a response under way
+                        // sends no keep-alive after it. The proxy's loop keeps what a
+                        // response head written already promised; every head written from
+                        // now on says `Connection: close`. An idle HTTP/1.1 connection is
+                        // left to its next response's `Connection: close`, or to DRAIN_IDLE.
                         if activity.is_http2() || activity.in_flight() {
                             connection.graceful_shutdown();
                         }
@@ -422,17 +423,16 @@ impl hyper::service::Service<Request<Incoming>> for ByHyper {
 enum Connection {
     Lean(LeanLoop),
     Hyper(HyperConnection),
-    Done,
 }
 
 impl Connection {
-    /// Serves the connection; `Ready` once it is over.
+    /// Serves the connection; `Ready` once it is over (not to be polled again).
     fn poll(&mut self, cx: &mut Context<'_>, builders: &Builders, exchange: &Exchange) -> Poll<()> {
         loop {
             match self {
                 Connection::Lean(lean) => match lean.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(http1::Ended::Closed) => *self = Connection::Done,
+                    Poll::Ready(http1::Ended::Closed) => return Poll::Ready(()),
                     Poll::Ready(http1::Ended::HandOff { io, read, fresh }) => {
                         let io = TokioIo::new(http1::Rewind::new(read, io));
                         // HTTP/2 only from a connection's start, as hyper's detection.
@@ -453,17 +453,16 @@ impl Connection {
                         if let Err(e) = ended {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
-                        *self = Connection::Done;
+                        return Poll::Ready(());
                     }
                 },
-                Connection::Done => return Poll::Ready(()),
             }
         }
     }
 
     /// No more requests after the one in flight (hyper: HTTP/1.1 without keep-alive,
-    /// HTTP/2 GOAWAY). The proxy's loop ends after the answer it is writing, which says
-    /// `Connection: close`.
+    /// HTTP/2 GOAWAY). The proxy's loop needs no call: every response head it writes
+    /// while draining says `Connection: close`.
     fn graceful_shutdown(&mut self) {
         if let Connection::Hyper(connection) = self {
             connection.as_mut().graceful_shutdown();

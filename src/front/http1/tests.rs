@@ -207,6 +207,38 @@ async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
 }
 
 #[tokio::test]
+async fn a_client_that_leaves_mid_stream_ends_the_stream() {
+    let (frames, receiver) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
+    let receiver = Arc::new(parking_lot::Mutex::new(Some(receiver)));
+    let answer = move |_request: Request<ClientBody>| {
+        let receiver = receiver.lock().take();
+        async move {
+            let stream = tokio_stream_of(receiver.unwrap());
+            Response::new(StreamBody::new(stream))
+        }
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, answer, || false));
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    frames
+        .send(Ok(Frame::data(Bytes::from_static(b"data: 1\n\n"))))
+        .await
+        .unwrap();
+    read_until(&mut client, "data: 1").await;
+    // The client leaves while the stream is open and quiet: the loop sees it go and
+    // drops the stream (its sender finds no receiver).
+    drop(client);
+    let ended = tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the loop did not see its client leave");
+    assert!(matches!(ended.unwrap(), Ended::Closed));
+    assert!(frames.is_closed(), "the stream outlived its client");
+}
+
+#[tokio::test]
 async fn http_1_0_and_bodiless_answers() {
     let answer = |request: Request<ClientBody>| async move {
         let status = if request.method() == http::Method::DELETE {
