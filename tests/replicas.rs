@@ -74,11 +74,17 @@ struct OnRedis {
 
 impl OnRedis {
     async fn start(n: usize) -> OnRedis {
+        OnRedis::start_with(n, "").await
+    }
+
+    /// With `top` (top-level settings) before each proxy's configuration.
+    async fn start_with(n: usize, top: &str) -> OnRedis {
         let redis = Redis::start().await;
         let upstream = Replicas::start(n).await;
         let session = redis_session(&redis);
-        let a = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
-        let b = ProxyProcess::start(&config(0, &upstream.urls(), &session)).await;
+        let toml = || format!("{top}{}", config(0, &upstream.urls(), &session));
+        let a = ProxyProcess::start(&toml()).await;
+        let b = ProxyProcess::start(&toml()).await;
         OnRedis {
             redis,
             upstream,
@@ -250,7 +256,9 @@ async fn remembered(proxy: &ProxyProcess) -> (SessionClient, u64) {
 async fn redis_sessions_are_served_from_memory_and_a_change_anywhere_is_heard_before_the_next_use()
 {
     bounded(async {
-        let on = OnRedis::start(1).await;
+        // One worker each: what A remembered is what serves A's next request (with
+        // several, a refusal could come from a worker that never remembered it).
+        let on = OnRedis::start_with(1, "workers = 1\n").await;
 
         // Deleted at B while A remembers it: A refuses it at once.
         let (mut on_a, calls) = remembered(&on.a).await;
