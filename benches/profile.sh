@@ -129,13 +129,14 @@ per_call() { # n totals-before totals-after perf-stat-output
     echo "$4" | awk -F, -v n="$1" '
         $3 == "task-clock" { printf "  task-clock per call:          %.1f us\n", $1 * 1000 / n }
         $3 == "context-switches" { printf "  context switches per call:    %.2f\n", $1 / n }
+        $3 == "page-faults" { printf "  page faults per call:         %.3f\n", $1 / n }
         $3 == "raw_syscalls:sys_enter" { printf "  system calls per call:        %.2f\n", $1 / n }'
 }
 stat_round() { # label pids calls-function
     local label=$1 pids=$2 before after a b n stat
     before=$($3)
     a=$(proc_totals "$pids")
-    stat=$(perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$pids" -- sleep 3 2>&1)
+    stat=$(perf stat -x, -e task-clock,context-switches,page-faults,raw_syscalls:sys_enter -p "$pids" -- sleep 3 2>&1)
     b=$(proc_totals "$pids")
     after=$($3)
     n=$((${after:-0} - ${before:-0}))
@@ -150,7 +151,7 @@ stat_round() { # label pids calls-function
 window 1 nginx
 npids=$(nginx_pids)
 a=$(proc_totals "$npids")
-nstat=$(perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$npids" -- sleep 3 2>&1)
+nstat=$(perf stat -x, -e task-clock,context-switches,page-faults,raw_syscalls:sys_enter -p "$npids" -- sleep 3 2>&1)
 b=$(proc_totals "$npids")
 window 1 proxy
 stat_round "proxy (data-layer sessions)" "$(proxy_pid)" proxy_calls

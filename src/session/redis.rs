@@ -69,10 +69,6 @@ use crate::mcp::version;
 pub const PREFIX: &str = "mcp-session-proxy:";
 /// How long after its idle expiry an unreaped record stays in Redis.
 pub const REAP_GRACE: Duration = Duration::from_secs(600);
-/// How long the renewals of uses served from memory are gathered before they are written
-/// together (a session's expiry in Redis lags its last use by about this much; the cache
-/// stops serving a session a second before its expiry).
-const WRITE_BEHIND: Duration = Duration::from_millis(5);
 
 const CREATE: &str = r"
 if not redis.call('ZSCORE', KEYS[2], ARGV[6])
@@ -394,7 +390,7 @@ impl RedisStore {
         let link = Arc::downgrade(&self.link);
         let cache = Arc::downgrade(&self.cache);
         tokio::spawn(async move {
-            let generation = {
+            {
                 let (Some(link), Some(cache)) = (link.upgrade(), cache.upgrade()) else {
                     return;
                 };
@@ -411,11 +407,10 @@ impl RedisStore {
                         return;
                     }
                 }
-                generation
-            };
+            }
             loop {
                 let reports = std::future::poll_fn(|cx| match cache.upgrade() {
-                    Some(cache) => cache.poll_reports(cx, serial, generation),
+                    Some(cache) => cache.poll_reports(cx, serial),
                     None => std::task::Poll::Ready(()),
                 });
                 tokio::select! {
@@ -433,7 +428,7 @@ impl RedisStore {
     }
 
     /// Starts this worker's writer: a task that sends the renewals of uses served from
-    /// memory, what was queued in each [`WRITE_BEHIND`] in one pipeline, until none is
+    /// memory, what was queued in each [`cache::WRITE_BEHIND`] in one pipeline, until none is
     /// left.
     fn start_writer(&self) {
         let link = Arc::downgrade(&self.link);
@@ -441,7 +436,7 @@ impl RedisStore {
         let touch = self.scripts.touch.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(WRITE_BEHIND).await;
+                tokio::time::sleep(cache::WRITE_BEHIND).await;
                 let (Some(link), Some(cache)) = (link.upgrade(), cache.upgrade()) else {
                     return;
                 };
@@ -567,11 +562,10 @@ async fn write_behind(
         pipe.add_command(cmd);
         ids.push(id.into());
     }
-    // Run twice, a renewal renews to the same expiry.
-    match link
-        .run_repeatable::<Vec<i64>>(Op::Scripts(touch, &pipe))
-        .await
-    {
+    // Sent once: each adds its uses to the session's count, so running it twice (a retry
+    // after a dropped connection that had run it) would count them twice. If it fails,
+    // the sessions are forgotten and their next use renews them in Redis.
+    match link.run::<Vec<i64>>(Op::Scripts(touch, &pipe)).await {
         Ok(done) => {
             let gone: Vec<Box<str>> = ids
                 .into_iter()

@@ -7,16 +7,19 @@
 //! reads what has arrived there before it trusts what it remembers: a session deleted at
 //! another replica is forgotten before the next request that names it is served, since
 //! Redis sends the report before it answers the deleting replica, which answers its
-//! client only then. While that connection is not up — not yet made, broken, or made to
-//! a server the link no longer uses (a failover) — nothing is remembered and every use
-//! asks Redis, as it always did.
+//! client only then (unless the network holds the report back longer than the client's
+//! round trip through the deleting replica). While that connection is not up — not yet
+//! made, broken, or made to a server the link no longer uses (a failover) — nothing is
+//! remembered and every use asks Redis, as it always did.
 //!
 //! A use served from memory is still written to Redis — its renewal (the expiry, the use
 //! count) — but behind the answer, batched: [`Cache::lease`] queues it and the store's
 //! writer sends what a few milliseconds gathered in one pipeline. The record's own key is not written by a
 //! renewal (the store keeps the expiry and the count beside it), so renewals make no
 //! reports. A use is served from memory only while the session's last renewal here
-//! leaves it more than [`MARGIN`] to live: near its expiry, Redis decides.
+//! leaves it more than a margin to live — longer than a queued renewal can take to be
+//! written, and the replicas' clocks apart — so that no replica's reaper ends a session
+//! whose use is still being written: near its expiry, Redis decides.
 //!
 //! What a worker learns from Redis (a use that had to ask) it remembers only if nothing
 //! was reported for that session between the question and the answer ([`Ticket`]): an
@@ -35,8 +38,11 @@ use crate::session::record::{Millis, SessionRecord};
 use crate::session::store::Renewal;
 use crate::workers::PerWorker;
 
-/// How long before its expiry a session is no longer served from memory.
-pub const MARGIN: Duration = Duration::from_secs(1);
+/// How long uses served from memory are gathered before their renewals are written.
+pub const WRITE_BEHIND: Duration = Duration::from_millis(5);
+/// How far apart the replicas' clocks, which a reaper compares an expiry with, may be
+/// (part of the margin before a session's expiry within which Redis decides).
+const CLOCKS_APART: Duration = Duration::from_secs(1);
 /// The most renewals a worker queues; past it, uses ask Redis again.
 const MAX_QUEUED: usize = 4096;
 /// How many groups the ids are counted in (reports for one group do not keep the others
@@ -72,6 +78,8 @@ pub struct Cache {
     /// How long a tracker may go unheard (no report, no answer to `PING`) before it is
     /// taken for lost.
     stale_after: Duration,
+    /// How long before its expiry a session is no longer served from memory.
+    margin: Duration,
     /// The records' key prefix, as reports name them.
     prefix: String,
     hasher: std::collections::hash_map::RandomState,
@@ -149,11 +157,9 @@ pub enum Lease {
 /// report about the session came between ([`Cache::fill`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket {
-    slot: usize,
     epoch: u64,
     shard: usize,
     reported: u64,
-    generation: u64,
 }
 
 /// Whether a worker's memory may be used, as [`Cache::lease`] finds it.
@@ -172,13 +178,16 @@ pub enum Tracked {
 
 impl Cache {
     /// A cache keeping up to `capacity` sessions per worker, of records whose keys start
-    /// with `prefix`, trusting a tracker no longer than `timeout` after its last `PING`
-    /// was due.
+    /// with `prefix`, trusting a tracker no longer than `timeout` (the store's, for any
+    /// one command) after its last `PING` was due.
     pub fn new(capacity: usize, prefix: String, timeout: Duration, counted: Counted) -> Cache {
         Cache {
             slots: PerWorker::new(|| Mutex::new(Slot::default())),
             counted,
             stale_after: HEARTBEAT + timeout,
+            // A use queued just after the writer took its batch is written after that
+            // batch's write (up to `timeout`), a pause, and its own write.
+            margin: CLOCKS_APART + WRITE_BEHIND + timeout * 2,
             capacity,
             prefix,
             hasher: std::collections::hash_map::RandomState::new(),
@@ -194,7 +203,6 @@ impl Cache {
     /// A use of session `id` (the store's `renew`), while the link uses the server of
     /// `generation`; and whether this worker's tracking must be started.
     pub fn lease(&self, id: &str, renewal: &Renewal, generation: u64) -> (Lease, Tracked) {
-        let index = self.slots.here_index();
         let mut slot = self.slots.here().lock();
         let tracked = self.sync(&mut slot, generation);
         if !matches!(tracked, Tracked::Live) {
@@ -205,18 +213,16 @@ impl Cache {
         }
         let shard = self.shard(id);
         let ticket = Ticket {
-            slot: index,
             epoch: slot.epoch,
             shard,
             reported: slot.reported[shard],
-            generation,
         };
         let queue_full = slot.queued.len() >= MAX_QUEUED;
         let Some(record) = slot.entries.get_mut(id) else {
             self.counted.miss.inc();
             return (Lease::Miss(Some(ticket)), tracked);
         };
-        let margin = MARGIN.as_millis() as Millis;
+        let margin = self.margin.as_millis() as Millis;
         if renewal.now.saturating_add(margin) >= record.expires_at || queue_full {
             slot.entries.remove(id);
             self.counted.miss.inc();
@@ -243,17 +249,16 @@ impl Cache {
     }
 
     /// Remembers what Redis answered for session `id`, unless a report about it came
-    /// since `ticket` was taken (or tracking stopped, or the link moved on).
+    /// since `ticket` was taken, or tracking stopped or started again since (each moves
+    /// the epoch on; a ticket is used on the worker that took it, as the task asking
+    /// Redis stays on its worker).
     pub fn fill(&self, id: &str, record: &SessionRecord, ticket: Ticket) {
-        if self.capacity == 0 || self.slots.here_index() != ticket.slot {
+        if self.capacity == 0 {
             return;
         }
         let mut slot = self.slots.here().lock();
-        let current = matches!(
-            slot.tracking,
-            Tracking::On { generation, .. } if generation == ticket.generation
-        );
-        if !current || slot.epoch != ticket.epoch || slot.reported[ticket.shard] != ticket.reported
+        let tracking = matches!(slot.tracking, Tracking::On { .. });
+        if !tracking || slot.epoch != ticket.epoch || slot.reported[ticket.shard] != ticket.reported
         {
             return;
         }
@@ -270,9 +275,7 @@ impl Cache {
     /// upstream session, here; the other workers hear it from Redis).
     pub fn forget(&self, id: &str) {
         let mut slot = self.slots.here().lock();
-        let shard = self.shard(id);
-        slot.reported[shard] = slot.reported[shard].wrapping_add(1);
-        slot.entries.remove(id);
+        self.forget_in(&mut slot, id);
     }
 
     /// Forgets the sessions whose renewal could not be written, or that Redis no longer
@@ -280,10 +283,16 @@ impl Cache {
     pub fn forget_all_of(&self, ids: &[Box<str>]) {
         let mut slot = self.slots.here().lock();
         for id in ids {
-            let shard = self.shard(id);
-            slot.reported[shard] = slot.reported[shard].wrapping_add(1);
-            slot.entries.remove(&**id);
+            self.forget_in(&mut slot, id);
         }
+    }
+
+    /// Forgets session `id` in `slot`, and that it was reported (an answer about it
+    /// already on its way is not remembered).
+    fn forget_in(&self, slot: &mut Slot, id: &str) {
+        let shard = self.shard(id);
+        slot.reported[shard] = slot.reported[shard].wrapping_add(1);
+        slot.entries.remove(id);
     }
 
     /// The renewals this worker queued, for its writer to send; `None` when there are
@@ -364,9 +373,7 @@ impl Cache {
                     else {
                         continue;
                     };
-                    let shard = self.shard(id);
-                    slot.reported[shard] = slot.reported[shard].wrapping_add(1);
-                    slot.entries.remove(id);
+                    self.forget_in(slot, id);
                 }
             }
             Changed::All => {
@@ -446,24 +453,17 @@ impl Cache {
     }
 
     /// Reads this worker's reports as they arrive (so that an idle worker's connection
-    /// does not fill up), for tracker `serial` at the link's `generation`: `Pending` while
-    /// it tracks, `Ready` once it no longer does (lost, replaced, or of a server the link
-    /// left: then stopped).
-    pub fn poll_reports(&self, cx: &mut Context<'_>, serial: u64, generation: u64) -> Poll<()> {
+    /// does not fill up), for tracker `serial`: `Pending` while it tracks, `Ready` once it
+    /// no longer does (lost or replaced; a tracker of a server the link left is stopped
+    /// by the next use or [`Cache::heartbeat`]).
+    pub fn poll_reports(&self, cx: &mut Context<'_>, serial: u64) -> Poll<()> {
         let mut slot = self.slots.here().lock();
         let mut changed = Vec::new();
         let mut replies = 0;
         let polled = match &mut slot.tracking {
             Tracking::On {
-                tracker,
-                serial: s,
-                generation: tracked,
-                ..
+                tracker, serial: s, ..
             } if *s == serial => {
-                if *tracked != generation {
-                    self.stop(&mut slot, None);
-                    return Poll::Ready(());
-                }
                 tracker.poll_changes(cx, &mut |what| changed.push(what), &mut replies)
             }
             _ => return Poll::Ready(()),
