@@ -30,6 +30,7 @@ pub mod stateless;
 pub mod telemetry;
 pub mod throttle;
 pub mod upstream;
+pub mod wire;
 pub mod workers;
 
 use std::future::Future;

@@ -32,7 +32,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::Poll;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt as _;
@@ -42,6 +42,7 @@ use self::request::{Head, Parsed};
 use self::response::{Asked, Framing};
 pub use self::rewind::Rewind;
 use super::body::ClientBody;
+use crate::wire::Fields;
 
 /// What a read starts with room for.
 const READ_SIZE: usize = 16 * 1024;
@@ -78,12 +79,13 @@ where
 {
     let mut buf = BytesMut::with_capacity(READ_SIZE);
     let mut out: Vec<u8> = Vec::with_capacity(1024);
+    let mut fields = Fields::default();
     let mut first = true;
     loop {
         // A head, whole. (The HTTP/2 preface, RFC 9113 §3.4, is no HTTP/1.x head: it is
         // handed over with the rest.)
         let head = loop {
-            match request::parse(&buf) {
+            match request::parse(&buf, &mut fields) {
                 Parsed::Take(head) => break head,
                 Parsed::Partial if buf.len() < MAX_HEAD => {}
                 Parsed::Partial | Parsed::HandOff => return hand_off(io, buf, first),
@@ -107,16 +109,24 @@ where
         if buf.len() < whole {
             return hand_off(io, buf, false);
         }
+        // The head's bytes taken out of the buffer: its target and field values are
+        // slices of them.
+        let bytes = buf.split_to(head.len).freeze();
+        let Some(uri) = head.target(&bytes) else {
+            let mut read = BytesMut::with_capacity(bytes.len() + buf.len());
+            read.extend_from_slice(&bytes);
+            read.extend_from_slice(&buf);
+            return hand_off(io, read, false);
+        };
+        let headers = fields.take(&bytes);
+        drop(bytes);
         let Head {
             method,
-            uri,
             version,
-            headers,
-            len,
             body,
             keep_alive,
+            ..
         } = head;
-        buf.advance(len);
         let body = buf.split_to(body).freeze();
         let asked_method = method.clone();
         let mut request = Request::new(ClientBody::Whole((!body.is_empty()).then_some(body)));

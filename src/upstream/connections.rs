@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use bytes::{Buf as _, Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
 use self::exchange::{Chunks, Framing, ReadHead, Step};
+use crate::wire::Fields;
 use crate::workers::PerWorker;
 
 /// What a read starts with room for.
@@ -40,6 +40,8 @@ const READ_SIZE: usize = 16 * 1024;
 struct Conn {
     io: TcpStream,
     buf: BytesMut,
+    /// The fields of the head being read (kept for the next).
+    fields: Fields,
     /// Taken from an idle list (a request it could not take is sent on a new one).
     reused: bool,
 }
@@ -69,7 +71,7 @@ impl Conn {
             }
         }
         matches!(
-            exchange::parse_head(&self.buf, method),
+            exchange::parse_head(&self.buf, method, &mut self.fields),
             Ok(ReadHead::Head(..) | ReadHead::Interim(_))
         )
     }
@@ -178,12 +180,8 @@ impl Connections {
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection of this
     /// worker, or a new one, and returns the response head; its body holds the
     /// connection until read to its end.
-    pub async fn send(
-        &self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    pub async fn send(&self, request: Request<Bytes>) -> Result<Response<UpstreamBody>, SendError> {
         let (parts, body) = request.into_parts();
-        let body = whole(body);
         let target = parts
             .uri
             .path_and_query()
@@ -215,11 +213,14 @@ impl Connections {
                 Some(_) if conn.answered_early(&parts.method) => true,
                 Some(e) => return Err(SendError::Http(e)),
             };
-            let head = loop {
-                match exchange::parse_head(&conn.buf, &parts.method).map_err(SendError::Http)? {
+            let (head, headers) = loop {
+                match exchange::parse_head(&conn.buf, &parts.method, &mut conn.fields)
+                    .map_err(SendError::Http)?
+                {
                     ReadHead::Head(head, len) => {
-                        conn.buf.advance(len);
-                        break head;
+                        // Its field values are slices of its bytes.
+                        let bytes = conn.buf.split_to(len).freeze();
+                        break (head, conn.fields.take(&bytes));
                     }
                     ReadHead::Interim(len) => conn.buf.advance(len),
                     ReadHead::Partial => {
@@ -245,7 +246,7 @@ impl Connections {
             }));
             *response.status_mut() = head.status;
             *response.version_mut() = head.version;
-            *response.headers_mut() = head.headers;
+            *response.headers_mut() = headers;
             if let Some(reason) = head.reason {
                 response.extensions_mut().insert(reason);
             }
@@ -307,6 +308,7 @@ impl Connections {
         Ok(Conn {
             io: stream,
             buf: BytesMut::new(),
+            fields: Fields::default(),
             reused: false,
         })
     }
@@ -370,17 +372,6 @@ fn gone(e: &io::Error) -> bool {
             | io::ErrorKind::ConnectionReset
             | io::ErrorKind::ConnectionAborted
     )
-}
-
-/// A request's body, known whole.
-fn whole(body: Full<Bytes>) -> Bytes {
-    let waker = std::task::Waker::noop();
-    let mut cx = Context::from_waker(waker);
-    let mut body = std::pin::pin!(body);
-    match body.as_mut().poll_frame(&mut cx) {
-        Poll::Ready(Some(Ok(frame))) => frame.into_data().unwrap_or_default(),
-        _ => Bytes::new(),
-    }
 }
 
 /// An upstream response body. Read to its end (or dropped once at its end), its

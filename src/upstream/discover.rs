@@ -20,7 +20,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{ACCEPT, HeaderValue};
 use http::{HeaderMap, Method, StatusCode};
-use http_body_util::Full;
 
 use super::answer::{Answer, Messages};
 use super::error::UpstreamError;
@@ -81,7 +80,7 @@ impl HttpUpstream {
     /// Whether a GET of the URL opens an event stream whose first event is `endpoint`.
     pub(super) async fn names_an_endpoint(&self) -> Result<bool, UpstreamError> {
         let target = self.target().clone();
-        let mut request = self.request_to(target, Method::GET, &HeaderMap::new(), Full::default());
+        let mut request = self.request_to(target, Method::GET, &HeaderMap::new(), Bytes::new());
         request
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(SSE));

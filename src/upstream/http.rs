@@ -11,7 +11,6 @@ use prometheus_client::metrics::histogram::Histogram;
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
-use http_body_util::Full;
 
 use super::answer::{Answer, Messages};
 use super::connections::{Connections, UpstreamBody};
@@ -170,7 +169,7 @@ impl HttpUpstream {
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
         let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
         let (span, body, operation) = self.span_for(body, modern);
-        let mut request = self.request(Method::POST, binding, forwarded, Full::new(body))?;
+        let mut request = self.request(Method::POST, binding, forwarded, body)?;
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
@@ -205,7 +204,7 @@ impl HttpUpstream {
         binding: SessionAddr<'_>,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
-        let mut request = self.request(Method::GET, Some(binding), forwarded, Full::default())?;
+        let mut request = self.request(Method::GET, Some(binding), forwarded, Bytes::new())?;
         request
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(crate::mcp::headers::SSE));
@@ -262,7 +261,7 @@ impl HttpUpstream {
             }
             false => (None, body, None),
         };
-        let mut request = self.request(method, None, forwarded, Full::new(body))?;
+        let mut request = self.request(method, None, forwarded, body)?;
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
@@ -281,7 +280,7 @@ impl HttpUpstream {
             Method::DELETE,
             Some(binding),
             &HeaderMap::new(),
-            Full::default(),
+            Bytes::new(),
         )?;
         let response = self.send(request).await?;
         let status = response.status();
@@ -322,8 +321,8 @@ impl HttpUpstream {
         target: Uri,
         method: Method,
         forwarded: &HeaderMap,
-        body: Full<Bytes>,
-    ) -> Request<Full<Bytes>> {
+        body: Bytes,
+    ) -> Request<Bytes> {
         let mut request = Request::new(body);
         *request.method_mut() = method;
         *request.uri_mut() = target;
@@ -384,7 +383,7 @@ impl HttpUpstream {
     /// being served has one.
     pub(super) async fn send(
         &self,
-        request: Request<Full<Bytes>>,
+        request: Request<Bytes>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.send_spanned(request, None).await
     }
@@ -393,7 +392,7 @@ impl HttpUpstream {
     /// context also went into the body).
     async fn send_spanned(
         &self,
-        mut request: Request<Full<Bytes>>,
+        mut request: Request<Bytes>,
         preset: Option<ClientSpan>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let timeout = self.settings.timeout;
@@ -430,8 +429,8 @@ impl HttpUpstream {
         method: Method,
         binding: Option<SessionAddr<'_>>,
         forwarded: &HeaderMap,
-        body: Full<Bytes>,
-    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
+        body: Bytes,
+    ) -> Result<Request<Bytes>, UpstreamError> {
         let mut request = self.request_to(self.target.clone(), method, forwarded, body);
         let headers = request.headers_mut();
         if let Some(binding) = binding {

@@ -8,35 +8,36 @@
 //! absolute or authority target — is [`Parsed::HandOff`]: hyper reads the same bytes
 //! again and answers as it always did (400, 431, 100 Continue, a chunked body…).
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
+use http::{Method, Uri, Version};
+
+use crate::wire::{self, Fields};
 
 /// The most header fields a head may have (hyper's own default).
 pub const MAX_HEADERS: usize = 100;
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "made once per request and taken apart at once: boxing would cost an allocation"
-)]
 pub enum Parsed {
     /// Not a whole head yet.
     Partial,
-    /// A head the loop serves.
+    /// A head the loop serves (its fields in the caller's [`Fields`]).
     Take(Head),
     /// A head (or bytes) the loop leaves to hyper.
     HandOff,
 }
 
-/// A request head the loop serves.
+/// A request head the loop serves, as found in the bytes read; its target and fields
+/// are made from those bytes once they are taken out of the read buffer.
 #[derive(Debug)]
 pub struct Head {
     pub method: Method,
-    pub uri: Uri,
+    /// Where the request target lies in the head.
+    target: Range<usize>,
     pub version: Version,
-    pub headers: HeaderMap,
     /// The head's length in bytes (its body starts there).
     pub len: usize,
     /// The body's, from `Content-Length` (0 without one).
@@ -46,10 +47,19 @@ pub struct Head {
     pub keep_alive: bool,
 }
 
-/// Reads a request head from the start of `buf`.
-pub fn parse(buf: &[u8]) -> Parsed {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut request = httparse::Request::new(&mut fields);
+impl Head {
+    /// The request target, from the head's own bytes (`head`, its first [`Head::len`]
+    /// bytes taken out of the read buffer); `None` when it is no URI (hyper answers it).
+    pub fn target(&self, head: &Bytes) -> Option<Uri> {
+        Uri::from_maybe_shared(head.slice(self.target.clone())).ok()
+    }
+}
+
+/// Reads a request head from the start of `buf`, its fields into `fields`.
+pub fn parse(buf: &[u8], fields: &mut Fields) -> Parsed {
+    fields.clear();
+    let mut found = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut found);
     let len = match request.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
@@ -65,32 +75,28 @@ pub fn parse(buf: &[u8]) -> Parsed {
     if method == Method::CONNECT || !path.starts_with('/') {
         return Parsed::HandOff;
     }
-    let Ok(uri) = Uri::from_maybe_shared(Bytes::copy_from_slice(path.as_bytes())) else {
-        return Parsed::HandOff;
-    };
+    let start = path.as_ptr() as usize - buf.as_ptr() as usize;
+    let target = start..start + path.len();
     let version = match minor {
         0 => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    let mut headers = HeaderMap::with_capacity(request.headers.len());
     let mut body: Option<usize> = None;
     let mut close = false;
     let mut keep = false;
     for field in request.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(field.name.as_bytes()) else {
-            return Parsed::HandOff;
-        };
-        let Ok(value) = HeaderValue::from_bytes(field.value) else {
-            return Parsed::HandOff;
-        };
-        if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE {
+        if !fields.add(buf, field.name, field.value) {
             return Parsed::HandOff;
         }
-        if name == CONTENT_LENGTH {
-            let Some(length) = std::str::from_utf8(field.value)
-                .ok()
-                .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|v| v.parse::<usize>().ok())
+        let name = field.name.as_bytes();
+        if [TRANSFER_ENCODING, EXPECT, UPGRADE]
+            .iter()
+            .any(|refused| name.eq_ignore_ascii_case(refused.as_str().as_bytes()))
+        {
+            return Parsed::HandOff;
+        }
+        if name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str().as_bytes()) {
+            let Some(length) = wire::length(field.value).and_then(|n| usize::try_from(n).ok())
             else {
                 return Parsed::HandOff;
             };
@@ -98,15 +104,12 @@ pub fn parse(buf: &[u8]) -> Parsed {
                 return Parsed::HandOff;
             }
             body = Some(length);
-        }
-        if name == CONNECTION {
-            for token in field.value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
+        } else if name.eq_ignore_ascii_case(CONNECTION.as_str().as_bytes()) {
+            for token in wire::tokens(field.value) {
                 close |= token.eq_ignore_ascii_case(b"close");
                 keep |= token.eq_ignore_ascii_case(b"keep-alive");
             }
         }
-        headers.append(name, value);
     }
     let keep_alive = match version {
         Version::HTTP_10 => keep && !close,
@@ -114,9 +117,8 @@ pub fn parse(buf: &[u8]) -> Parsed {
     };
     Parsed::Take(Head {
         method,
-        uri,
+        target,
         version,
-        headers,
         len,
         body: body.unwrap_or(0),
         keep_alive,
@@ -127,39 +129,57 @@ pub fn parse(buf: &[u8]) -> Parsed {
 mod tests {
     use super::*;
 
-    fn take(text: &str) -> Head {
-        match parse(text.as_bytes()) {
-            Parsed::Take(head) => head,
+    /// The head of `text`, its target and its fields.
+    fn take(text: &str) -> (Head, Uri, http::HeaderMap) {
+        let mut fields = Fields::default();
+        match parse(text.as_bytes(), &mut fields) {
+            Parsed::Take(head) => {
+                let bytes = Bytes::copy_from_slice(&text.as_bytes()[..head.len]);
+                let uri = head.target(&bytes).expect("a target");
+                let map = fields.take(&bytes);
+                (head, uri, map)
+            }
             other => panic!("{text:?}: {other:?}"),
         }
     }
 
+    fn parsed(text: &[u8]) -> Parsed {
+        parse(text, &mut Fields::default())
+    }
+
     fn handed_off(text: &str) -> bool {
-        matches!(parse(text.as_bytes()), Parsed::HandOff)
+        matches!(parsed(text.as_bytes()), Parsed::HandOff)
     }
 
     #[test]
     fn a_post_with_a_length_is_taken_with_its_fields() {
         let text = "POST /mcp?x=1 HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n\
                     X-A: 1\r\nx-a: 2\r\nContent-Length: 12\r\n\r\n{\"jsonrpc\":1}";
-        let head = take(text);
+        let (head, uri, headers) = take(text);
         assert_eq!(head.method, Method::POST);
-        assert_eq!(head.uri.path(), "/mcp");
-        assert_eq!(head.uri.query(), Some("x=1"));
+        assert_eq!(uri.path(), "/mcp");
+        assert_eq!(uri.query(), Some("x=1"));
         assert_eq!(head.version, Version::HTTP_11);
         assert_eq!(head.body, 12);
         assert_eq!(&text[head.len..], "{\"jsonrpc\":1}");
         assert!(head.keep_alive);
-        let a: Vec<_> = head.headers.get_all("x-a").iter().collect();
+        assert_eq!(headers.len(), 5);
+        assert_eq!(headers[http::header::CONTENT_TYPE], "application/json");
+        let a: Vec<_> = headers.get_all("x-a").iter().collect();
         assert_eq!(a, ["1", "2"], "repeated fields kept, in order");
     }
 
     #[test]
     fn keep_alive_follows_the_version_and_connection() {
-        assert!(!take("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive);
-        assert!(!take("GET / HTTP/1.0\r\n\r\n").keep_alive);
-        assert!(take("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
-        assert!(!take("GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n").keep_alive);
+        let keep_alive = |text| take(text).0.keep_alive;
+        assert!(!keep_alive("GET / HTTP/1.1\r\nConnection: close\r\n\r\n"));
+        assert!(!keep_alive("GET / HTTP/1.0\r\n\r\n"));
+        assert!(keep_alive(
+            "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n"
+        ));
+        assert!(!keep_alive(
+            "GET / HTTP/1.1\r\nConnection: keep-alive, close\r\n\r\n"
+        ));
     }
 
     #[test]
@@ -167,7 +187,7 @@ mod tests {
         let text = "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n";
         for cut in 0..text.len() {
             assert!(
-                matches!(parse(&text.as_bytes()[..cut]), Parsed::Partial),
+                matches!(parsed(&text.as_bytes()[..cut]), Parsed::Partial),
                 "cut at {cut}"
             );
         }
@@ -195,7 +215,9 @@ mod tests {
         assert!(handed_off(&format!("GET / HTTP/1.1\r\n{many}\r\n")));
         // The same length twice is one length.
         assert_eq!(
-            take("POST / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\n").body,
+            take("POST / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\n")
+                .0
+                .body,
             2
         );
     }

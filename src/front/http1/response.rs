@@ -11,6 +11,8 @@ use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{Method, StatusCode, Version};
 use http_body::SizeHint;
 
+use crate::wire;
+
 /// How a response's body is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -103,18 +105,13 @@ pub fn head(
                 continue;
             }
             if name == CONTENT_LENGTH {
-                match value
-                    .to_str()
-                    .ok()
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                {
+                match wire::length(value.as_bytes()) {
                     Some(length) if announced.is_none() && !lengthless => announced = Some(length),
                     // A second or unreadable length: the body's own decides.
                     _ => continue,
                 }
             } else if name == CONNECTION {
-                for token in value.as_bytes().split(|&b| b == b',') {
-                    let token = token.trim_ascii();
+                for token in wire::tokens(value.as_bytes()) {
                     if token.eq_ignore_ascii_case(b"close") {
                         keep_alive = false;
                         said_close = true;
@@ -124,10 +121,7 @@ pub fn head(
             } else if name == DATE {
                 dated = true;
             }
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
+            wire::write_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     let framing = match (announced, size.exact()) {
@@ -138,13 +132,13 @@ pub fn head(
                 && !lengthless
                 && let Some(length) = size.exact().filter(|&n| n > 0)
             {
-                field(out, "content-length", &length.to_string());
+                wire::write_length(out, length);
             }
             Framing::Empty
         }
         (Some(length), _) => Framing::Length(length),
         (None, Some(length)) => {
-            field(out, "content-length", &length.to_string());
+            wire::write_length(out, length);
             Framing::Length(length)
         }
         (None, None) if version == Version::HTTP_10 => {
@@ -178,16 +172,10 @@ pub fn head(
     (framing, keep_alive)
 }
 
-fn field(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value.as_bytes());
-    out.extend_from_slice(b"\r\n");
-}
-
 /// The start of a chunk of `len` bytes.
 pub fn chunk_head(len: usize, out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("{len:X}\r\n").as_bytes());
+    wire::write_hex(out, len);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// After the last chunk.

@@ -7,7 +7,9 @@ use std::io;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Version};
+use http::{HeaderMap, Method, StatusCode, Version};
+
+use crate::wire::{self, Fields};
 
 /// The most header fields a response head may have (hyper's default).
 const MAX_HEADERS: usize = 100;
@@ -35,29 +37,24 @@ pub fn encode_request(
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        wire::write_field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     // As hyper says it: a body's length, none for an empty body.
     if !body.is_empty() {
-        out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(body.len().to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
+        wire::write_length(out, body.len() as u64);
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
 }
 
-/// A response head.
+/// A response head (its fields in the caller's [`Fields`], made into a map once the
+/// head's bytes are taken out of the read buffer).
 #[derive(Debug)]
 pub struct Head {
     pub status: StatusCode,
     /// The reason phrase, when it is not the status's own.
     pub reason: Option<hyper::ext::ReasonPhrase>,
     pub version: Version,
-    pub headers: HeaderMap,
     /// How its body ends.
     pub framing: Framing,
     /// Whether the connection may carry another exchange after this one.
@@ -85,10 +82,12 @@ pub enum ReadHead {
     Head(Head, usize),
 }
 
-/// Reads a response head to a `method` request from the start of `buf`.
-pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut fields);
+/// Reads a response head to a `method` request from the start of `buf`, its fields into
+/// `fields`.
+pub fn parse_head(buf: &[u8], method: &Method, fields: &mut Fields) -> io::Result<ReadHead> {
+    fields.clear();
+    let mut found = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut found);
     let len = match response.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
@@ -111,32 +110,27 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
         .reason
         .filter(|reason| Some(*reason) != status.canonical_reason())
         .and_then(|reason| hyper::ext::ReasonPhrase::try_from(reason.as_bytes()).ok());
-    let mut headers = HeaderMap::with_capacity(response.headers.len());
     let mut length: Option<u64> = None;
     let mut coded = false;
     let mut chunked = false;
     let mut close = version == Version::HTTP_10;
     let mut said_close = false;
     for field in response.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| invalid("a response field name that is not one"))?;
-        let value = HeaderValue::from_bytes(field.value)
-            .map_err(|_| invalid("a response field value that is not one"))?;
-        if name == CONTENT_LENGTH {
+        if !fields.add(buf, field.name, field.value) {
+            return Err(invalid("a response field that is not one"));
+        }
+        let name = field.name.as_bytes();
+        if name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str().as_bytes()) {
             // One length, or the same one several times (`5, 5`), as hyper takes it.
-            for part in field.value.split(|&b| b == b',') {
-                let n = std::str::from_utf8(part)
-                    .ok()
-                    .map(str::trim)
-                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|v| v.parse::<u64>().ok())
+            for part in wire::tokens(field.value) {
+                let n = wire::length(part)
                     .ok_or_else(|| invalid("a response Content-Length that is not a number"))?;
                 if length.is_some_and(|seen| seen != n) {
                     return Err(invalid("a response with two Content-Lengths"));
                 }
                 length = Some(n);
             }
-        } else if name == TRANSFER_ENCODING {
+        } else if name.eq_ignore_ascii_case(TRANSFER_ENCODING.as_str().as_bytes()) {
             if version == Version::HTTP_10 {
                 return Err(invalid("Transfer-Encoding in an HTTP/1.0 response"));
             }
@@ -148,9 +142,8 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
                 .rsplit(|&b| b == b',')
                 .next()
                 .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name == CONNECTION {
-            for token in field.value.split(|&b| b == b',') {
-                let token = token.trim_ascii();
+        } else if name.eq_ignore_ascii_case(CONNECTION.as_str().as_bytes()) {
+            for token in wire::tokens(field.value) {
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
                     said_close = true;
@@ -162,7 +155,6 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
                 }
             }
         }
-        headers.append(name, value);
     }
     // After a 101 the connection is no longer HTTP: never used again.
     if status == StatusCode::SWITCHING_PROTOCOLS {
@@ -186,7 +178,6 @@ pub fn parse_head(buf: &[u8], method: &Method) -> io::Result<ReadHead> {
             status,
             reason,
             version,
-            headers,
             framing,
             keep_alive: !close,
         },
@@ -307,6 +298,7 @@ fn invalid(what: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     #[test]
     fn a_request_is_written_with_the_length_of_its_body() {
@@ -334,11 +326,32 @@ mod tests {
         );
     }
 
+    fn parsed(text: &[u8], method: &Method) -> io::Result<ReadHead> {
+        parse_head(text, method, &mut Fields::default())
+    }
+
     fn head(text: &str, method: Method) -> (Head, usize) {
-        match parse_head(text.as_bytes(), &method).unwrap() {
+        match parsed(text.as_bytes(), &method).unwrap() {
             ReadHead::Head(head, len) => (head, len),
             _ => panic!("{text:?}: no head"),
         }
+    }
+
+    #[test]
+    fn a_response_heads_fields_are_slices_of_it() {
+        let text = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                    Mcp-Session-Id: s1\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 0\r\n\r\n";
+        let mut fields = Fields::default();
+        let Ok(ReadHead::Head(_, len)) = parse_head(text.as_bytes(), &Method::POST, &mut fields)
+        else {
+            panic!("a head");
+        };
+        let headers = fields.take(&bytes::Bytes::copy_from_slice(&text.as_bytes()[..len]));
+        assert_eq!(headers.len(), 5);
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(headers["mcp-session-id"], "s1");
+        let a: Vec<_> = headers.get_all("x-a").iter().collect();
+        assert_eq!(a, ["1", "2"], "repeated fields kept, in order");
     }
 
     #[test]
@@ -369,7 +382,7 @@ mod tests {
         let (h, _) = head("HTTP/1.1 204 No Content\r\n\r\n", Method::DELETE);
         assert_eq!((h.framing, h.keep_alive), (Framing::Length(0), true));
         assert!(matches!(
-            parse_head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", &Method::POST).unwrap(),
+            parsed(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", &Method::POST).unwrap(),
             ReadHead::Interim(25)
         ));
         let (h, _) = head(
@@ -407,12 +420,10 @@ mod tests {
             "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nX-A: \x7f\r\n\r\n",
             "NOT HTTP\r\n\r\n",
         ] {
-            assert!(
-                parse_head(bad.as_bytes(), &Method::POST).is_err(),
-                "{bad:?}"
-            );
+            assert!(parsed(bad.as_bytes(), &Method::POST).is_err(), "{bad:?}");
         }
     }
 

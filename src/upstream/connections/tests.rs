@@ -62,10 +62,10 @@ fn connections(port: u16) -> Connections {
     )
 }
 
-fn get(path: &str) -> Request<Full<Bytes>> {
+fn get(path: &str) -> Request<Bytes> {
     Request::get(path)
         .header(http::header::HOST, "127.0.0.1")
-        .body(Full::default())
+        .body(Bytes::new())
         .unwrap()
 }
 

@@ -22,7 +22,6 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Uri};
-use http_body_util::Full;
 
 use super::Table;
 use super::framing::{Frame, frame, resolve_endpoint};
@@ -82,12 +81,8 @@ impl SseSession {
     ) -> Result<SseSession, UpstreamError> {
         let http = &replica.http;
         let settings = http.settings();
-        let mut request = http.request_to(
-            http.target().clone(),
-            Method::GET,
-            forwarded,
-            Full::default(),
-        );
+        let mut request =
+            http.request_to(http.target().clone(), Method::GET, forwarded, Bytes::new());
         request
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(SSE));
@@ -125,12 +120,7 @@ impl SseSession {
     pub async fn post(&self, message: Bytes, forwarded: &HeaderMap) -> Result<(), UpstreamError> {
         let http = &self.replica.http;
         let timeout = http.settings().timeout;
-        let mut request = http.request_to(
-            self.endpoint.clone(),
-            Method::POST,
-            forwarded,
-            Full::new(message),
-        );
+        let mut request = http.request_to(self.endpoint.clone(), Method::POST, forwarded, message);
         request
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));

@@ -1,0 +1,165 @@
+//! HTTP/1.1 heads as both of the proxy's own loops read and write them — the client's
+//! (`front::http1`) and the upstream's (`upstream::connections`): header fields kept as
+//! slices of the bytes read (no copy per value, as hyper keeps them), a `Content-Length`
+//! read, `Connection` tokens, fields and numbers written without formatting.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+
+/// A head's fields as found while it is read: each name, made at once, and where its
+/// value lies in the head's bytes — made into a [`HeaderMap`] of slices of those bytes
+/// once they are taken out of the read buffer ([`Fields::take`]). Kept by a connection
+/// and used again for each head.
+#[derive(Debug, Default)]
+pub struct Fields(Vec<(HeaderName, Range<usize>)>);
+
+impl Fields {
+    /// Forgets the last head's fields.
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// Adds the field `name: value`, `value` a slice of `head` (the bytes being read),
+    /// if both are valid: `false` if not (the head is refused, or left to hyper).
+    pub fn add(&mut self, head: &[u8], name: &str, value: &[u8]) -> bool {
+        let (Some(name), true) = (field_name(name.as_bytes()), valid_value(value)) else {
+            return false;
+        };
+        // `value` is a slice of `head` (httparse's); anything else is refused, not a panic.
+        let Some(start) = (value.as_ptr() as usize).checked_sub(head.as_ptr() as usize) else {
+            return false;
+        };
+        if start + value.len() > head.len() {
+            return false;
+        }
+        self.0.push((name, start..start + value.len()));
+        true
+    }
+
+    /// The fields as a map whose values are slices of `head` — the same bytes they were
+    /// found in, taken out of the read buffer — in the order they came.
+    pub fn take(&mut self, head: &Bytes) -> HeaderMap {
+        let mut map = HeaderMap::with_capacity(self.0.len());
+        for (name, at) in self.0.drain(..) {
+            // Valid: `add` checked these very bytes.
+            if let Ok(value) = HeaderValue::from_maybe_shared(head.slice(at)) {
+                map.append(name, value);
+            }
+        }
+        map
+    }
+}
+
+/// A field's name: the MCP transport's own without an allocation (as `http` makes the
+/// standard ones), any other valid name lowercased.
+fn field_name(name: &[u8]) -> Option<HeaderName> {
+    for known in [&MCP_SESSION_ID, &MCP_PROTOCOL_VERSION] {
+        if name.eq_ignore_ascii_case(known.as_str().as_bytes()) {
+            return Some(known.clone());
+        }
+    }
+    HeaderName::from_bytes(name).ok()
+}
+
+/// Whether `value` is a field value `http` takes: visible ASCII, spaces, tabs and
+/// bytes from 0x80 on (what `HeaderValue::from_bytes` accepts).
+fn valid_value(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|&b| (b >= 0x20 && b != 0x7f) || b == b'\t')
+}
+
+/// A `Content-Length` value: decimal digits and nothing else.
+pub fn length(value: &[u8]) -> Option<u64> {
+    let value = value.trim_ascii();
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+/// The tokens of a `Connection` (or any comma-separated) value, trimmed.
+pub fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// Writes the field `name: value`.
+pub fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes `content-length: n`.
+pub fn write_length(out: &mut Vec<u8>, n: u64) {
+    write_field(
+        out,
+        b"content-length",
+        itoa::Buffer::new().format(n).as_bytes(),
+    );
+}
+
+/// Writes `n` in hexadecimal, as a chunk's size.
+pub fn write_hex(out: &mut Vec<u8>, mut n: usize) {
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789ABCDEF"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_become_slices_of_the_head_in_order() {
+        let head = Bytes::from_static(b"X-A: 1\r\nMcp-Session-Id: s\r\nx-a: 2\r\n");
+        let mut fields = Fields::default();
+        assert!(fields.add(&head, "X-A", &head[5..6]));
+        assert!(fields.add(&head, "Mcp-Session-Id", &head[24..25]));
+        assert!(fields.add(&head, "x-a", &head[32..33]));
+        assert!(!fields.add(&head, "Bad Name", &head[5..6]));
+        assert!(!fields.add(&head, "X-B", b"\x01"));
+        let elsewhere = b"2".to_vec();
+        assert!(
+            !fields.add(&head, "X-B", &elsewhere),
+            "not a slice of the head"
+        );
+        let map = fields.take(&head);
+        let a: Vec<_> = map.get_all("x-a").iter().collect();
+        assert_eq!(a, ["1", "2"]);
+        assert_eq!(map[&MCP_SESSION_ID], "s");
+        assert!(fields.0.is_empty(), "taken, ready for the next head");
+    }
+
+    #[test]
+    fn lengths_tokens_and_numbers() {
+        assert_eq!(length(b"12"), Some(12));
+        assert_eq!(length(b" 7 "), Some(7));
+        for bad in [&b""[..], b"+1", b"1,1", b"0x1", b"99999999999999999999999"] {
+            assert_eq!(length(bad), None, "{bad:?}");
+        }
+        let t: Vec<_> = tokens(b"keep-alive , Close").collect();
+        assert_eq!(t, [&b"keep-alive"[..], b"Close"]);
+        for n in [0usize, 9, 10, 255, 4096, usize::MAX] {
+            let mut out = Vec::new();
+            write_hex(&mut out, n);
+            assert_eq!(out, format!("{n:X}").into_bytes());
+        }
+        let mut out = Vec::new();
+        write_length(&mut out, 42);
+        assert_eq!(out, b"content-length: 42\r\n");
+    }
+}
