@@ -43,7 +43,7 @@ usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
   --create-duration SECS  measured window of the sessions/create runs (5)
   --create-connections N  concurrency of the sessions/create runs (16)
   --sessions A,B          idle-session counts for the memory measurement (10000,100000;
-                          at most 190000: the proxy runs with max_sessions 200000)
+                          at most 990000: the proxy runs with max_sessions 1000000)
   --only LIST             run only some of: saturation,paced,stores,traces,eras,create,
                           memory
   --no-nginx              leave nginx out
@@ -172,8 +172,8 @@ impl Options {
             );
             std::process::exit(2);
         }
-        if sessions.iter().any(|&n| n > 190_000) {
-            eprintln!("--sessions: at most 190000\n\n{USAGE}");
+        if sessions.iter().any(|&n| n > 990_000) {
+            eprintln!("--sessions: at most 990000\n\n{USAGE}");
             std::process::exit(2);
         }
         Options {

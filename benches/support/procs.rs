@@ -281,7 +281,6 @@ pub fn spawn_proxy_under(
     let child = proxy_command(&dir, nofile)
         .args(["--upstream", &format!("http://{upstream}/mcp")])
         .args(["--listen", &addr.to_string()])
-        .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
@@ -292,6 +291,11 @@ pub fn spawn_proxy_under(
     wait_http(&mut guard, addr, "/healthz", Some(200));
     (guard, addr)
 }
+
+/// The sessions every bench proxy may hold: more than the runs make (`sessions/create`
+/// at saturation keeps every session it creates — some 30,000 a second on 2 cores — and
+/// the memory rows fill a proxy with up to `--sessions`), so no run meets the limit.
+pub const MAX_SESSIONS: u32 = 1_000_000;
 
 /// The proxy's release binary (`MCP_BENCH_PROXY_BIN=path`: another build, to compare)
 /// in `dir`, under an open-file limit of `nofile` when given (`prlimit`, which execs the
@@ -319,7 +323,7 @@ pub fn proxy_command(dir: &Path, nofile: Option<u64>) -> Command {
     }
     command
         .env("MCP_PROXY_LOG__LEVEL", "warn")
-        .env("MCP_PROXY_SESSION__MAX_SESSIONS", "200000")
+        .env("MCP_PROXY_SESSION__MAX_SESSIONS", MAX_SESSIONS.to_string())
         // One load generator is one caller: the per-caller limits would measure themselves.
         .env("MCP_PROXY_SESSION__MAX_SESSIONS_PER_CALLER", "0")
         .env("MCP_PROXY_SESSION__CREATIONS_PER_CALLER_PER_MINUTE", "0")
