@@ -16,7 +16,10 @@
 //! event stream or a slow request body (bounded by `limits.request_body_timeout`
 //! elsewhere) never counts as idle. The clock is kept lazily: the transport notes the
 //! first byte after an idle spell, requests note when the last one ends, and the
-//! watchdog wakes only at its deadline or on those two events.
+//! watchdog reads those notes when its timer fires — at its deadline, or sooner: no
+//! deadline can fall earlier than the shorter of the two limits after the watchdog last
+//! looked (a head or an idle spell that begins later ends later), so it looks again by
+//! then. A request costs the watchdog nothing: no wake-up and no timer per request.
 
 use std::io;
 use std::pin::Pin;
@@ -29,7 +32,6 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::metrics::Closed;
@@ -54,7 +56,6 @@ pub struct Activity {
     head_started: AtomicU64,
     /// Whether it speaks HTTP/2 (a request said so).
     http2: AtomicBool,
-    changed: Notify,
 }
 
 impl Activity {
@@ -65,7 +66,6 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(FRESH),
             http2: AtomicBool::new(false),
-            changed: Notify::new(),
         })
     }
 
@@ -107,13 +107,10 @@ impl Activity {
             FRESH => 0,
             _ => return,
         };
-        if self
-            .head_started
-            .compare_exchange(was, started, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            self.changed.notify_one();
-        }
+        // Lost to a concurrent note: that one counts.
+        let _ =
+            self.head_started
+                .compare_exchange(was, started, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Resolves when the connection has held its place too long without using it, with
@@ -121,8 +118,11 @@ impl Activity {
     pub async fn expired(&self, header_read: Duration, idle: Duration) -> Closed {
         let header_read = u64::try_from(header_read.as_millis()).unwrap_or(NEVER / 2);
         let idle = u64::try_from(idle.as_millis()).unwrap_or(NEVER / 2);
+        // The soonest a deadline that is not known yet can fall after a look (at least a
+        // millisecond: the clock's grain).
+        let horizon = header_read.min(idle).max(1);
         loop {
-            let changed = self.changed.notified();
+            let now = self.now();
             let (deadline, reason) = if self.in_flight.load(Ordering::Acquire) > 0 {
                 (None, Closed::Idle)
             } else {
@@ -140,21 +140,14 @@ impl Activity {
                     ),
                 }
             };
-            match deadline {
-                None => changed.await,
-                Some(deadline) if self.now() >= deadline => {
-                    if self.in_flight.load(Ordering::Acquire) == 0 {
-                        return reason;
-                    }
-                }
-                Some(deadline) => {
-                    let at = self.opened + Duration::from_millis(deadline);
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
+            if let Some(deadline) = deadline
+                && now >= deadline
+            {
+                return reason;
             }
+            let look = now.saturating_add(horizon);
+            let next = deadline.map_or(look, |deadline| deadline.min(look));
+            tokio::time::sleep_until(self.opened + Duration::from_millis(next)).await;
         }
     }
 }
@@ -170,7 +163,6 @@ impl Drop for InFlight {
         if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             activity.idle_since.store(activity.now(), Ordering::Release);
             activity.head_started.store(NEVER, Ordering::Release);
-            activity.changed.notify_one();
         }
     }
 }
@@ -349,6 +341,38 @@ mod tests {
         activity.read();
         assert_eq!(watching.await.unwrap(), Closed::HeaderTimeout);
         assert_eq!(started.elapsed(), short + HEADER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_wakes_no_watchdog() {
+        struct Count(AtomicUsize);
+        impl std::task::Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let activity = Activity::new();
+        let mut watching = std::pin::pin!(activity.expired(HEADER, IDLE));
+        assert!(watching.as_mut().poll(&mut cx).is_pending());
+        for _ in 0..3 {
+            activity.read();
+            let request = activity.request();
+            activity.read();
+            drop(request);
+        }
+        assert!(watching.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            wakes.0.load(Ordering::Relaxed),
+            0,
+            "a request woke the watchdog"
+        );
+        // Its timer still ends the connection, an idle limit after the last request.
+        let started = Instant::now();
+        assert_eq!(watching.await, Closed::Idle);
+        assert_eq!(started.elapsed(), IDLE);
     }
 
     #[tokio::test(start_paused = true)]
