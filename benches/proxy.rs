@@ -1564,26 +1564,21 @@ impl Report {
             (Some(u), Some(s)) => format!("{u:.1} / {s:.1}"),
             _ => "?".into(),
         };
-        // At saturation each hop's cost per call depends on how fast it is (a faster
-        // one batches more events per wake-up); at the paced rate every hop serves the
-        // same calls at the same pace.
-        let paced = format!("at {} req/s, JSON", thousands(options.rate as f64));
-        for (list, what) in [
-            (&self.saturation, "at saturation"),
-            (&self.paced_json, &*paced),
-        ] {
-            let splits: Vec<String> = list
-                .iter()
-                .filter(|(label, _)| *label != "direct")
-                .map(|(label, o)| format!("{label} {}", split(o)))
-                .collect();
-            if !splits.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "- CPU per call {what}, user / kernel (µs, the hop's own /proc accounting): {}.",
-                    splits.join(", ")
-                );
-            }
+        // At saturation only: /proc's split is sampled by the scheduler's tick, steady
+        // for a hop that runs all the time, not for a paced one that runs in short bursts
+        // (benches/README.md, "The split is sampled").
+        let splits: Vec<String> = self
+            .saturation
+            .iter()
+            .filter(|(label, _)| *label != "direct")
+            .map(|(label, o)| format!("{label} {}", split(o)))
+            .collect();
+        if !splits.is_empty() {
+            let _ = writeln!(
+                out,
+                "- CPU per call at saturation, user / kernel (µs, the hop's own /proc accounting): {}.",
+                splits.join(", ")
+            );
         }
         if let (Some(n), Some(p)) = (
             find(&self.saturation, "nginx"),
