@@ -24,20 +24,15 @@ impl Fields {
     }
 
     /// Adds the field `name: value`, `value` a slice of `head` (the bytes being read),
-    /// if both are valid: `false` if not (the head is refused, or left to hyper).
-    pub fn add(&mut self, head: &[u8], name: &str, value: &[u8]) -> bool {
-        let (Some(name), true) = (field_name(name.as_bytes()), valid_value(value)) else {
-            return false;
-        };
-        // `value` is a slice of `head` (httparse's); anything else is refused, not a panic.
-        let Some(start) = (value.as_ptr() as usize).checked_sub(head.as_ptr() as usize) else {
-            return false;
-        };
-        if start + value.len() > head.len() {
-            return false;
+    /// if both are valid, and returns its name (to be looked at as `http` names compare);
+    /// `None` if not (the head is refused, or left to hyper).
+    pub fn add(&mut self, head: &[u8], name: &str, value: &[u8]) -> Option<&HeaderName> {
+        let name = field_name(name.as_bytes())?;
+        if !valid_value(value) {
+            return None;
         }
-        self.0.push((name, start..start + value.len()));
-        true
+        self.0.push((name, span(head, value)?));
+        self.0.last().map(|(name, _)| name)
     }
 
     /// The fields as a map whose values are slices of `head` — the same bytes they were
@@ -52,6 +47,14 @@ impl Fields {
         }
         map
     }
+}
+
+/// Where `part` lies in `head`, of which httparse made it a slice; `None` if it is not
+/// one (refused, not a panic).
+pub fn span(head: &[u8], part: &[u8]) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= head.len()).then_some(start..end)
 }
 
 /// A field's name: the MCP transport's own without an allocation (as `http` makes the
@@ -127,20 +130,31 @@ mod tests {
     fn fields_become_slices_of_the_head_in_order() {
         let head = Bytes::from_static(b"X-A: 1\r\nMcp-Session-Id: s\r\nx-a: 2\r\n");
         let mut fields = Fields::default();
-        assert!(fields.add(&head, "X-A", &head[5..6]));
-        assert!(fields.add(&head, "Mcp-Session-Id", &head[24..25]));
-        assert!(fields.add(&head, "x-a", &head[32..33]));
-        assert!(!fields.add(&head, "Bad Name", &head[5..6]));
-        assert!(!fields.add(&head, "X-B", b"\x01"));
+        assert_eq!(
+            fields.add(&head, "X-A", &head[5..6]),
+            Some(&HeaderName::from_static("x-a"))
+        );
+        assert_eq!(
+            fields.add(&head, "Mcp-Session-Id", &head[24..25]),
+            Some(&MCP_SESSION_ID)
+        );
+        assert!(fields.add(&head, "x-a", &head[32..33]).is_some());
+        assert!(fields.add(&head, "Bad Name", &head[5..6]).is_none());
+        assert!(fields.add(&head, "X-B", b"\x01").is_none());
         let elsewhere = b"2".to_vec();
         assert!(
-            !fields.add(&head, "X-B", &elsewhere),
+            fields.add(&head, "X-B", &elsewhere).is_none(),
             "not a slice of the head"
         );
         let map = fields.take(&head);
         let a: Vec<_> = map.get_all("x-a").iter().collect();
         assert_eq!(a, ["1", "2"]);
         assert_eq!(map[&MCP_SESSION_ID], "s");
+        assert_eq!(
+            map[&MCP_SESSION_ID].as_bytes().as_ptr(),
+            head[24..].as_ptr(),
+            "a slice of the head, not a copy"
+        );
         assert!(fields.0.is_empty(), "taken, ready for the next head");
     }
 

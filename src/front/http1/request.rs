@@ -75,8 +75,9 @@ pub fn parse(buf: &[u8], fields: &mut Fields) -> Parsed {
     if method == Method::CONNECT || !path.starts_with('/') {
         return Parsed::HandOff;
     }
-    let start = path.as_ptr() as usize - buf.as_ptr() as usize;
-    let target = start..start + path.len();
+    let Some(target) = wire::span(buf, path.as_bytes()) else {
+        return Parsed::HandOff;
+    };
     let version = match minor {
         0 => Version::HTTP_10,
         _ => Version::HTTP_11,
@@ -85,17 +86,13 @@ pub fn parse(buf: &[u8], fields: &mut Fields) -> Parsed {
     let mut close = false;
     let mut keep = false;
     for field in request.headers.iter() {
-        if !fields.add(buf, field.name, field.value) {
+        let Some(name) = fields.add(buf, field.name, field.value) else {
+            return Parsed::HandOff;
+        };
+        if name == TRANSFER_ENCODING || name == EXPECT || name == UPGRADE {
             return Parsed::HandOff;
         }
-        let name = field.name.as_bytes();
-        if [TRANSFER_ENCODING, EXPECT, UPGRADE]
-            .iter()
-            .any(|refused| name.eq_ignore_ascii_case(refused.as_str().as_bytes()))
-        {
-            return Parsed::HandOff;
-        }
-        if name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str().as_bytes()) {
+        if name == CONTENT_LENGTH {
             let Some(length) = wire::length(field.value).and_then(|n| usize::try_from(n).ok())
             else {
                 return Parsed::HandOff;
@@ -104,7 +101,7 @@ pub fn parse(buf: &[u8], fields: &mut Fields) -> Parsed {
                 return Parsed::HandOff;
             }
             body = Some(length);
-        } else if name.eq_ignore_ascii_case(CONNECTION.as_str().as_bytes()) {
+        } else if name == CONNECTION {
             for token in wire::tokens(field.value) {
                 close |= token.eq_ignore_ascii_case(b"close");
                 keep |= token.eq_ignore_ascii_case(b"keep-alive");

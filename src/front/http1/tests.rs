@@ -120,23 +120,30 @@ async fn what_the_loop_does_not_take_is_handed_over_with_every_byte_read() {
     }
 }
 
+type FrameSender = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+type Frames = Pin<Box<dyn futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send>>;
+type Streamed = std::future::Ready<Response<StreamBody<Frames>>>;
+
+/// Frames to send, and an answer that streams them as an event stream (the first
+/// request's; a second one finds the stream taken and panics).
+fn one_stream() -> (FrameSender, impl FnMut(Request<ClientBody>) -> Streamed) {
+    let (frames, receiver) = mpsc::channel(4);
+    let mut receiver = Some(receiver);
+    let answer = move |_request: Request<ClientBody>| {
+        let stream: Frames = Box::pin(tokio_stream_of(receiver.take().expect("one request")));
+        let mut response = Response::new(StreamBody::new(stream));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/event-stream"),
+        );
+        std::future::ready(response)
+    };
+    (frames, answer)
+}
+
 #[tokio::test]
 async fn a_body_that_streams_is_sent_chunked_frame_by_frame() {
-    let (frames, receiver) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
-    let receiver = Arc::new(tokio::sync::Mutex::new(Some(receiver)));
-    let answer = move |_request: Request<ClientBody>| {
-        let receiver = receiver.clone();
-        async move {
-            let receiver = receiver.lock().await.take().unwrap();
-            let stream = tokio_stream_of(receiver);
-            let mut response = Response::new(StreamBody::new(stream));
-            response.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/event-stream"),
-            );
-            response
-        }
-    };
+    let (frames, answer) = one_stream();
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve(server, answer, || false));
     client
@@ -208,15 +215,7 @@ async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
 
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_ends_the_stream() {
-    let (frames, receiver) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
-    let receiver = Arc::new(parking_lot::Mutex::new(Some(receiver)));
-    let answer = move |_request: Request<ClientBody>| {
-        let receiver = receiver.lock().take();
-        async move {
-            let stream = tokio_stream_of(receiver.unwrap());
-            Response::new(StreamBody::new(stream))
-        }
-    };
+    let (frames, answer) = one_stream();
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve(server, answer, || false));
     client

@@ -116,11 +116,10 @@ pub fn parse_head(buf: &[u8], method: &Method, fields: &mut Fields) -> io::Resul
     let mut close = version == Version::HTTP_10;
     let mut said_close = false;
     for field in response.headers.iter() {
-        if !fields.add(buf, field.name, field.value) {
+        let Some(name) = fields.add(buf, field.name, field.value) else {
             return Err(invalid("a response field that is not one"));
-        }
-        let name = field.name.as_bytes();
-        if name.eq_ignore_ascii_case(CONTENT_LENGTH.as_str().as_bytes()) {
+        };
+        if name == CONTENT_LENGTH {
             // One length, or the same one several times (`5, 5`), as hyper takes it.
             for part in wire::tokens(field.value) {
                 let n = wire::length(part)
@@ -130,7 +129,7 @@ pub fn parse_head(buf: &[u8], method: &Method, fields: &mut Fields) -> io::Resul
                 }
                 length = Some(n);
             }
-        } else if name.eq_ignore_ascii_case(TRANSFER_ENCODING.as_str().as_bytes()) {
+        } else if name == TRANSFER_ENCODING {
             if version == Version::HTTP_10 {
                 return Err(invalid("Transfer-Encoding in an HTTP/1.0 response"));
             }
@@ -142,7 +141,7 @@ pub fn parse_head(buf: &[u8], method: &Method, fields: &mut Fields) -> io::Resul
                 .rsplit(|&b| b == b',')
                 .next()
                 .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name.eq_ignore_ascii_case(CONNECTION.as_str().as_bytes()) {
+        } else if name == CONNECTION {
             for token in wire::tokens(field.value) {
                 if token.eq_ignore_ascii_case(b"close") {
                     close = true;
@@ -346,10 +345,17 @@ mod tests {
         else {
             panic!("a head");
         };
-        let headers = fields.take(&bytes::Bytes::copy_from_slice(&text.as_bytes()[..len]));
+        let bytes = bytes::Bytes::copy_from_slice(&text.as_bytes()[..len]);
+        let headers = fields.take(&bytes);
         assert_eq!(headers.len(), 5);
         assert_eq!(headers["content-type"], "application/json");
         assert_eq!(headers["mcp-session-id"], "s1");
+        let at = text.find("s1\r\n").unwrap();
+        assert_eq!(
+            headers["mcp-session-id"].as_bytes().as_ptr(),
+            bytes[at..].as_ptr(),
+            "a slice of the head, not a copy"
+        );
         let a: Vec<_> = headers.get_all("x-a").iter().collect();
         assert_eq!(a, ["1", "2"], "repeated fields kept, in order");
     }
