@@ -237,10 +237,11 @@ async fn mcp(
     let status = response.status().as_u16();
     span.record("method", method);
     span.record("status", status);
-    span.record("latency_us", started.elapsed().as_micros() as u64);
+    let latency = started.elapsed();
+    span.record("latency_us", latency.as_micros() as u64);
     let outcome = Outcome::of_status(status);
     front.metrics.request(method, outcome);
-    front.metrics.operation(method, outcome, started.elapsed());
+    front.metrics.operation(method, outcome, latency);
     span.in_scope(|| tracing::debug!("request served"));
     response
 }

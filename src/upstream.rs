@@ -417,7 +417,7 @@ impl Upstream {
         &self,
         replica: ReplicaId,
         method: Method,
-        forwarded: &HeaderMap,
+        forwarded: HeaderMap,
         body: Bytes,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         match &self.transport {

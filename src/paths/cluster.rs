@@ -277,7 +277,7 @@ impl Cluster {
             }
         };
         let (mut parts, body) = response.into_parts();
-        parts.headers = headers::to_client_passthrough(&parts.headers);
+        headers::to_client_passthrough(&mut parts.headers);
         Ok(Response::from_parts(
             parts,
             ProxyBody::Forwarded {

@@ -42,7 +42,9 @@ fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
 
 fn copy_unless(headers: &HeaderMap, drop: impl Fn(&HeaderName) -> bool) -> HeaderMap {
     let listed = connection_listed(headers);
-    let mut out = HeaderMap::with_capacity(headers.len());
+    // Room for what the other side adds (`Host`, the session's headers, a trace
+    // context) without growing the map again.
+    let mut out = HeaderMap::with_capacity(headers.len() + 6);
     for (name, value) in headers {
         if is_hop_by_hop(name, &listed) || drop(name) {
             continue;
@@ -98,15 +100,30 @@ pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
     )
 }
 
-/// Upstream headers to pass to the client on the session path: not the upstream's
-/// session id (the client has its own) and not a length the rewrite made stale.
-pub fn to_client_in_session(headers: &HeaderMap) -> HeaderMap {
-    copy_except(headers, &[&header::CONTENT_LENGTH, &MCP_SESSION_ID])
+/// Upstream headers to pass to the client on the session path, taken off where they
+/// lie: not the upstream's session id (the client has its own), not a length the
+/// rewrite made stale, nothing hop-by-hop.
+pub fn to_client_in_session(headers: &mut HeaderMap) {
+    to_client_passthrough(headers);
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(&MCP_SESSION_ID);
 }
 
-/// Upstream headers to pass to the client unchanged (legacy pass-through).
-pub fn to_client_passthrough(headers: &HeaderMap) -> HeaderMap {
-    copy_except(headers, &[])
+/// Upstream headers to pass to the client unchanged (legacy pass-through): the hop-by-hop
+/// ones taken off where they lie (an answer seldom has any: then nothing is touched).
+pub fn to_client_passthrough(headers: &mut HeaderMap) {
+    if !headers
+        .keys()
+        .any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE)
+    {
+        return;
+    }
+    for name in connection_listed(headers) {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+        headers.remove(name);
+    }
 }
 
 #[cfg(test)]
@@ -132,6 +149,46 @@ mod tests {
         let out = to_upstream_passthrough(&h);
         assert_eq!(out.len(), 1);
         assert_eq!(out[header::AUTHORIZATION], "Bearer t");
+    }
+
+    #[test]
+    fn an_answer_passed_through_loses_its_hop_by_hop_headers_in_place() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert("x-trace", HeaderValue::from_static("1"));
+        let untouched = h.clone();
+        to_client_passthrough(&mut h);
+        assert_eq!(h, untouched, "nothing hop-by-hop: nothing changes");
+
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-trace"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        to_client_passthrough(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[header::CONTENT_TYPE], "text/event-stream");
+    }
+
+    #[test]
+    fn the_session_path_answers_with_its_own_session_id_and_length() {
+        let mut h = HeaderMap::new();
+        h.insert(&MCP_SESSION_ID, HeaderValue::from_static("upstream-1"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("42"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("x-hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        to_client_in_session(&mut h);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[header::CACHE_CONTROL], "no-store");
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl PassThrough {
             // Nothing to choose or learn.
             let response = self
                 .upstream
-                .forward(only, method, &forwarded, body)
+                .forward(only, method, forwarded, body)
                 .await
                 .map_err(|e| upstream_error(&self.upstream, e))?;
             return Ok(self.answer(response));
@@ -130,7 +130,7 @@ impl PassThrough {
         for (i, replica) in candidates.into_iter().enumerate() {
             let sent = self
                 .upstream
-                .forward(replica, method.clone(), &forwarded, body.clone())
+                .forward(replica, method.clone(), forwarded.clone(), body.clone())
                 .await;
             let mut response = match sent {
                 Ok(response) => response,
@@ -149,7 +149,7 @@ impl PassThrough {
                     Probed::Answer(answer) => response = *answer,
                     // A refusal other than "unknown session" (nothing to learn from it).
                     Probed::Read(mut parts, body) => {
-                        parts.headers = headers::to_client_passthrough(&parts.headers);
+                        headers::to_client_passthrough(&mut parts.headers);
                         return Ok(Response::from_parts(parts, ProxyBody::full(body)));
                     }
                 }
@@ -222,7 +222,7 @@ impl PassThrough {
         let (mut parts, body) = response.into_parts();
         let open = (media_type(&parts.headers) == Media::EventStream)
             .then(|| self.metrics.stream_opened());
-        parts.headers = headers::to_client_passthrough(&parts.headers);
+        headers::to_client_passthrough(&mut parts.headers);
         Response::from_parts(parts, ProxyBody::Untouched { body, open })
     }
 }

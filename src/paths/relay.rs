@@ -69,12 +69,13 @@ impl Relay<'_> {
         }
         let Answer {
             status,
-            headers,
+            headers: mut answered,
             mut messages,
         } = answer;
         let mut response = Response::new(ProxyBody::empty());
         *response.status_mut() = status;
-        *response.headers_mut() = headers::to_client_in_session(&headers);
+        headers::to_client_in_session(&mut answered);
+        *response.headers_mut() = answered;
         let timeout = self.upstream.timeout();
         let body = match &mut messages {
             Messages::One(message) => match message.take() {

@@ -482,7 +482,9 @@ impl SessionPath {
         };
         let mut response = Response::new(ProxyBody::empty());
         *response.status_mut() = answer.status;
-        *response.headers_mut() = headers::to_client_in_session(&answer.headers);
+        let mut answered = answer.headers;
+        headers::to_client_in_session(&mut answered);
+        *response.headers_mut() = answered;
         let body = match answer.messages {
             // Not a stream (the upstream refused, with a JSON error): as it is.
             Messages::One(message) => message.map(ProxyBody::full).unwrap_or_default(),

@@ -68,9 +68,12 @@ impl Credentials {
         credentials
     }
 
-    /// Whether `name` is one of these headers (the client's copy never passes).
-    pub fn covers(&self, name: &HeaderName) -> bool {
-        self.headers.iter().any(|h| h.name == *name)
+    /// Takes the headers of the credentials' names off a request's `headers` (the
+    /// client's never pass, whether or not the proxy has a value to send instead).
+    pub fn strip(&self, headers: &mut HeaderMap) {
+        for header in &self.headers {
+            headers.remove(&header.name);
+        }
     }
 
     /// Sets every header that has a value on a request's `headers`.
@@ -191,8 +194,15 @@ mod tests {
         credentials.apply(&mut headers);
         assert_eq!(headers[http::header::AUTHORIZATION], "Bearer first");
         assert!(headers[http::header::AUTHORIZATION].is_sensitive());
-        assert!(credentials.covers(&http::header::AUTHORIZATION));
-        assert!(!credentials.covers(&http::header::COOKIE));
+        let mut client = HeaderMap::new();
+        client.insert(
+            http::header::AUTHORIZATION,
+            "Bearer client's".parse().unwrap(),
+        );
+        client.insert(http::header::COOKIE, "a=1".parse().unwrap());
+        credentials.strip(&mut client);
+        assert!(!client.contains_key(http::header::AUTHORIZATION));
+        assert_eq!(client[http::header::COOKIE], "a=1");
 
         // Another token of the same length: read again at the next look.
         std::fs::write(&path, "other\n").unwrap();

@@ -80,7 +80,7 @@ impl HttpUpstream {
     /// Whether a GET of the URL opens an event stream whose first event is `endpoint`.
     pub(super) async fn names_an_endpoint(&self) -> Result<bool, UpstreamError> {
         let target = self.target().clone();
-        let mut request = self.request_to(target, Method::GET, &HeaderMap::new(), Bytes::new());
+        let mut request = self.request_to(target, Method::GET, HeaderMap::new(), Bytes::new());
         request
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(SSE));

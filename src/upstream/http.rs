@@ -4,7 +4,7 @@
 //! by [`super::lost`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_client::metrics::histogram::Histogram;
 
@@ -169,7 +169,7 @@ impl HttpUpstream {
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
         let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
         let (span, body, operation) = self.span_for(body, modern);
-        let mut request = self.request(Method::POST, binding, forwarded, body)?;
+        let mut request = self.request(Method::POST, binding, forwarded.clone(), body)?;
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
@@ -204,7 +204,8 @@ impl HttpUpstream {
         binding: SessionAddr<'_>,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
-        let mut request = self.request(Method::GET, Some(binding), forwarded, Bytes::new())?;
+        let mut request =
+            self.request(Method::GET, Some(binding), forwarded.clone(), Bytes::new())?;
         request
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(crate::mcp::headers::SSE));
@@ -246,7 +247,7 @@ impl HttpUpstream {
     pub async fn forward(
         &self,
         method: Method,
-        forwarded: &HeaderMap,
+        forwarded: HeaderMap,
         body: Bytes,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         // A POST's span is named for what it carries; a 2026-07-28 request's context
@@ -279,7 +280,7 @@ impl HttpUpstream {
         let request = self.request(
             Method::DELETE,
             Some(binding),
-            &HeaderMap::new(),
+            HeaderMap::new(),
             Bytes::new(),
         )?;
         let response = self.send(request).await?;
@@ -313,40 +314,38 @@ impl HttpUpstream {
         &self.target
     }
 
-    /// A request to `target` (origin form, at the upstream's origin) with `forwarded` —
-    /// the client's `Authorization` left out when it was for the proxy, or replaced by
-    /// the token exchanged for it — and the upstream's own `Host`.
+    /// A request to `target` (origin form, at the upstream's origin) with the client's
+    /// headers `forwarded`, adjusted where they lie (no copy): the client's
+    /// `Authorization` left out when it was for the proxy, or replaced by the token
+    /// exchanged for it; the client's headers of the credentials' names replaced by the
+    /// proxy's own; the upstream's own `Host`.
     pub(super) fn request_to(
         &self,
         target: Uri,
         method: Method,
-        forwarded: &HeaderMap,
+        mut forwarded: HeaderMap,
         body: Bytes,
     ) -> Request<Bytes> {
+        let settings = &self.settings;
+        // Room for what the transport adds (`Host`, the session's and the message's
+        // headers, a trace context) without growing the map again.
+        forwarded.reserve(6);
+        let presented = match (&settings.exchange, settings.withhold_authorization) {
+            (None, false) => None,
+            _ => forwarded.remove(AUTHORIZATION),
+        };
+        settings.credentials.strip(&mut forwarded);
+        if let (Some(exchange), Some(presented)) = (&settings.exchange, presented)
+            && let Some(exchanged) = exchange.exchanged(&presented)
+        {
+            forwarded.insert(AUTHORIZATION, exchanged);
+        }
+        settings.credentials.apply(&mut forwarded);
+        forwarded.insert(HOST, self.host.clone());
         let mut request = Request::new(body);
         *request.method_mut() = method;
         *request.uri_mut() = target;
-        let headers = request.headers_mut();
-        headers.reserve(forwarded.len() + 5);
-        let credentials = &self.settings.credentials;
-        for (name, value) in forwarded {
-            if name == AUTHORIZATION
-                && let Some(exchange) = &self.settings.exchange
-            {
-                if let Some(exchanged) = exchange.exchanged(value) {
-                    headers.insert(AUTHORIZATION, exchanged);
-                }
-                continue;
-            }
-            if (self.settings.withhold_authorization && name == AUTHORIZATION)
-                || credentials.covers(name)
-            {
-                continue;
-            }
-            headers.append(name.clone(), value.clone());
-        }
-        credentials.apply(headers);
-        headers.insert(HOST, self.host.clone());
+        *request.headers_mut() = forwarded;
         request
     }
 
@@ -403,8 +402,9 @@ impl HttpUpstream {
             }
             None => ClientSpan::start(&mut request, Peer::Tcp(&self.server.0, self.server.1)),
         };
-        let sent = Instant::now();
-        let sending = tokio::time::timeout(timeout, self.connections.send(request)).await;
+        // One clock read for the deadline and the latency.
+        let sent = tokio::time::Instant::now();
+        let sending = tokio::time::timeout_at(sent + timeout, self.connections.send(request)).await;
         let answered = match sending {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(UpstreamError::Unreachable(e.to_string())),
@@ -428,7 +428,7 @@ impl HttpUpstream {
         &self,
         method: Method,
         binding: Option<SessionAddr<'_>>,
-        forwarded: &HeaderMap,
+        forwarded: HeaderMap,
         body: Bytes,
     ) -> Result<Request<Bytes>, UpstreamError> {
         let mut request = self.request_to(self.target.clone(), method, forwarded, body);

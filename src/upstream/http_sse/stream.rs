@@ -81,8 +81,12 @@ impl SseSession {
     ) -> Result<SseSession, UpstreamError> {
         let http = &replica.http;
         let settings = http.settings();
-        let mut request =
-            http.request_to(http.target().clone(), Method::GET, forwarded, Bytes::new());
+        let mut request = http.request_to(
+            http.target().clone(),
+            Method::GET,
+            forwarded.clone(),
+            Bytes::new(),
+        );
         request
             .headers_mut()
             .insert(ACCEPT, HeaderValue::from_static(SSE));
@@ -120,7 +124,12 @@ impl SseSession {
     pub async fn post(&self, message: Bytes, forwarded: &HeaderMap) -> Result<(), UpstreamError> {
         let http = &self.replica.http;
         let timeout = http.settings().timeout;
-        let mut request = http.request_to(self.endpoint.clone(), Method::POST, forwarded, message);
+        let mut request = http.request_to(
+            self.endpoint.clone(),
+            Method::POST,
+            forwarded.clone(),
+            message,
+        );
         request
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
