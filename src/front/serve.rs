@@ -69,6 +69,16 @@ pub enum Phase {
     Draining,
 }
 
+/// Where a listener's connections are: they serve until the listener stops accepting,
+/// then drain, and close what is left once the grace period is over. One signal, so a
+/// connection's task watches one thing besides its connection and its watchdog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Serving,
+    Draining,
+    Closing,
+}
+
 /// A running listener.
 #[derive(Debug)]
 pub struct Serving {
@@ -172,14 +182,12 @@ async fn accept_loop(
 ) {
     // Every connection task holds a sender; all are gone once every connection ended.
     let (open, mut all_closed) = mpsc::channel::<()>(1);
-    // Set once the grace period is over.
-    let (closing, closed) = watch::channel(false);
+    let (stage, staged) = watch::channel(Stage::Serving);
     let connections = Connections {
         builders: Builders::new(),
         front,
         role,
-        phase: stopped.clone(),
-        closed,
+        stage: staged,
         open,
     };
     let opened = stopped
@@ -189,13 +197,16 @@ async fn accept_loop(
     if matches!(opened, Ok(Phase::Accepting)) {
         accept(&listener, &connections, &mut stopped).await;
     }
+    // Before the listener is let go: a connection's next answer says `Connection: close`
+    // once stopping to accept has returned.
+    stage.send_replace(Stage::Draining);
     drop(listener);
     let _ = let_go.send(());
     drop(connections);
     let drained = tokio::time::timeout(grace, all_closed.recv()).await;
     if drained.is_err() {
         tracing::info!("shutdown grace period over; closing the remaining connections");
-        closing.send_replace(true);
+        stage.send_replace(Stage::Closing);
         let _ = tokio::time::timeout(CLOSE_WITHIN, all_closed.recv()).await;
     }
 }
@@ -258,10 +269,8 @@ struct Connections {
     builders: Builders,
     front: Arc<Front>,
     role: Role,
-    /// The listener's phase: draining connections finish and close.
-    phase: watch::Receiver<Phase>,
-    /// Set when the grace period is over: what is still open closes.
-    closed: watch::Receiver<bool>,
+    /// Draining connections finish and close; closing ones close.
+    stage: watch::Receiver<Stage>,
     /// Held by every connection's task (the listener waits for all to end).
     open: mpsc::Sender<()>,
 }
@@ -276,7 +285,7 @@ impl Connections {
         let exchange = Exchange {
             front: self.front.clone(),
             role: self.role,
-            phase: self.phase.clone(),
+            stage: self.stage.clone(),
             activity: activity.clone(),
             peer: peer.ip(),
         };
@@ -285,19 +294,18 @@ impl Connections {
         let limits = &self.front.connections;
         let (header_read, idle) = (limits.header_read_timeout, limits.idle_timeout);
         let metrics = limits.admission.metrics().clone();
-        let mut phase = self.phase.clone();
-        let mut closed = self.closed.clone();
+        let mut stage = self.stage.clone();
         let open = self.open.clone();
         tokio::spawn(async move {
             let _admitted = admitted;
             let _open = open;
             let lean = {
                 let exchange = exchange.clone();
-                let phase = exchange.phase.clone();
+                let stage = exchange.stage.clone();
                 http1::serve(
                     io,
                     move |request| exchange.call(request),
-                    move || *phase.borrow() >= Phase::Draining,
+                    move || *stage.borrow() >= Stage::Draining,
                 )
             };
             let mut connection = Connection::Lean(Box::pin(lean));
@@ -316,19 +324,23 @@ impl Connections {
                         }
                         break;
                     }
-                    // A stop, or the listener dropped.
-                    _ = reached(&mut phase, |phase| *phase >= Phase::Draining), if !draining => {
-                        draining = true;
-                        // HTTP/2 says GOAWAY; hyper's HTTP/1.1 with a response under way
-                        // sends no keep-alive after it. The proxy's loop keeps what a
-                        // response head written already promised; every head written from
-                        // now on says `Connection: close`. An idle HTTP/1.1 connection is
-                        // left to its next response's `Connection: close`, or to DRAIN_IDLE.
-                        if activity.is_http2() || activity.in_flight() {
-                            connection.graceful_shutdown();
+                    // A stop; the grace period's end, or the listener gone.
+                    changed = stage.changed() => match changed.map(|()| *stage.borrow_and_update()) {
+                        Ok(Stage::Serving) => {}
+                        Ok(Stage::Draining) => {
+                            draining = true;
+                            // HTTP/2 says GOAWAY; hyper's HTTP/1.1 with a response under
+                            // way sends no keep-alive after it. The proxy's loop keeps what
+                            // a response head written already promised; every head written
+                            // from now on says `Connection: close`. An idle HTTP/1.1
+                            // connection is left to its next response's `Connection:
+                            // close`, or to DRAIN_IDLE.
+                            if activity.is_http2() || activity.in_flight() {
+                                connection.graceful_shutdown();
+                            }
                         }
-                    }
-                    _ = reached(&mut closed, |closed| *closed) => break,
+                        Ok(Stage::Closing) | Err(_) => break,
+                    },
                 }
             }
         });
@@ -341,9 +353,9 @@ impl Connections {
 struct Exchange {
     front: Arc<Front>,
     role: Role,
-    /// The listener's: a draining listener's last answer on a connection says
-    /// `Connection: close`.
-    phase: watch::Receiver<Phase>,
+    /// The listener's connections': a draining listener's last answer on a connection
+    /// says `Connection: close`.
+    stage: watch::Receiver<Stage>,
     activity: Arc<Activity>,
     peer: IpAddr,
 }
@@ -359,13 +371,13 @@ impl Exchange {
         }
         let front = self.front.clone();
         let in_flight = self.activity.request();
-        let phase = self.phase.clone();
+        let stage = self.stage.clone();
         let (role, peer) = (self.role, self.peer);
         async move {
             let mut response = handle(front, request, role, peer).await;
             // Draining: this connection's last response (the client opens a new
             // connection, which another process accepts after a hand-over).
-            if http1 && *phase.borrow() >= Phase::Draining {
+            if http1 && *stage.borrow() >= Stage::Draining {
                 response
                     .headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));
