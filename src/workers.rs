@@ -66,7 +66,7 @@ impl<T> PerWorker<T> {
     }
 
     /// Which slot is this thread's (the same for every call on one thread).
-    pub fn here_index(&self) -> usize {
+    fn here_index(&self) -> usize {
         current() % self.0.len()
     }
 

@@ -918,6 +918,108 @@ async fn sigterm_lets_a_short_request_in_flight_finish() {
     .await;
 }
 
+/// Once the proxy drains, the next answer on every kept-alive HTTP/1.1 connection says
+/// `Connection: close` — on a connection its own loop serves and on one it handed to
+/// hyper (a request whose body had not arrived with its head), where the header comes
+/// from a different place.
+#[tokio::test]
+async fn a_draining_proxy_closes_kept_alive_connections_after_their_next_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Bytes up to and with `end`.
+    async fn read_to(stream: &mut TcpStream, end: &[u8]) -> String {
+        let mut read = Vec::new();
+        let mut byte = [0u8; 1];
+        while !read.ends_with(end) {
+            assert_eq!(
+                stream.read(&mut byte).await.unwrap(),
+                1,
+                "closed mid-answer"
+            );
+            read.push(byte[0]);
+        }
+        String::from_utf8(read).unwrap()
+    }
+    /// One answer's head (lower-cased) after its body is read (by its `Content-Length`,
+    /// or chunk by chunk).
+    async fn answer(stream: &mut TcpStream) -> String {
+        let head = read_to(stream, b"\r\n\r\n").await.to_ascii_lowercase();
+        if head.contains("transfer-encoding: chunked") {
+            loop {
+                let size = read_to(stream, b"\r\n").await;
+                let size = usize::from_str_radix(size.trim_end(), 16).unwrap();
+                let mut chunk = vec![0u8; size + 2];
+                stream.read_exact(&mut chunk).await.unwrap();
+                if size == 0 {
+                    return head;
+                }
+            }
+        }
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .map_or(0, |n| n.trim().parse().unwrap());
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await.unwrap();
+        head
+    }
+    const GET: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: proxy\r\n\r\n";
+
+    bounded(async {
+        let mut proxy = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        proxy.sigterm_handled().await;
+        // Served by the proxy's own loop.
+        let mut lean = TcpStream::connect(proxy.listen).await.unwrap();
+        lean.write_all(GET).await.unwrap();
+        let first = answer(&mut lean).await;
+        assert!(!first.contains("connection: close"), "{first}");
+        // Handed to hyper: the body comes after the head.
+        let mut hyper = TcpStream::connect(proxy.listen).await.unwrap();
+        let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: proxy\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n",
+            ping.len()
+        );
+        hyper.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        hyper.write_all(ping).await.unwrap();
+        let first = answer(&mut hyper).await;
+        assert!(!first.contains("connection: close"), "{first}");
+
+        proxy.signal("TERM");
+        // Draining once the listener is let go: a new connection is refused.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while TcpStream::connect(proxy.listen).await.is_ok() {
+            assert!(
+                Instant::now() < deadline,
+                "still accepting 2 s after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for (stream, served_by) in [(&mut lean, "the proxy's loop"), (&mut hyper, "hyper")] {
+            if let Err(e) = stream.write_all(GET).await {
+                panic!("{served_by}: {e}\n{}", proxy.log());
+            }
+            let next = answer(stream).await;
+            assert!(
+                next.contains("connection: close"),
+                "served by {served_by} while draining:\n{next}"
+            );
+            let mut rest = [0u8; 1];
+            assert_eq!(
+                stream.read(&mut rest).await.unwrap(),
+                0,
+                "{served_by} kept it open"
+            );
+        }
+        let status = proxy.exits_within(Duration::from_secs(3)).await;
+        assert_eq!(status.code(), Some(0), "{status:?}\n{}", proxy.log());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn sigterm_during_an_event_stream_exits_0_within_the_grace() {
     bounded(async {

@@ -371,17 +371,9 @@ impl Exchange {
         }
         let front = self.front.clone();
         let in_flight = self.activity.request();
-        let stage = self.stage.clone();
         let (role, peer) = (self.role, self.peer);
         async move {
             let mut response = handle(front, request, role, peer).await;
-            // Draining: this connection's last response (the client opens a new
-            // connection, which another process accepts after a hand-over).
-            if http1 && *stage.borrow() >= Stage::Draining {
-                response
-                    .headers_mut()
-                    .insert(CONNECTION, HeaderValue::from_static("close"));
-            }
             // A traced request's span ends with its body.
             let span = response.extensions_mut().remove::<Answered>();
             response.map(|body| Tracked::new(body, in_flight, span))
@@ -425,8 +417,22 @@ impl hyper::service::Service<Request<Incoming>> for ByHyper {
     type Future = Served;
 
     fn call(&self, request: Request<Incoming>) -> Served {
+        let http1 = request.version() < http::Version::HTTP_2;
+        let stage = self.0.stage.clone();
         let answer = self.0.call(request.map(ClientBody::Hyper));
-        Box::pin(async move { Ok(answer.await) })
+        Box::pin(async move {
+            let mut response = answer.await;
+            // Draining: this connection's last response (the client opens a new
+            // connection, which another process accepts after a hand-over). The proxy's
+            // own loop decides this where it writes a head (its `draining`); hyper's
+            // HTTP/1.1 is told by the header; HTTP/2 by GOAWAY.
+            if http1 && *stage.borrow() >= Stage::Draining {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok(response)
+        })
     }
 }
 
