@@ -131,90 +131,86 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
+    fn map(fields: &[(&str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in fields {
+            let name = HeaderName::from_bytes(name.as_bytes()).unwrap();
+            h.append(name, HeaderValue::from_static(value));
+        }
+        h
+    }
+
+    /// `h` holds this one field and nothing else.
+    fn only(h: &HeaderMap, name: HeaderName, value: &str) {
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[name], value);
+    }
+
     #[test]
     fn hop_by_hop_and_connection_listed_headers_are_dropped() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-secret"),
-        );
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
-        h.insert(header::HOST, HeaderValue::from_static("proxy:8080"));
+        let h = map(&[
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("authorization", "Bearer t"),
+            ("host", "proxy:8080"),
+        ]);
         let out = to_upstream_passthrough(&h);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[header::AUTHORIZATION], "Bearer t");
+        only(&out, header::AUTHORIZATION, "Bearer t");
     }
 
     #[test]
     fn an_answer_passed_through_loses_its_hop_by_hop_headers_in_place() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        h.insert("x-trace", HeaderValue::from_static("1"));
+        let mut h = map(&[("content-type", "text/event-stream"), ("x-trace", "1")]);
         let untouched = h.clone();
         to_client_passthrough(&mut h);
         assert_eq!(h, untouched, "nothing hop-by-hop: nothing changes");
 
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-trace"),
-        );
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        h.extend(map(&[
+            ("connection", "keep-alive, x-trace"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+        ]));
         to_client_passthrough(&mut h);
-        assert_eq!(h.len(), 1);
-        assert_eq!(h[header::CONTENT_TYPE], "text/event-stream");
+        only(&h, header::CONTENT_TYPE, "text/event-stream");
     }
 
     #[test]
     fn the_session_path_answers_with_its_own_session_id_and_length() {
-        let mut h = HeaderMap::new();
-        h.insert(&MCP_SESSION_ID, HeaderValue::from_static("upstream-1"));
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("42"));
-        h.insert(header::CONNECTION, HeaderValue::from_static("x-hop"));
-        h.insert("x-hop", HeaderValue::from_static("1"));
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let mut h = map(&[
+            ("mcp-session-id", "upstream-1"),
+            ("content-length", "42"),
+            ("connection", "x-hop"),
+            ("x-hop", "1"),
+            ("cache-control", "no-store"),
+        ]);
         to_client_in_session(&mut h);
-        assert_eq!(h.len(), 1);
-        assert_eq!(h[header::CACHE_CONTROL], "no-store");
+        only(&h, header::CACHE_CONTROL, "no-store");
     }
 
     #[test]
     fn the_session_path_owns_the_mcp_headers() {
-        let mut h = HeaderMap::new();
-        h.insert(&MCP_SESSION_ID, HeaderValue::from_static("mcps_x"));
-        h.insert(
-            &MCP_PROTOCOL_VERSION,
-            HeaderValue::from_static("2025-11-25"),
-        );
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("gzip"));
-        h.insert(header::USER_AGENT, HeaderValue::from_static("t/1"));
+        let h = map(&[
+            ("mcp-session-id", "mcps_x"),
+            ("mcp-protocol-version", "2025-11-25"),
+            ("accept-encoding", "gzip"),
+            ("user-agent", "t/1"),
+        ]);
         let out = to_upstream_in_session(&h);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[header::USER_AGENT], "t/1");
+        only(&out, header::USER_AGENT, "t/1");
     }
 
     #[test]
     fn a_legacy_server_gets_no_mcp_param_headers() {
-        let mut h = HeaderMap::new();
-        h.insert("mcp-param-region", HeaderValue::from_static("south"));
-        h.insert(&MCP_SESSION_ID, HeaderValue::from_static("mcps_x"));
-        h.insert(header::USER_AGENT, HeaderValue::from_static("t/1"));
+        let h = map(&[
+            ("mcp-param-region", "south"),
+            ("mcp-session-id", "mcps_x"),
+            ("user-agent", "t/1"),
+        ]);
         let out = to_legacy_for_stateless(&h);
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[header::USER_AGENT], "t/1");
+        only(&out, header::USER_AGENT, "t/1");
         assert_eq!(
             to_upstream_in_session(&h).len(),
             2,
