@@ -110,12 +110,10 @@ pub fn to_client_in_session(headers: &mut HeaderMap) {
 }
 
 /// Upstream headers to pass to the client unchanged (legacy pass-through): the hop-by-hop
-/// ones taken off where they lie (an answer seldom has any: then nothing is touched).
+/// ones taken off where they lie (a JSON answer with a length has none: then nothing is
+/// touched; a chunked one has its `Transfer-Encoding`).
 pub fn to_client_passthrough(headers: &mut HeaderMap) {
-    if !headers
-        .keys()
-        .any(|name| HOP_BY_HOP.contains(name) || name == header::UPGRADE)
-    {
+    if !headers.keys().any(|name| is_hop_by_hop(name, &[])) {
         return;
     }
     for name in connection_listed(headers) {
