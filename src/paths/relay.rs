@@ -30,7 +30,7 @@ use crate::mcp::headers::{Accepts, JSON, SSE};
 use crate::mcp::tools::ToolHints;
 use crate::metrics::Metrics;
 use crate::response::{EventRewrite, ProxyBody, SseBody};
-use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message};
+use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message, stamp_read};
 use crate::upstream::{Answer, Messages, Upstream, UpstreamError};
 
 /// What a relay needs besides the answer.
@@ -62,7 +62,9 @@ impl Relay<'_> {
         answer: Answer,
         request: Request,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        // A JSON body is read once, below, for this check and the stamp.
         if let Some(id) = request.id.as_deref()
+            && !matches!(answer.messages, Messages::One(Some(_)))
             && let Some(problem) = answer.unusable_for(id)
         {
             return Err(unusable(self.upstream, answer.status, problem, id));
@@ -80,8 +82,18 @@ impl Relay<'_> {
         let body = match &mut messages {
             Messages::One(message) => match message.take() {
                 Some(message) => {
+                    let read = Envelope::parse(&message);
+                    if let Some(id) = request.id.as_deref()
+                        && let Some(problem) = Answer::unusable_as_read(status, &read, id)
+                    {
+                        return Err(unusable(self.upstream, status, problem, id));
+                    }
                     learn(&request, &message);
-                    ProxyBody::full(stamped(message, request.stamp.as_ref()))
+                    let stamped = match (request.stamp.as_ref(), &read) {
+                        (Some(stamp), Ok(envelope)) => stamp_read(&message, envelope, stamp),
+                        _ => Stamped::Other,
+                    };
+                    ProxyBody::full(applied(message, stamped))
                 }
                 None => ProxyBody::empty(),
             },
@@ -159,7 +171,7 @@ impl Relay<'_> {
             None => EventRewrite::Unchanged,
         };
         ProxyBody::Events {
-            body: SseBody::new(messages, rewrite, self.idle_timeout),
+            body: Box::pin(SseBody::new(messages, rewrite, self.idle_timeout)),
             open: self.metrics.stream_opened(),
         }
     }
@@ -224,7 +236,13 @@ pub fn stamped(message: Bytes, stamp: Option<&Stamp>) -> Bytes {
     let Some(stamp) = stamp else {
         return message;
     };
-    match stamp_message(&message, stamp) {
+    let stamping = stamp_message(&message, stamp);
+    applied(message, stamping)
+}
+
+/// `message` as `stamping` left it.
+fn applied(message: Bytes, stamping: Stamped) -> Bytes {
+    match stamping {
         Stamped::Response(Some(rewritten)) => Bytes::from(rewritten),
         Stamped::Response(None) | Stamped::Other => message,
     }

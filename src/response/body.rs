@@ -86,8 +86,9 @@ pin_project! {
         /// An upstream body passed on untouched (old clients passed through); counted
         /// while open when it is an event stream.
         Untouched { #[pin] body: UpstreamBody, open: Option<StreamGuard> },
-        /// An event stream of JSON-RPC messages, written event by event as they come.
-        Events { #[pin] body: SseBody, open: StreamGuard },
+        /// An event stream of JSON-RPC messages, written event by event as they come
+        /// (boxed: the largest body, it would make every response as large).
+        Events { body: Pin<Box<SseBody>>, open: StreamGuard },
         /// Another proxy replica's answer to a request forwarded there, passed on as it
         /// comes; its caller's place among the requests in flight is held until it ends.
         Forwarded { #[pin] body: UpstreamBody, held: Held },
@@ -133,7 +134,9 @@ impl Body for ProxyBody {
         match self.project() {
             Projection::Full { body } => body.poll_frame(cx).map_err(|never| match never {}),
             Projection::Untouched { body, .. } => body.poll_frame(cx),
-            Projection::Events { body, .. } => body.poll_frame(cx).map_err(|never| match never {}),
+            Projection::Events { body, .. } => {
+                body.as_mut().poll_frame(cx).map_err(|never| match never {})
+            }
             Projection::Forwarded { body, .. } => body.poll_frame(cx),
             Projection::Visible { body } => {
                 body.as_mut().poll_frame(cx).map_err(|never| match never {})

@@ -41,9 +41,15 @@ pub enum Stamped {
 
 /// Stamps `message` if it is the response to `stamp.request_id`.
 pub fn stamp_message(message: &[u8], stamp: &Stamp) -> Stamped {
-    let Ok(envelope) = Envelope::parse(message) else {
-        return Stamped::Other;
-    };
+    match Envelope::parse(message) {
+        Ok(envelope) => stamp_read(message, &envelope, stamp),
+        Err(_) => Stamped::Other,
+    }
+}
+
+/// [`stamp_message`] for a message its caller parsed already (`envelope`, read from
+/// `message`).
+pub fn stamp_read(message: &[u8], envelope: &Envelope<'_>, stamp: &Stamp) -> Stamped {
     let ours = envelope.kind == Kind::Response
         && envelope
             .id

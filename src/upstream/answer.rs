@@ -96,7 +96,7 @@ impl Answer {
             return None;
         }
         match &self.messages {
-            Messages::One(Some(message)) => not_the_response(message, id),
+            Messages::One(Some(message)) => not_the_response(&Envelope::parse(message), id),
             Messages::Opaque(_) => Some(match self.headers.get(CONTENT_TYPE) {
                 Some(media) => format!(
                     "a body of type {:?}, neither JSON nor an event stream, instead of the response",
@@ -106,6 +106,19 @@ impl Answer {
             }),
             _ => None,
         }
+    }
+
+    /// [`Self::unusable_for`] for a JSON body its caller read already: `read` is the
+    /// body's parse, `status` the answer's.
+    pub fn unusable_as_read(
+        status: StatusCode,
+        read: &Result<Envelope<'_>, EnvelopeError>,
+        id: &[u8],
+    ) -> Option<String> {
+        if !status.is_success() {
+            return None;
+        }
+        not_the_response(read, id)
     }
 
     /// A stdio child's messages for a request.
@@ -217,9 +230,10 @@ impl Messages {
     }
 }
 
-/// What keeps `message` from being the response to request `id`, if anything.
-fn not_the_response(message: &[u8], id: &[u8]) -> Option<String> {
-    let envelope = match Envelope::parse(message) {
+/// What keeps a message (`read`: its parse) from being the response to request `id`,
+/// if anything.
+fn not_the_response(read: &Result<Envelope<'_>, EnvelopeError>, id: &[u8]) -> Option<String> {
+    let envelope = match read {
         Ok(envelope) => envelope,
         Err(EnvelopeError::Parse(why)) => {
             return Some(format!(
