@@ -288,7 +288,10 @@ impl Upstream {
                     .await?;
                 replica.session_opened();
                 let session = UpstreamSession::new(self.clone(), opened);
-                replica.http.initialized(session.addr(), forwarded).await?;
+                replica
+                    .http
+                    .initialized(session.addr(), forwarded.clone())
+                    .await?;
                 Ok(session)
             }
             Era::Modern => {
@@ -320,21 +323,25 @@ impl Upstream {
     pub async fn exchange(
         &self,
         binding: SessionAddr<'_>,
-        message: Bytes,
-        forwarded: &HeaderMap,
+        message: impl Into<ids::Outgoing>,
+        forwarded: HeaderMap,
     ) -> Result<Answer, UpstreamError> {
+        let message = message.into();
         match &self.transport {
             Transport::Http(replicas) => {
                 let replica = replicas.holding(binding.replica)?;
                 let answer = match sse_key(binding) {
-                    Some(key) => replicas.sse().exchange(key, message, forwarded).await,
+                    Some(key) => {
+                        let message = message.into_body();
+                        replicas.sse().exchange(key, message, &forwarded).await
+                    }
                     None => replica.http.exchange(binding, message, forwarded).await,
                 };
                 health(replica, answer)
             }
             Transport::Stdio(stdio) => {
                 let key = binding.session_id.ok_or(UpstreamError::SessionGone)?;
-                stdio.exchange(key, message).await
+                stdio.exchange(key, message.into_body()).await
             }
         }
     }
@@ -368,7 +375,7 @@ impl Upstream {
                 match replicas.holding(binding.replica) {
                     Ok(replica) => replica
                         .http
-                        .post(Some(binding), notification, forwarded)
+                        .post(Some(binding), notification, forwarded.clone())
                         .await
                         .map(drop),
                     Err(e) => Err(e),
@@ -617,7 +624,7 @@ impl Upstream {
         replica.session_opened();
         // Owned at once: a probe stopped half-way still ends its session.
         let session = UpstreamSession::new(self.clone(), opened);
-        let acked = replica.http.initialized(session.addr(), &headers).await;
+        let acked = replica.http.initialized(session.addr(), headers).await;
         session.end().await;
         acked
     }

@@ -155,7 +155,12 @@ pub fn rewrite(data: &[u8]) {
         && let Ok(Some(payload)) = Payload::open(raw)
     {
         // To the upstream: the session `_meta` off.
-        let out = strip_session(&body, raw, &payload);
+        let (out, id_at) = strip_session(&body, raw, &payload, envelope.id);
+        // Wherever the id was, the range given for it names it in what goes out.
+        if let Some(id) = envelope.id {
+            let at = id_at.expect("the id is found");
+            assert_eq!(&out[at], id.get().as_bytes(), "the id's range is off");
+        }
         check_edit(
             &body,
             raw,
@@ -630,7 +635,7 @@ pub fn id_restore(data: &[u8]) {
     request.extend_from_slice(br#","method":"tools/call","params":{"name":"x"}}"#);
     let table = Arc::new(RenamedRequests::default());
     let session = in_session.then_some("fuzz-session");
-    let (sent, restore) = outgoing(Bytes::from(request.clone()), session, &table);
+    let (sent, restore) = outgoing(Bytes::from(request.clone()).into(), session, &table);
     let Some(mut restore) = restore else {
         // Not a request the proxy can rename (no JSON, no id): it goes as it came.
         assert_eq!(&sent[..], &request[..], "an unrenamed message was changed");
@@ -678,7 +683,7 @@ pub fn id_restore(data: &[u8]) {
     }
 
     // A plain response naming the proxy's id always is.
-    let (_, fresh) = outgoing(Bytes::from(request), session, &table);
+    let (_, fresh) = outgoing(Bytes::from(request).into(), session, &table);
     let mut fresh = fresh.expect("renamed again");
     let ours = fresh.upstream_id().expect("in flight").to_vec();
     let mut plain = br#"{"jsonrpc":"2.0","id":"#.to_vec();

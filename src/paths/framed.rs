@@ -52,7 +52,7 @@ pub async fn exchange(
         .filter(|e| e.kind == Kind::Request && e.method() == "tools/call")
         .map(|e| e.params.map(ToOwned::to_owned));
     let Some(params) = call else {
-        return upstream.exchange(route, body, &forwarded).await;
+        return upstream.exchange(route, body, forwarded).await;
     };
     let with_params = |forwarded: &HeaderMap| {
         let mut sent = forwarded.clone();
@@ -62,7 +62,7 @@ pub async fn exchange(
         sent
     };
     let answer = upstream
-        .exchange(route, body.clone(), &with_params(&forwarded))
+        .exchange(route, body.clone(), with_params(&forwarded))
         .await?;
     if !header_mismatch(&answer) {
         return Ok(answer);
@@ -74,7 +74,7 @@ pub async fn exchange(
     // Boxed: rare, and it would make every call to a 2026-07-28 server's future larger.
     Box::pin(list_tools(upstream, tools, route, &forwarded, Some(frame))).await;
     upstream
-        .exchange(route, body, &with_params(&forwarded))
+        .exchange(route, body, with_params(&forwarded))
         .await
 }
 
@@ -131,7 +131,7 @@ pub(super) async fn list_tools(
             Some(frame) => framed(request, frame),
             None => request,
         };
-        let answered = match upstream.exchange(route, request, forwarded).await {
+        let answered = match upstream.exchange(route, request, forwarded.clone()).await {
             Ok(mut answer) => {
                 answer
                     .messages

@@ -51,6 +51,7 @@ use crate::session::{
     Backing, ClientIdentity, Issued, Lease, NewSession, Reroute, SessionError, SessionRecord,
     Sessions, Slot, log_tag, now_millis, rfc3339,
 };
+use crate::upstream::ids::Outgoing;
 use crate::upstream::{
     Ending, LOCAL_REPLICA, Messages, SessionAddr, Upstream, UpstreamError, UpstreamSession,
 };
@@ -331,12 +332,18 @@ impl SessionPath {
             let answered = Box::pin(self.bridge.forward(message, &lease, &session.id)).await?;
             return Ok(with_session(answered, &session.id));
         }
-        let mut upstream_body = match message.payload {
-            Some((raw, payload)) => strip_session(body, raw, payload),
-            None => body.clone(),
+        // Where the request's id is in what goes upstream, so that it is not read again
+        // to be renamed there.
+        let (mut upstream_body, mut id_at) = match message.payload {
+            Some((raw, payload)) => strip_session(body, raw, payload, message.request_id()),
+            None => (
+                body.clone(),
+                message.request_id().and_then(|id| range_in(body, id)),
+            ),
         };
         if era == ClientEra::Sep1364 {
             upstream_body = strip_top_level_session(upstream_body);
+            id_at = None;
         }
         let modern = lease.record.backing.negotiated.is_modern();
         if modern {
@@ -372,8 +379,12 @@ impl SessionPath {
             )
             .await
         } else {
+            let outgoing = match id_at {
+                Some(id) => Outgoing::request(upstream_body.clone(), id),
+                None => Outgoing::from(upstream_body.clone()),
+            };
             self.upstream
-                .exchange(addr(route), upstream_body.clone(), &forwarded)
+                .exchange(addr(route), outgoing, forwarded)
                 .await
         };
         let answer = match exchanged {
@@ -388,9 +399,11 @@ impl SessionPath {
                     });
                 }
                 tracing::info!(session = %log_tag(&session.id), "request retried on the new upstream session");
+                // The headers went with the first try: made again for this rare one.
+                let forwarded = headers::to_upstream_in_session(message.headers);
                 let retried = self
                     .upstream
-                    .exchange(addr(&route), upstream_body, &forwarded)
+                    .exchange(addr(&route), upstream_body, forwarded)
                     .await;
                 match retried {
                     Ok(answer) => answer,

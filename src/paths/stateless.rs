@@ -290,7 +290,7 @@ impl StatelessPath {
             .map_err(|e| self.error(e))?;
         let answer = self
             .upstream
-            .exchange(child.addr(), message.body.clone(), &forwarded)
+            .exchange(child.addr(), message.body.clone(), forwarded)
             .await;
         let answer = match answer {
             Ok(answer) => answer,
@@ -763,7 +763,7 @@ impl StatelessPath {
             session.exchanging(true);
             let exchanged = self
                 .upstream
-                .exchange(session.addr(), body.clone(), forwarded)
+                .exchange(session.addr(), body.clone(), forwarded.clone())
                 .await;
             session.exchanging(false);
             if let Ok(answer) = &exchanged

@@ -4,23 +4,44 @@
 //! `Mcp-Session-Id` of its own connection instead. Everything else in the message is
 //! passed on byte for byte.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{RawObject, splice};
+use crate::jsonrpc::{RawObject, range_in};
 use crate::mcp::meta::{self, Payload};
 
 /// `body` without the session key in the `_meta` of `payload` (the `params` of a request
 /// or notification, or the `result` of a response, parsed from `body`). `_meta` is dropped
 /// when nothing else is left in it. Returns `body` itself when there is nothing to strip.
-pub fn strip_session(body: &Bytes, payload_raw: &RawValue, payload: &Payload<'_>) -> Bytes {
-    let Some(stripped) = payload.without_meta(meta::SESSION) else {
-        return body.clone();
+/// With it, where `id` (another top-level member parsed from `body`: a request's id) is
+/// in what it returns.
+pub fn strip_session(
+    body: &Bytes,
+    payload_raw: &RawValue,
+    payload: &Payload<'_>,
+    id: Option<&RawValue>,
+) -> (Bytes, Option<Range<usize>>) {
+    let id = id.and_then(|id| range_in(body, id));
+    let (Some(stripped), Some(replaced)) = (
+        payload.without_meta(meta::SESSION),
+        range_in(body, payload_raw),
+    ) else {
+        return (body.clone(), id);
     };
-    match splice(body, payload_raw, &stripped) {
-        Some(rewritten) => Bytes::from(rewritten),
-        None => body.clone(),
-    }
+    let mut out = Vec::with_capacity(body.len() - replaced.len() + stripped.len());
+    out.extend_from_slice(&body[..replaced.start]);
+    out.extend_from_slice(&stripped);
+    out.extend_from_slice(&body[replaced.end..]);
+    // A member after the payload moved by what the payload lost.
+    let id = id.map(|id| match id.start >= replaced.end {
+        true => {
+            id.start - replaced.len() + stripped.len()..id.end - replaced.len() + stripped.len()
+        }
+        false => id,
+    });
+    (Bytes::from(out), id)
 }
 
 /// `message` without its top-level `sessionId` (SEP-1364's dialect): a 2025-11-25 server
@@ -52,7 +73,11 @@ mod tests {
         let env = Envelope::parse(&body).unwrap();
         let raw = env.params.or(env.result).unwrap();
         let payload = Payload::open(raw).unwrap().unwrap();
-        String::from_utf8(strip_session(&body, raw, &payload).to_vec()).unwrap()
+        let (out, id) = strip_session(&body, raw, &payload, env.id);
+        let out = String::from_utf8(out.to_vec()).unwrap();
+        // Before the payload or after it, the id is where the range says.
+        assert_eq!(id.map(|id| &out[id]), env.id.map(RawValue::get));
+        out
     }
 
     #[test]
@@ -74,6 +99,17 @@ mod tests {
         assert_eq!(
             out,
             r#"{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"slow","_meta":{"progressToken":7}}}"#
+        );
+    }
+
+    #[test]
+    fn an_id_after_the_payload_is_found_where_it_moved() {
+        let out = strip(
+            r#"{"params":{"name":"echo","_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}}},"method":"tools/call","id":"after","jsonrpc":"2.0"}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"params":{"name":"echo"},"method":"tools/call","id":"after","jsonrpc":"2.0"}"#
         );
     }
 

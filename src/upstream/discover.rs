@@ -60,7 +60,7 @@ impl HttpUpstream {
             HeaderValue::from_static("server/discover"),
         );
         let answer = self
-            .post(None, Bytes::from(discover::request_body()), &headers)
+            .post(None, Bytes::from(discover::request_body()), headers)
             .await;
         let refused = match answer {
             Ok(answer) => return Ok(judge(answer, self.settings().timeout).await),

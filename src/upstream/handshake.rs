@@ -39,7 +39,7 @@ impl HttpUpstream {
         forwarded: &HeaderMap,
     ) -> Result<Opened, UpstreamError> {
         let body = Bytes::from(initialize::request_body(client_info, capabilities));
-        let mut answer = self.post(None, body, forwarded).await?;
+        let mut answer = self.post(None, body, forwarded.clone()).await?;
         let session_id = match answer.headers.get(&MCP_SESSION_ID) {
             None => None,
             Some(value) => match value.to_str() {
@@ -64,7 +64,7 @@ impl HttpUpstream {
     pub async fn initialized(
         &self,
         addr: SessionAddr<'_>,
-        forwarded: &HeaderMap,
+        forwarded: HeaderMap,
     ) -> Result<(), UpstreamError> {
         let ack = self
             .post(

@@ -140,8 +140,8 @@ impl HttpUpstream {
     pub async fn exchange(
         &self,
         binding: SessionAddr<'_>,
-        body: Bytes,
-        forwarded: &HeaderMap,
+        body: ids::Outgoing,
+        forwarded: HeaderMap,
     ) -> Result<Answer, UpstreamError> {
         let (body, restore) = ids::outgoing(body, binding.session_id, &self.in_flight);
         let mut answer = self.post(Some(binding), body, forwarded).await?;
@@ -153,12 +153,12 @@ impl HttpUpstream {
 
     /// POSTs one JSON-RPC message, as it is, in `binding`'s upstream session (or in none)
     /// and reads the answer. `forwarded` are the client's end-to-end headers the caller
-    /// chose to pass on; the transport's own headers are set here.
+    /// chose to pass on (the request's own map: the transport's headers are set in it).
     pub async fn post(
         &self,
         binding: Option<SessionAddr<'_>>,
         body: Bytes,
-        forwarded: &HeaderMap,
+        forwarded: HeaderMap,
     ) -> Result<Answer, UpstreamError> {
         // A modern (2026-07-28) request mirrors its method and target into headers
         // (SEP-2243); the version header comes with the address.
@@ -169,7 +169,7 @@ impl HttpUpstream {
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
         let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
         let (span, body, operation) = self.span_for(body, modern);
-        let mut request = self.request(Method::POST, binding, forwarded.clone(), body)?;
+        let mut request = self.request(Method::POST, binding, forwarded, body)?;
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }

@@ -23,13 +23,14 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use dashmap::DashMap;
 
-use crate::jsonrpc::{Envelope, IdValue, Kind, same_id, splice, write, write_json_str};
+use crate::jsonrpc::{Envelope, IdValue, Kind, range_in, same_id, splice, write, write_json_str};
 use crate::mcp::Method;
 use crate::mcp::meta::Payload;
 
@@ -147,43 +148,96 @@ impl Restore {
     }
 }
 
+/// A message on its way upstream, with what its sender knows of it already: where a
+/// request's id is, when the sender read the message (so it is not read again here).
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    body: Bytes,
+    request_id: Option<Range<usize>>,
+}
+
+impl Outgoing {
+    /// The request `body`, its id (raw JSON, a top-level member) at `id`.
+    pub fn request(body: Bytes, id: Range<usize>) -> Outgoing {
+        Outgoing {
+            body,
+            request_id: Some(id),
+        }
+    }
+
+    /// The message as it is sent when the upstream does not rename ids.
+    pub fn into_body(self) -> Bytes {
+        self.body
+    }
+}
+
+impl From<Bytes> for Outgoing {
+    fn from(body: Bytes) -> Outgoing {
+        Outgoing {
+            body,
+            request_id: None,
+        }
+    }
+}
+
 /// A message on its way to an upstream session (`session`: its `Mcp-Session-Id`): a
 /// request gets the proxy's id (and, in a session, an entry in `in_flight`), a client's
 /// `notifications/cancelled` the proxy's id of the request it names; anything else goes
 /// as it is. Returns what to send and, for a request, how to restore its answer.
 pub fn outgoing(
-    message: Bytes,
+    message: Outgoing,
     session: Option<&str>,
     in_flight: &Arc<RenamedRequests>,
 ) -> (Bytes, Option<Restore>) {
+    let Outgoing {
+        body: message,
+        request_id,
+    } = message;
+    if let Some(id) = request_id.filter(|id| id.end <= message.len() && !id.is_empty()) {
+        return renamed(message, id, session, in_flight);
+    }
     let Ok(envelope) = Envelope::parse(&message) else {
         return (message, None);
     };
     match (envelope.kind, envelope.id) {
-        (Kind::Request, Some(id)) => {
-            let ours = next();
-            let rendered = Bytes::from(ours.to_string());
-            let Some(renamed) = splice(&message, id, &rendered) else {
-                return (message, None);
-            };
-            let client = Bytes::copy_from_slice(id.get().as_bytes());
-            // An upstream that issues no session id cannot tell its clients' requests
-            // apart: there is no session to find a cancelled request in.
-            let registered = session.and_then(|s| in_flight.insert(s, &client, ours));
-            let restore = Restore {
-                ours: rendered,
-                client,
-                registered,
-                done: false,
-            };
-            (Bytes::from(renamed), Some(restore))
-        }
+        (Kind::Request, Some(id)) => match range_in(&message, id) {
+            Some(id) => renamed(message, id, session, in_flight),
+            None => (message, None),
+        },
         (Kind::Notification, _) if envelope.method() == Method::Cancelled.as_str() => {
             let renamed = session.and_then(|s| cancelled(&message, &envelope, s, in_flight));
             (renamed.map(Bytes::from).unwrap_or(message), None)
         }
         _ => (message, None),
     }
+}
+
+/// The request `message` with the proxy's id in place of the client's (at `id`).
+fn renamed(
+    message: Bytes,
+    id: Range<usize>,
+    session: Option<&str>,
+    in_flight: &Arc<RenamedRequests>,
+) -> (Bytes, Option<Restore>) {
+    let ours = next();
+    let mut digits = itoa::Buffer::new();
+    let rendered = digits.format(ours).as_bytes();
+    let mut renamed = Vec::with_capacity(message.len() - id.len() + rendered.len());
+    renamed.extend_from_slice(&message[..id.start]);
+    renamed.extend_from_slice(rendered);
+    renamed.extend_from_slice(&message[id.end..]);
+    let rendered = Bytes::copy_from_slice(rendered);
+    let client = message.slice(id);
+    // An upstream that issues no session id cannot tell its clients' requests apart:
+    // there is no session to find a cancelled request in.
+    let registered = session.and_then(|s| in_flight.insert(s, &client, ours));
+    let restore = Restore {
+        ours: rendered,
+        client,
+        registered,
+        done: false,
+    };
+    (Bytes::from(renamed), Some(restore))
 }
 
 /// A `notifications/cancelled` naming a request in flight, with `requestId` replaced by
@@ -248,7 +302,7 @@ mod tests {
             "7",
             r#""a""#,
         ] {
-            let (sent, restore) = outgoing(request(client), Some("s1"), &table);
+            let (sent, restore) = outgoing(request(client).into(), Some("s1"), &table);
             let mut restore = restore.unwrap();
             let ours = id_of(&sent);
             assert!(
@@ -269,17 +323,37 @@ mod tests {
     }
 
     #[test]
+    fn a_request_whose_id_its_sender_found_is_renamed_without_reading_it_again() {
+        let table = Arc::new(RenamedRequests::default());
+        let body = request(r#""c-7""#);
+        let start = text(&body).find(r#""c-7""#).unwrap();
+        let at = start..start + 5;
+        let (sent, restore) = outgoing(Outgoing::request(body, at), Some("s"), &table);
+        let mut restore = restore.unwrap();
+        let ours = id_of(&sent);
+        assert!(ours.parse::<u64>().is_ok(), "the proxy's id, {ours}");
+        assert_eq!(table.len(), 1, "in flight, it can be cancelled");
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":{ours},"result":{{}}}}"#);
+        let back = restore.response(answer.as_bytes(), true).unwrap();
+        assert_eq!(text(&back), r#"{"jsonrpc":"2.0","id":"c-7","result":{}}"#);
+        // A range that is not in the message is not trusted: the message is read.
+        let (sent, restore) = outgoing(Outgoing::request(request("3"), 500..503), None, &table);
+        assert!(restore.is_some());
+        assert_ne!(id_of(&sent), "3");
+    }
+
+    #[test]
     fn every_request_gets_another_id() {
         let table = Arc::new(RenamedRequests::default());
-        let (a, _ra) = outgoing(request("1"), Some("s"), &table);
-        let (b, _rb) = outgoing(request("1"), Some("s"), &table);
+        let (a, _ra) = outgoing(request("1").into(), Some("s"), &table);
+        let (b, _rb) = outgoing(request("1").into(), Some("s"), &table);
         assert_ne!(id_of(&a), id_of(&b));
     }
 
     #[test]
     fn only_the_response_to_the_request_is_restored() {
         let table = Arc::new(RenamedRequests::default());
-        let (sent, restore) = outgoing(request("1"), Some("s"), &table);
+        let (sent, restore) = outgoing(request("1").into(), Some("s"), &table);
         let mut restore = restore.unwrap();
         let ours = id_of(&sent);
         let progress = format!(
@@ -303,7 +377,7 @@ mod tests {
     #[test]
     fn a_json_error_with_a_null_id_answers_the_request() {
         let table = Arc::new(RenamedRequests::default());
-        let (_, restore) = outgoing(request(r#""c-1""#), Some("s"), &table);
+        let (_, restore) = outgoing(request(r#""c-1""#).into(), Some("s"), &table);
         let mut restore = restore.unwrap();
         let null = r#"{"jsonrpc":"2.0","error":{"code":-32700,"message":"Parse error"},"id":null}"#;
         let back = restore.response(null.as_bytes(), true).unwrap();
@@ -316,14 +390,14 @@ mod tests {
     #[test]
     fn a_clients_cancellation_names_the_proxys_id_while_the_request_is_in_flight() {
         let table = Arc::new(RenamedRequests::default());
-        let (sent, restore) = outgoing(request(r#""\u00e9""#), Some("s1"), &table);
+        let (sent, restore) = outgoing(request(r#""\u00e9""#).into(), Some("s1"), &table);
         let ours = id_of(&sent);
         // Another session's request with the same id is not the one cancelled.
-        let (_other, _keep) = outgoing(request(r#""é""#), Some("s2"), &table);
+        let (_other, _keep) = outgoing(request(r#""é""#).into(), Some("s2"), &table);
         let cancel = Bytes::from_static(
             br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"\u00e9","reason":"stop"}}"#,
         );
-        let (renamed, none) = outgoing(cancel.clone(), Some("s1"), &table);
+        let (renamed, none) = outgoing(cancel.clone().into(), Some("s1"), &table);
         assert!(none.is_none());
         assert_eq!(
             text(&renamed),
@@ -335,11 +409,11 @@ mod tests {
         let spelled = Bytes::from(
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"é"}}"#,
         );
-        let (renamed, _) = outgoing(spelled, Some("s1"), &table);
+        let (renamed, _) = outgoing(spelled.into(), Some("s1"), &table);
         assert!(text(&renamed).contains(&format!(r#""requestId":{ours}"#)));
         // Once the request is done, the cancellation goes as it came.
         drop(restore);
-        let (unchanged, _) = outgoing(cancel.clone(), Some("s1"), &table);
+        let (unchanged, _) = outgoing(cancel.clone().into(), Some("s1"), &table);
         assert_eq!(unchanged, cancel);
     }
 
@@ -351,7 +425,7 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#,
             br#"not json"#,
         ] {
-            let (sent, restore) = outgoing(Bytes::from_static(message), Some("s"), &table);
+            let (sent, restore) = outgoing(Bytes::from_static(message).into(), Some("s"), &table);
             assert_eq!(&sent[..], message);
             assert!(restore.is_none());
         }
@@ -360,7 +434,7 @@ mod tests {
     #[test]
     fn without_an_upstream_session_nothing_is_registered() {
         let table = Arc::new(RenamedRequests::default());
-        let (_, restore) = outgoing(request("1"), None, &table);
+        let (_, restore) = outgoing(request("1").into(), None, &table);
         assert!(restore.is_some());
         assert_eq!(table.len(), 0);
     }

@@ -387,7 +387,7 @@ pub async fn hear_every_log(
         crate::mcp::Method::LoggingSetLevel.as_str(),
         Some(br#"{"level":"debug"}"#),
     );
-    let answer = upstream.exchange(addr, request, forwarded).await;
+    let answer = upstream.exchange(addr, request, forwarded.clone()).await;
     if let Ok(mut answer) = answer {
         let drain = async { while let Some(Ok(_)) = answer.messages.next_message().await {} };
         let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;

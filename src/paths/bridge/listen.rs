@@ -86,7 +86,7 @@ impl Listener {
                 }
             };
             let listened = tokio::select! {
-                listened = self.upstream.exchange(addr(&self.backing), request, &self.forwarded) => listened,
+                listened = self.upstream.exchange(addr(&self.backing), request, self.forwarded.clone()) => listened,
                 () = tx.closed() => return,
             };
             let mut stream = match listened {

@@ -420,7 +420,7 @@ async fn answer(call: &StatelessCall, message: Bytes) {
     let reply = call
         .path
         .upstream
-        .exchange(call.session.addr(), message, &call.forwarded)
+        .exchange(call.session.addr(), message, call.forwarded.clone())
         .await;
     if let Err(e) = reply {
         tracing::warn!(error = %e, "could not answer an upstream request");

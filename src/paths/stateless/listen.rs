@@ -333,7 +333,11 @@ async fn subscribe(
         Method::ResourcesSubscribe.as_str(),
         Some(&params),
     );
-    let Ok(mut answer) = path.upstream.exchange(addr, request, forwarded).await else {
+    let Ok(mut answer) = path
+        .upstream
+        .exchange(addr, request, forwarded.clone())
+        .await
+    else {
         return false;
     };
     let read = async {
