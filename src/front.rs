@@ -133,7 +133,7 @@ pub async fn handle(
     // Boxed, as the paths are (`dispatch`): the operations endpoints' future is larger
     // than an MCP request's.
     if (path == HEALTH_PATH || role.serves_operations())
-        && let Some(response) = Box::pin(front.ops.route(&request, role)).await
+        && let Some(response) = boxed_in_place(|| front.ops.route(&request, role)).await
     {
         return response;
     }
@@ -213,9 +213,10 @@ async fn mcp(
     );
     let (response, method) = async {
         match *request.method() {
-            // Boxed where it is made: the POST's future (~5 KB) is then never moved again
-            // — every level it would be awaited through copied it into place.
-            Method::POST => Box::pin(endpoint.post(request, peer, &front.metrics)).await,
+            // Boxed, and made in its box (`boxed_in_place`): the POST's future (kilobytes)
+            // is then never moved — every level it would be awaited through copied it
+            // into place.
+            Method::POST => boxed_in_place(|| endpoint.post(request, peer, &front.metrics)).await,
             Method::GET | Method::DELETE => {
                 let label = if request.method() == Method::GET {
                     "GET"
@@ -224,7 +225,7 @@ async fn mcp(
                 };
                 // Boxed: a GET (a stream opened) or DELETE is rarer than a POST, and its
                 // future larger.
-                let response = Box::pin(endpoint.bare(request, peer, &front.metrics))
+                let response = boxed_in_place(|| endpoint.bare(request, peer, &front.metrics))
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
                 (response, label)
@@ -281,8 +282,9 @@ impl Endpoint<'_> {
         client: IpAddr,
         metrics: &Metrics,
     ) -> (Response<ProxyBody>, &'static str) {
-        // When the request arrived: its span starts then, once its message is known.
-        let received = std::time::SystemTime::now();
+        // When the request arrived: its span (traces on) starts then, once its message
+        // is known.
+        let received = crate::telemetry::active().then(std::time::SystemTime::now);
         let (parts, body) = request.into_parts();
         let checked = match checks::origin(&parts.headers, &self.limits.allowed_origins) {
             Ok(()) => self
@@ -415,7 +417,10 @@ impl Endpoint<'_> {
                 {
                     Some(deadline) => {
                         // Boxed: a timed call is rare, and its deadline's future large.
-                        Box::pin(deadline.run(message, dispatch(self.served, message, route))).await
+                        boxed_in_place(|| {
+                            deadline.run(message, dispatch(self.served, message, route))
+                        })
+                        .await
                     }
                     None => dispatch(self.served, message, route).await,
                 },
@@ -529,40 +534,50 @@ impl Endpoint<'_> {
 /// Each path's future is boxed: they differ in size by kilobytes (a stateless call's,
 /// with its driver and task, is the largest), and an unboxed `match` would make every
 /// request's future — moved into place level by level, and by hyper into its own box —
-/// as large as the largest path's.
+/// as large as the largest path's. Each is made in its box ([`boxed_in_place`]).
 async fn dispatch(
     served: &Served,
     message: &Message<'_, '_>,
     route: Route<'_>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     match route {
-        Route::Create { id, era } => Box::pin(served.session.create(message, id, era)).await,
+        Route::Create { id, era } => {
+            boxed_in_place(|| served.session.create(message, id, era)).await
+        }
         Route::Sep1364Initialize { id, session } => {
-            Box::pin(served.session.initialize(message, id, session.as_ref())).await
+            boxed_in_place(|| served.session.initialize(message, id, session.as_ref())).await
         }
         Route::LegacyInitialize { id } => {
-            Box::pin(served.session.initialize_legacy(message, id)).await
+            boxed_in_place(|| served.session.initialize_legacy(message, id)).await
         }
         Route::Delete { id, session } => {
-            Box::pin(served.session.delete(message, id, &session)).await
+            boxed_in_place(|| served.session.delete(message, id, &session)).await
         }
-        Route::Stateless => Box::pin(served.stateless.handle(message)).await,
+        Route::Stateless => boxed_in_place(|| served.stateless.handle(message)).await,
         Route::InitializedAck { .. } => Ok(response::status(StatusCode::ACCEPTED)),
         Route::InSession { session, era } => {
-            Box::pin(served.session.forward(message, &session, era)).await
+            boxed_in_place(|| served.session.forward(message, &session, era)).await
         }
         Route::TaskInSession { session } => {
-            Box::pin(served.stateless.in_session(message, &session)).await
+            boxed_in_place(|| served.stateless.in_session(message, &session)).await
         }
         Route::PassThrough => {
-            Box::pin(served.passthrough.forward(
-                Method::POST,
-                message.headers,
-                message.body.clone(),
-            ))
+            boxed_in_place(|| {
+                served
+                    .passthrough
+                    .forward(Method::POST, message.headers, message.body.clone())
+            })
             .await
         }
     }
+}
+
+/// The future `make` returns, in a box allocated before it is made: made where it is
+/// kept, not made on the stack and copied into the box whole (a future not yet polled
+/// is as large as its largest await, kilobytes for a session's call).
+fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    let place = Box::new_uninit();
+    Box::into_pin(Box::write(place, make()))
 }
 
 impl Endpoint<'_> {

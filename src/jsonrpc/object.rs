@@ -96,6 +96,16 @@ pub fn string_object(members: &[(&str, &str)]) -> Vec<u8> {
 pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
+    // Most strings (ids, tokens, timestamps) need no escape: told by one pass without
+    // an early exit (which the compiler vectorizes), then copied whole.
+    let plain = !bytes.iter().fold(false, |seen, &b| {
+        seen | (b < 0x20) | (b == b'"') | (b == b'\\')
+    });
+    if plain {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
+    }
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         let escape: &[u8] = match b {

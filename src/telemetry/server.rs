@@ -25,11 +25,12 @@ pub struct ServerSpan {
 }
 
 impl ServerSpan {
-    /// The span of `message`, which arrived at `received` (from another replica, which
-    /// forwarded it, when `from_peer`); `None` when traces are off.
+    /// The span of `message`, which arrived at `received` (read only while traces are
+    /// on; from another replica, which forwarded it, when `from_peer`); `None` when
+    /// traces are off.
     pub fn start(
         message: &Message<'_, '_>,
-        received: SystemTime,
+        received: Option<SystemTime>,
         from_peer: bool,
     ) -> Option<ServerSpan> {
         let tracer = super::tracer()?;
@@ -109,7 +110,7 @@ impl ServerSpan {
         let span = tracer
             .span_builder(name)
             .with_kind(SpanKind::Server)
-            .with_start_time(received)
+            .with_start_time(received.unwrap_or_else(SystemTime::now))
             .with_attributes(attributes)
             .start_with_context(tracer, &parent);
         Some(ServerSpan {
