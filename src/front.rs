@@ -562,10 +562,13 @@ async fn dispatch(
             boxed_in_place(|| served.stateless.in_session(message, &session)).await
         }
         Route::PassThrough => {
+            // Cloned before: a call `make` makes (here the body's count) has the future
+            // built on the stack again.
+            let body = message.body.clone();
             boxed_in_place(|| {
                 served
                     .passthrough
-                    .forward(Method::POST, message.headers, message.body.clone())
+                    .forward(Method::POST, message.headers, body)
             })
             .await
         }
@@ -574,7 +577,8 @@ async fn dispatch(
 
 /// The future `make` returns, in a box allocated before it is made: made where it is
 /// kept, not made on the stack and copied into the box whole (a future not yet polled
-/// is as large as its largest await, kilobytes for a session's call).
+/// is as large as its largest await, kilobytes for a session's call). `make` should
+/// only move its arguments in: the compiler builds in place what it can see through.
 fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
     let place = Box::new_uninit();
     Box::into_pin(Box::write(place, make()))
