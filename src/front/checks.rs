@@ -40,7 +40,7 @@ pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
         .flat_map(|v| v.split(','))
     {
         let mut parts = range.split(';');
-        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let media = parts.next().unwrap_or("").trim();
         let refused = parts.any(|p| {
             let p = p.trim();
             p.strip_prefix("q=")
@@ -50,14 +50,16 @@ pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
         if refused {
             continue;
         }
-        match media.as_str() {
-            "*/*" => {
-                accepts.json = true;
-                accepts.sse = true;
-            }
-            "application/*" | "application/json" => accepts.json = true,
-            "text/*" | "text/event-stream" => accepts.sse = true,
-            _ => {}
+        // Media types are case-insensitive (RFC 9110 §8.3.1): compared as such, with
+        // no lowercased copy per range.
+        let is = |name: &str| media.eq_ignore_ascii_case(name);
+        if is("*/*") {
+            accepts.json = true;
+            accepts.sse = true;
+        } else if is("application/*") || is("application/json") {
+            accepts.json = true;
+        } else if is("text/*") || is("text/event-stream") {
+            accepts.sse = true;
         }
     }
     if accepts.json || accepts.sse {
@@ -164,6 +166,14 @@ mod tests {
                 json: true,
                 sse: true
             }
+        );
+        assert_eq!(
+            a("Application/JSON , TEXT/Event-Stream;q=0.9").unwrap(),
+            Accepts {
+                json: true,
+                sse: true
+            },
+            "media types are case-insensitive"
         );
         assert!(a("text/html").is_err());
         assert!(a("application/json;q=0, text/html").is_err());
