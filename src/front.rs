@@ -575,10 +575,11 @@ async fn dispatch(
     }
 }
 
-/// The future `make` returns, in a box allocated before it is made: made where it is
-/// kept, not made on the stack and copied into the box whole (a future not yet polled
-/// is as large as its largest await, kilobytes for a session's call). `make` should
-/// only move its arguments in: the compiler builds in place what it can see through.
+/// The future `make` returns, in a box allocated before it is made, so that the compiler
+/// can build it where it is kept instead of on the stack, copied into the box whole (a
+/// future not yet polled is as large as its largest await, kilobytes for a session's
+/// call). The release build does (checked in its machine code) when `make` only moves
+/// its arguments in; a call inside `make` has the future built on the stack again.
 fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
     let place = Box::new_uninit();
     Box::into_pin(Box::write(place, make()))

@@ -13,7 +13,9 @@ pub mod write;
 pub use envelope::{Envelope, EnvelopeError, Kind, raw_str};
 pub use error::ErrorObject;
 pub use id::{IdValue, same_id};
-pub use object::{RawObject, canonical, range_in, splice, string_object, write_json_str};
+pub use object::{
+    RawObject, canonical, range_in, splice, splice_at, string_object, write_json_str,
+};
 
 /// JSON-RPC and MCP error codes the proxy produces, in one place so that the two
 /// data-layer session codes (still a draft; see docs/src/contributing/protocol.md) can

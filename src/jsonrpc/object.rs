@@ -160,11 +160,17 @@ pub fn range_in(whole: &[u8], part: &RawValue) -> Option<Range<usize>> {
 /// `whole` with the bytes of `part` replaced by `replacement`. `None` when `part` was not
 /// parsed from `whole`.
 pub fn splice(whole: &[u8], part: &RawValue, replacement: &[u8]) -> Option<Vec<u8>> {
-    let range = range_in(whole, part)?;
-    let mut out = Vec::with_capacity(whole.len() - range.len() + replacement.len());
-    out.extend_from_slice(&whole[..range.start]);
+    splice_at(whole, range_in(whole, part)?, replacement)
+}
+
+/// `whole` with the bytes at `range` replaced by `replacement`. `None` when `range` is
+/// not within `whole`.
+pub fn splice_at(whole: &[u8], range: Range<usize>, replacement: &[u8]) -> Option<Vec<u8>> {
+    let (before, after) = (whole.get(..range.start)?, whole.get(range.end..)?);
+    let mut out = Vec::with_capacity(before.len() + replacement.len() + after.len());
+    out.extend_from_slice(before);
     out.extend_from_slice(replacement);
-    out.extend_from_slice(&whole[range.end..]);
+    out.extend_from_slice(after);
     Some(out)
 }
 

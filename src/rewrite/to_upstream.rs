@@ -9,7 +9,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{RawObject, range_in};
+use crate::jsonrpc::{RawObject, range_in, splice_at};
 use crate::mcp::meta::{self, Payload};
 
 /// `body` without the session key in the `_meta` of `payload` (the `params` of a request
@@ -24,16 +24,15 @@ pub fn strip_session(
     id: Option<&RawValue>,
 ) -> (Bytes, Option<Range<usize>>) {
     let id = id.and_then(|id| range_in(body, id));
-    let (Some(stripped), Some(replaced)) = (
-        payload.without_meta(meta::SESSION),
-        range_in(body, payload_raw),
-    ) else {
+    let Some((stripped, replaced)) = payload
+        .without_meta(meta::SESSION)
+        .zip(range_in(body, payload_raw))
+    else {
         return (body.clone(), id);
     };
-    let mut out = Vec::with_capacity(body.len() - replaced.len() + stripped.len());
-    out.extend_from_slice(&body[..replaced.start]);
-    out.extend_from_slice(&stripped);
-    out.extend_from_slice(&body[replaced.end..]);
+    let Some(out) = splice_at(body, replaced.clone(), &stripped) else {
+        return (body.clone(), id);
+    };
     // A member after the payload moved by what the payload lost.
     let id = id.map(|id| match id.start >= replaced.end {
         true => {

@@ -30,7 +30,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use dashmap::DashMap;
 
-use crate::jsonrpc::{Envelope, IdValue, Kind, range_in, same_id, splice, write, write_json_str};
+use crate::jsonrpc::{
+    Envelope, IdValue, Kind, range_in, same_id, splice, splice_at, write, write_json_str,
+};
 use crate::mcp::Method;
 use crate::mcp::meta::Payload;
 
@@ -193,6 +195,7 @@ pub fn outgoing(
         body: message,
         request_id,
     } = message;
+    // A range not within the message is not trusted: it is read instead.
     if let Some(id) = request_id.filter(|id| id.end <= message.len() && !id.is_empty()) {
         return renamed(message, id, session, in_flight);
     }
@@ -222,10 +225,9 @@ fn renamed(
     let ours = next();
     let mut digits = itoa::Buffer::new();
     let rendered = digits.format(ours).as_bytes();
-    let mut renamed = Vec::with_capacity(message.len() - id.len() + rendered.len());
-    renamed.extend_from_slice(&message[..id.start]);
-    renamed.extend_from_slice(rendered);
-    renamed.extend_from_slice(&message[id.end..]);
+    let Some(renamed) = splice_at(&message, id.clone(), rendered) else {
+        return (message, None);
+    };
     let rendered = Bytes::copy_from_slice(rendered);
     let client = message.slice(id);
     // An upstream that issues no session id cannot tell its clients' requests apart:
