@@ -34,10 +34,9 @@ pub fn strip_session(
         return (body.clone(), id);
     };
     // A member after the payload moved by what the payload lost.
+    let moved = |at: usize| at - replaced.len() + stripped.len();
     let id = id.map(|id| match id.start >= replaced.end {
-        true => {
-            id.start - replaced.len() + stripped.len()..id.end - replaced.len() + stripped.len()
-        }
+        true => moved(id.start)..moved(id.end),
         false => id,
     });
     (Bytes::from(out), id)

@@ -152,7 +152,7 @@ impl Restore {
 
 /// A message on its way upstream, with what its sender knows of it already: where a
 /// request's id is, when the sender read the message (so it is not read again here).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Outgoing {
     body: Bytes,
     request_id: Option<Range<usize>>,
@@ -325,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_whose_id_its_sender_found_is_renamed_without_reading_it_again() {
+    fn a_request_is_renamed_where_its_sender_found_its_id() {
         let table = Arc::new(RenamedRequests::default());
         let body = request(r#""c-7""#);
         let start = text(&body).find(r#""c-7""#).unwrap();
