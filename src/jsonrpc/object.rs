@@ -174,6 +174,31 @@ pub fn splice_at(whole: &[u8], range: Range<usize>, replacement: &[u8]) -> Optio
     Some(out)
 }
 
+/// `whole` with each of `edits` applied in one write: the bytes at its range replaced by
+/// its pieces, in order (an empty range inserts them). `None` when a range is not within
+/// `whole` or two overlap.
+pub fn spliced(whole: &[u8], edits: &mut [(Range<usize>, &[&[u8]])]) -> Option<Vec<u8>> {
+    edits.sort_unstable_by_key(|(range, _)| (range.start, range.end));
+    let added: usize = edits
+        .iter()
+        .flat_map(|(_, pieces)| pieces.iter().map(|piece| piece.len()))
+        .sum();
+    let mut out = Vec::with_capacity(whole.len() + added);
+    let mut at = 0;
+    for (range, pieces) in edits.iter() {
+        if range.end < range.start {
+            return None;
+        }
+        out.extend_from_slice(whole.get(at..range.start)?);
+        for piece in pieces.iter() {
+            out.extend_from_slice(piece);
+        }
+        at = range.end;
+    }
+    out.extend_from_slice(whole.get(at..)?);
+    Some(out)
+}
+
 // === impl Deserialize for RawObject ===
 
 /// An object key, borrowed from the input unless it had escapes.

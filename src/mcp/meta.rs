@@ -222,6 +222,26 @@ pub fn with_params_of_meta(message: &[u8], add: &[(&str, &[u8])]) -> Option<Vec<
     Some(out)
 }
 
+/// Where members can be added to `raw` (a JSON object) without reading it: the offset
+/// of its closing brace, and whether a comma must come before them (it has members).
+/// `None` when it is not an object, or when it may have a member named `_meta` or one
+/// of `keys` — to be opened then ([`Payload`]). It has none when their names are not in
+/// its text and no `\u` escape could spell one.
+pub fn append_point(raw: &RawValue, keys: &[&str]) -> Option<(usize, bool)> {
+    use memchr::memmem;
+    let text = raw.get().as_bytes();
+    let (b'{', b'}') = (*text.first()?, *text.last()?) else {
+        return None;
+    };
+    let absent = |name: &str| memmem::find(text, name.as_bytes()).is_none();
+    if !(absent(META) && absent("\\u") && keys.iter().all(|key| absent(key))) {
+        return None;
+    }
+    let close = text.len() - 1;
+    let has_members = text[1..close].iter().any(|b| !b.is_ascii_whitespace());
+    Some((close, has_members))
+}
+
 /// The session metadata a response carries back to the client:
 /// `{"sessionId":…,"state":…,"expiresAt":…}`.
 pub fn session_stamp(session_id: &str, state: &str, expires_at: &str) -> Vec<u8> {

@@ -171,6 +171,7 @@ mod tests {
             status: StatusCode::BAD_REQUEST,
             headers: HeaderMap::new(),
             messages: Messages::One(Some(Bytes::from(body.to_owned()))),
+            renamed: None,
         }
     }
 

@@ -25,12 +25,14 @@ use http::{Response, StatusCode};
 
 use super::headers;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Envelope, Kind, same_id};
+use crate::jsonrpc::{Envelope, Kind, same_id, splice_at};
 use crate::mcp::headers::{Accepts, JSON, SSE};
 use crate::mcp::tools::ToolHints;
 use crate::metrics::Metrics;
 use crate::response::{EventRewrite, ProxyBody, SseBody};
-use crate::rewrite::to_client::{Stamp, StampEvents, Stamped, stamp_message, stamp_read};
+use crate::rewrite::to_client::{
+    Stamp, StampEvents, Stamped, stamp_message, stamp_read, stamp_response,
+};
 use crate::upstream::{Answer, Messages, Upstream, UpstreamError};
 
 /// What a relay needs besides the answer.
@@ -73,6 +75,7 @@ impl Relay<'_> {
             status,
             headers: mut answered,
             mut messages,
+            renamed,
         } = answer;
         let mut response = Response::new(ProxyBody::empty());
         *response.status_mut() = status;
@@ -83,14 +86,30 @@ impl Relay<'_> {
             Messages::One(message) => match message.take() {
                 Some(message) => {
                     let read = Envelope::parse(&message);
-                    if let Some(id) = request.id.as_deref()
+                    // The response still carries the proxy's id for the request: the
+                    // client's goes back in the same write as the stamp.
+                    let mut renamed = renamed;
+                    let restored = match (&mut renamed, &read) {
+                        (Some(restore), Ok(envelope)) => restore
+                            .response_read(&message, envelope)
+                            .map(|at| (at, restore.client_id())),
+                        _ => None,
+                    };
+                    if restored.is_none()
+                        && let Some(id) = request.id.as_deref()
                         && let Some(problem) = Answer::unusable_as_read(status, &read, id)
                     {
                         return Err(unusable(self.upstream, status, problem, id));
                     }
                     learn(&request, &message);
-                    let stamped = match (request.stamp.as_ref(), &read) {
-                        (Some(stamp), Ok(envelope)) => stamp_read(&message, envelope, stamp),
+                    let stamped = match (request.stamp.as_ref(), &read, restored) {
+                        (Some(stamp), Ok(envelope), Some(restored)) => {
+                            stamp_response(&message, envelope, stamp, Some(restored))
+                        }
+                        (Some(stamp), Ok(envelope), None) => stamp_read(&message, envelope, stamp),
+                        (None, _, Some((at, client))) => {
+                            Stamped::Response(splice_at(&message, at, client))
+                        }
                         _ => Stamped::Other,
                     };
                     ProxyBody::full(applied(message, stamped))

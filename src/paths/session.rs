@@ -379,10 +379,12 @@ impl SessionPath {
             )
             .await
         } else {
+            // The relay below reads a JSON answer once, for the client's id too.
             let outgoing = match id_at {
                 Some(id) => Outgoing::request(upstream_body.clone(), id),
                 None => Outgoing::from(upstream_body.clone()),
-            };
+            }
+            .restored_by_reader();
             self.upstream
                 .exchange(addr(route), outgoing, forwarded)
                 .await

@@ -6,10 +6,12 @@
 //! server-to-client requests on the same stream pass unchanged (notifications carry no
 //! session metadata).
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{Envelope, Kind, RawObject, same_id, splice};
+use crate::jsonrpc::{Envelope, Kind, RawObject, range_in, same_id, spliced};
 use crate::mcp::meta::{self, Payload};
 use crate::rewrite::to_upstream::strip_top_level_session;
 use crate::sse::Event;
@@ -57,23 +59,63 @@ pub fn stamp_read(message: &[u8], envelope: &Envelope<'_>, stamp: &Stamp) -> Sta
     if !ours {
         return Stamped::Other;
     }
-    let stamped = envelope.result.and_then(|result| {
-        let rewritten = match Payload::open(result) {
-            Ok(Some(payload)) => stamped_payload(&payload, stamp),
-            Ok(None) => return None,
-            // The upstream's `_meta` is not an object, which MCP requires: nothing in it
-            // can be kept, and the client must still get its session. It is replaced.
-            Err(_) => {
-                let mut members = RawObject::parse(result)?;
-                members.remove("_meta");
-                let mut cleaned = Vec::with_capacity(result.get().len());
-                members.write(&mut cleaned, &[]);
-                let cleaned: &RawValue = serde_json::from_slice(&cleaned).ok()?;
-                stamped_payload(&Payload::open(cleaned).ok()??, stamp)
-            }
-        };
-        splice(message, result, &rewritten)
+    stamp_response(message, envelope, stamp, None)
+}
+
+/// The response to the request (`message`, read as `envelope`; its caller knows it is
+/// the response) stamped — in the same write, with the client's id put back at
+/// `renamed` when the upstream knew the request by another id (`ids::Restore`).
+pub fn stamp_response(
+    message: &[u8],
+    envelope: &Envelope<'_>,
+    stamp: &Stamp,
+    renamed: Option<(Range<usize>, &[u8])>,
+) -> Stamped {
+    // What the edits write, made before them (they borrow it).
+    let client: [&[u8]; 1] = [renamed.as_ref().map_or(&[][..], |(_, client)| *client)];
+    let keys: &[&str] = if stamp.complete { &["resultType"] } else { &[] };
+    let result = envelope
+        .result
+        .and_then(|result| Some((result, range_in(message, result)?)));
+    // A result with neither `_meta` nor the member a 2026-07-28 client gets gains them
+    // at its end, as they are written, without being opened; any other object is opened
+    // and written again.
+    let appended = result.clone().and_then(|(result, range)| {
+        let (close, comma) = meta::append_point(result, keys)?;
+        Some((range.start + close, comma))
     });
+    let rewritten = match (&result, appended) {
+        (Some((result, _)), None) => stamped_result(result, stamp),
+        _ => None,
+    };
+    let added: [&[u8]; 7] = [
+        if appended.is_some_and(|(_, comma)| comma) {
+            b","
+        } else {
+            b""
+        },
+        if stamp.complete {
+            br#""resultType":"complete","#
+        } else {
+            b""
+        },
+        br#""_meta":{""#,
+        meta::SESSION.as_bytes(),
+        br#"":"#,
+        &stamp.session[..],
+        b"}",
+    ];
+    let written: [&[u8]; 1] = [rewritten.as_deref().unwrap_or_default()];
+    let mut edits = Edits::default();
+    if let Some((at, _)) = &renamed {
+        edits.push(at.clone(), &client);
+    }
+    match (appended, result) {
+        (Some((at, _)), _) => edits.push(at..at, &added),
+        (None, Some((_, range))) if rewritten.is_some() => edits.push(range, &written),
+        _ => {}
+    }
+    let stamped = edits.applied(message);
     match &stamp.top_level {
         Some(id) => {
             let message = stamped.as_deref().unwrap_or(message);
@@ -83,6 +125,49 @@ pub fn stamp_read(message: &[u8], envelope: &Envelope<'_>, stamp: &Stamp) -> Sta
             Stamped::Response(with_top_level_session(&message, id))
         }
         None => Stamped::Response(stamped),
+    }
+}
+
+/// At most two edits of one message (its id, its result), made in one write.
+#[derive(Default)]
+struct Edits<'a> {
+    edits: [(Range<usize>, &'a [&'a [u8]]); 2],
+    count: usize,
+}
+
+impl<'a> Edits<'a> {
+    fn push(&mut self, range: Range<usize>, pieces: &'a [&'a [u8]]) {
+        if let Some(slot) = self.edits.get_mut(self.count) {
+            *slot = (range, pieces);
+            self.count += 1;
+        }
+    }
+
+    /// `message` edited; `None` when there was nothing to edit (or an edit did not fit).
+    fn applied(mut self, message: &[u8]) -> Option<Vec<u8>> {
+        match self.count {
+            0 => None,
+            n => spliced(message, &mut self.edits[..n]),
+        }
+    }
+}
+
+/// `result` opened and written again with the session stamped; `None` when it is not an
+/// object (an error response has none), which passes as it is.
+fn stamped_result(result: &RawValue, stamp: &Stamp) -> Option<Vec<u8>> {
+    match Payload::open(result) {
+        Ok(Some(payload)) => Some(stamped_payload(&payload, stamp)),
+        Ok(None) => None,
+        // The upstream's `_meta` is not an object, which MCP requires: nothing in it can
+        // be kept, and the client must still get its session. It is replaced.
+        Err(_) => {
+            let mut members = RawObject::parse(result)?;
+            members.remove("_meta");
+            let mut cleaned = Vec::with_capacity(result.get().len());
+            members.write(&mut cleaned, &[]);
+            let cleaned: &RawValue = serde_json::from_slice(&cleaned).ok()?;
+            Some(stamped_payload(&Payload::open(cleaned).ok()??, stamp))
+        }
     }
 }
 

@@ -31,6 +31,10 @@ pub struct Answer {
     /// The upstream's response headers (none for stdio).
     pub headers: HeaderMap,
     pub messages: Messages,
+    /// A JSON body (`Messages::One`) whose response may still carry the proxy's id for
+    /// the request: its reader puts the client's back ([`Restore::response_read`]). Only
+    /// when the sender said it would (`Outgoing::restored_by_reader`).
+    pub renamed: Option<Restore>,
 }
 
 /// The messages of one answer, in order.
@@ -82,6 +86,7 @@ impl Answer {
             status,
             headers: parts.headers,
             messages,
+            renamed: None,
         })
     }
 
@@ -127,13 +132,16 @@ impl Answer {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
             messages: Messages::Channel { first: None, rx },
+            renamed: None,
         }
     }
 
     /// Puts the client's id back on the response to a request the proxy renamed
-    /// (`ids::outgoing`): in a JSON body now, in an event stream as the response goes by.
-    pub(super) fn restore_ids(&mut self, mut restore: Restore) {
+    /// (`ids::outgoing`): in a JSON body now (or, `by_reader`, where its reader reads
+    /// it: [`Answer::renamed`]), in an event stream as the response goes by.
+    pub(super) fn restore_ids(&mut self, mut restore: Restore, by_reader: bool) {
         match &mut self.messages {
+            Messages::One(Some(_)) if by_reader => self.renamed = Some(restore),
             Messages::One(Some(message)) => {
                 if let Some(restored) = restore.response(message, true) {
                     *message = Bytes::from(restored);
@@ -153,6 +161,7 @@ impl Answer {
             status: StatusCode::ACCEPTED,
             headers: HeaderMap::new(),
             messages: Messages::Nothing,
+            renamed: None,
         }
     }
 }

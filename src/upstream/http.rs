@@ -143,10 +143,11 @@ impl HttpUpstream {
         body: ids::Outgoing,
         forwarded: HeaderMap,
     ) -> Result<Answer, UpstreamError> {
+        let by_reader = body.is_restored_by_reader();
         let (body, restore) = ids::outgoing(body, binding.session_id, &self.in_flight);
         let mut answer = self.post(Some(binding), body, forwarded).await?;
         if let Some(restore) = restore {
-            answer.restore_ids(restore);
+            answer.restore_ids(restore, by_reader);
         }
         Ok(answer)
     }
@@ -228,6 +229,7 @@ impl HttpUpstream {
                 status: parts.status,
                 headers: parts.headers,
                 messages: Messages::Nothing,
+                renamed: None,
             });
         }
         let answer = Answer::read(

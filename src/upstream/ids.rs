@@ -106,7 +106,7 @@ impl Drop for Registered {
 #[derive(Debug)]
 pub struct Restore {
     /// The proxy's id, as written on the request.
-    ours: Bytes,
+    ours: Digits,
     /// The client's id, raw JSON as it wrote it.
     client: Bytes,
     registered: Option<Registered>,
@@ -117,7 +117,7 @@ pub struct Restore {
 impl Restore {
     /// The id the upstream knows the request by, until its response went by.
     pub fn upstream_id(&self) -> Option<&[u8]> {
-        (!self.done).then_some(&self.ours[..])
+        (!self.done).then_some(self.ours.as_bytes())
     }
 
     /// `message` with the client's id, if it is the response to the request; `None` for
@@ -129,33 +129,92 @@ impl Restore {
             return None;
         }
         // Whatever spelling the upstream chose for the integer, its digits are there.
-        let ours = &self.ours[..];
-        let maybe = memchr::memmem::find(message, ours).is_some() || whole;
+        let maybe = memchr::memmem::find(message, self.ours.as_bytes()).is_some() || whole;
         if !maybe {
             return None;
         }
         let envelope = Envelope::parse(message).ok()?;
+        let at = self.answered(message, &envelope, whole)?;
+        splice_at(message, at, &self.client)
+    }
+
+    /// Where the client's id goes in `message` — an entire answer (a JSON body) its
+    /// reader parsed already (`envelope`) — if it is the response to the request: the
+    /// range of the upstream's id. The reader writes the client's ([`Self::client_id`])
+    /// there, with whatever else it changes.
+    pub fn response_read(
+        &mut self,
+        message: &[u8],
+        envelope: &Envelope<'_>,
+    ) -> Option<Range<usize>> {
+        if self.done {
+            return None;
+        }
+        self.answered(message, envelope, true)
+    }
+
+    /// The client's id, raw JSON as it wrote it.
+    pub fn client_id(&self) -> &[u8] {
+        &self.client
+    }
+
+    /// Where the upstream's id is in `message` (read as `envelope`), if it is the
+    /// response to the request; it is done with then.
+    fn answered(
+        &mut self,
+        message: &[u8],
+        envelope: &Envelope<'_>,
+        whole: bool,
+    ) -> Option<Range<usize>> {
         if envelope.kind != Kind::Response {
             return None;
         }
         let id = envelope.id?;
-        let answered =
-            same_id(id.get(), ours) || (whole && id.get() == "null" && envelope.error.is_some());
+        let answered = same_id(id.get(), self.ours.as_bytes())
+            || (whole && id.get() == "null" && envelope.error.is_some());
         if !answered {
             return None;
         }
+        let at = range_in(message, id)?;
         self.done = true;
         self.registered = None;
-        splice(message, id, &self.client)
+        Some(at)
+    }
+}
+
+/// An id the proxy gave a request, in decimal digits (kept inline: a `u64` has at most
+/// 20).
+#[derive(Debug, Clone, Copy)]
+struct Digits {
+    digits: [u8; 20],
+    len: u8,
+}
+
+impl Digits {
+    fn of(id: u64) -> Digits {
+        let mut buffer = itoa::Buffer::new();
+        let written = buffer.format(id).as_bytes();
+        let mut digits = [0; 20];
+        digits[..written.len()].copy_from_slice(written);
+        Digits {
+            digits,
+            len: written.len() as u8,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.digits[..usize::from(self.len)]
     }
 }
 
 /// A message on its way upstream, with what its sender knows of it already: where a
-/// request's id is, when the sender read the message (so it is not read again here).
+/// request's id is, when the sender read the message (so it is not read again here), and
+/// whether the sender reads a JSON answer itself (so the client's id goes back there).
 #[derive(Debug)]
 pub struct Outgoing {
     body: Bytes,
     request_id: Option<Range<usize>>,
+    restored_by_reader: bool,
 }
 
 impl Outgoing {
@@ -164,7 +223,23 @@ impl Outgoing {
         Outgoing {
             body,
             request_id: Some(id),
+            restored_by_reader: false,
         }
+    }
+
+    /// The request's answer, when it is a JSON body, is read by its sender, who puts the
+    /// client's id back as it reads it: the answer keeps its [`Restore`]
+    /// (`Answer::renamed`) instead of being read for it here.
+    pub fn restored_by_reader(self) -> Outgoing {
+        Outgoing {
+            restored_by_reader: true,
+            ..self
+        }
+    }
+
+    /// Whether the sender puts the client's id back on a JSON answer itself.
+    pub fn is_restored_by_reader(&self) -> bool {
+        self.restored_by_reader
     }
 
     /// The message as it is sent when the upstream does not rename ids.
@@ -178,6 +253,7 @@ impl From<Bytes> for Outgoing {
         Outgoing {
             body,
             request_id: None,
+            restored_by_reader: false,
         }
     }
 }
@@ -194,6 +270,7 @@ pub fn outgoing(
     let Outgoing {
         body: message,
         request_id,
+        ..
     } = message;
     // A range not within the message is not trusted: it is read instead.
     if let Some(id) = request_id.filter(|id| id.end <= message.len() && !id.is_empty()) {
@@ -223,12 +300,10 @@ fn renamed(
     in_flight: &Arc<RenamedRequests>,
 ) -> (Bytes, Option<Restore>) {
     let ours = next();
-    let mut digits = itoa::Buffer::new();
-    let rendered = digits.format(ours).as_bytes();
-    let Some(renamed) = splice_at(&message, id.clone(), rendered) else {
+    let rendered = Digits::of(ours);
+    let Some(renamed) = splice_at(&message, id.clone(), rendered.as_bytes()) else {
         return (message, None);
     };
-    let rendered = Bytes::copy_from_slice(rendered);
     let client = message.slice(id);
     // An upstream that issues no session id cannot tell its clients' requests apart:
     // there is no session to find a cancelled request in.
@@ -342,6 +417,37 @@ mod tests {
         let (sent, restore) = outgoing(Outgoing::request(request("3"), 500..503), None, &table);
         assert!(restore.is_some());
         assert_ne!(id_of(&sent), "3");
+    }
+
+    #[test]
+    fn a_reader_that_parsed_the_answer_is_told_where_the_clients_id_goes() {
+        let table = Arc::new(RenamedRequests::default());
+        let (sent, restore) = outgoing(request(r#""c-9""#).into(), Some("s"), &table);
+        let mut restore = restore.unwrap();
+        let ours = id_of(&sent);
+        // Another id, then a notification: not the response.
+        let other = r#"{"jsonrpc":"2.0","id":123456789012,"result":{}}"#;
+        let read = Envelope::parse(other.as_bytes()).unwrap();
+        assert_eq!(restore.response_read(other.as_bytes(), &read), None);
+        assert_eq!(table.len(), 1);
+        let answer = format!(r#"{{"jsonrpc":"2.0","result":{{}},"id":{ours}}}"#);
+        let read = Envelope::parse(answer.as_bytes()).unwrap();
+        let at = restore.response_read(answer.as_bytes(), &read).unwrap();
+        assert_eq!(&answer[at], ours);
+        assert_eq!(restore.client_id(), br#""c-9""#);
+        assert_eq!(table.len(), 0, "answered, it leaves the table");
+        assert_eq!(
+            restore.response_read(answer.as_bytes(), &read),
+            None,
+            "once"
+        );
+        // An error the upstream could not tie to a request is the response too.
+        let (_, restore) = outgoing(request("4").into(), Some("s"), &table);
+        let mut restore = restore.unwrap();
+        let unnamed = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#;
+        let read = Envelope::parse(unnamed.as_bytes()).unwrap();
+        let at = restore.response_read(unnamed.as_bytes(), &read).unwrap();
+        assert_eq!(&unnamed[at], "null");
     }
 
     #[test]

@@ -247,6 +247,7 @@ mod tests {
                 status,
                 headers: http::HeaderMap::new(),
                 messages: Messages::One(Some(bytes::Bytes::from_static(body))),
+                renamed: None,
             })
         };
         assert!(in_answer(&answer(

@@ -78,3 +78,21 @@ fn string_objects_keep_their_order_and_escape_keys_and_values() {
         serde_json::json!({"sessionId": "a\"b", "expiresAt": "x\ny"})
     );
 }
+
+#[test]
+fn edits_are_made_in_one_write_in_either_order() {
+    let whole = b"0123456789";
+    let mut edits: [(Range<usize>, &[&[u8]]); 2] = [(7..9, &[b"x", b"y"]), (1..2, &[b"A"])];
+    assert_eq!(spliced(whole, &mut edits).unwrap(), b"0A23456xy9");
+    // An empty range inserts.
+    let mut edits: [(Range<usize>, &[&[u8]]); 2] = [(10..10, &[b"!"]), (0..0, &[b"<"])];
+    assert_eq!(spliced(whole, &mut edits).unwrap(), b"<0123456789!");
+    // Overlapping, reversed or outside: refused.
+    let mut edits: [(Range<usize>, &[&[u8]]); 2] = [(1..5, &[]), (4..6, &[])];
+    assert_eq!(spliced(whole, &mut edits), None);
+    let reversed = Range { start: 5, end: 3 };
+    let mut edits: [(Range<usize>, &[&[u8]]); 1] = [(reversed, &[])];
+    assert_eq!(spliced(whole, &mut edits), None);
+    let mut edits: [(Range<usize>, &[&[u8]]); 1] = [(9..11, &[])];
+    assert_eq!(spliced(whole, &mut edits), None);
+}

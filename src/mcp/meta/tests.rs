@@ -137,3 +137,24 @@ fn typed_meta_keys_are_checked() {
         }
     }
 }
+
+#[test]
+fn members_are_appended_only_to_an_object_that_cannot_have_them() {
+    let point = |text: &str, keys: &[&str]| {
+        let raw = RawValue::from_string(text.to_owned()).unwrap();
+        append_point(&raw, keys)
+    };
+    assert_eq!(point("{}", &[]), Some((1, false)));
+    assert_eq!(point("{ \n }", &[]), Some((4, false)));
+    assert_eq!(point(r#"{"a":1}"#, &[]), Some((6, true)));
+    assert_eq!(point(r#"{"a":1}"#, &["b"]), Some((6, true)));
+    // Named, or perhaps named (escapes), anywhere in its text: to be opened.
+    assert_eq!(point(r#"{"a":1,"_meta":{}}"#, &[]), None);
+    assert_eq!(point(r#"{"a":"_meta"}"#, &[]), None);
+    assert_eq!(point(r#"{"\u005fmeta":{}}"#, &[]), None);
+    assert_eq!(point(r#"{"a":"\u00e9"}"#, &[]), None);
+    assert_eq!(point(r#"{"resultType":"task"}"#, &["resultType"]), None);
+    // Not an object.
+    assert_eq!(point("[1]", &[]), None);
+    assert_eq!(point(r#""{}""#, &[]), None);
+}

@@ -149,3 +149,102 @@ fn a_top_level_session_id_from_the_upstream_is_replaced_not_duplicated() {
     assert_eq!(envelope.session_id.unwrap().get(), r#""sess-abc123""#);
     assert!(!String::from_utf8_lossy(&out).contains("upstream's"));
 }
+
+/// What the stamp writes when the result is opened and written again: the reference the
+/// appended form must equal, member for member.
+fn opened_and_written(message: &[u8], stamp: &Stamp) -> serde_json::Value {
+    let envelope = Envelope::parse(message).unwrap();
+    let result = envelope.result.unwrap();
+    let rewritten = stamped_result(result, stamp).unwrap();
+    let out = crate::jsonrpc::splice(message, result, &rewritten).unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn a_result_without_meta_gets_it_appended_as_written_and_equal_to_one_opened() {
+    let modern = Stamp {
+        complete: true,
+        ..stamp()
+    };
+    for message in [
+        &br#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"hi"}]}}"#[..],
+        br#"{"jsonrpc":"2.0","id":2,"result":{}}"#,
+        br#"{"jsonrpc":"2.0","id":2,"result":{ }}"#,
+        br#"{"result":{"content": [ ], "isError" : false },"jsonrpc":"2.0","id":2}"#,
+    ] {
+        for s in [&stamp(), &modern] {
+            let Stamped::Response(Some(out)) = stamp_message(message, s) else {
+                panic!("not stamped: {}", String::from_utf8_lossy(message))
+            };
+            let text = String::from_utf8_lossy(&out);
+            let v: serde_json::Value = serde_json::from_slice(&out).expect(&text);
+            assert_eq!(v, opened_and_written(message, s), "{text}");
+            // The upstream's own bytes are kept, spacing and all.
+            let envelope = Envelope::parse(message).unwrap();
+            let inner = envelope.result.unwrap().get().trim_end_matches('}');
+            assert!(text.contains(inner), "{text}");
+        }
+    }
+}
+
+#[test]
+fn a_result_that_may_name_meta_is_opened() {
+    // A `_meta` of its own is merged; one spelled with escapes, and the text `_meta`
+    // anywhere (here in a string), make the result be opened too — all to the same
+    // members as the opened form.
+    for message in [
+        &br#"{"jsonrpc":"2.0","id":2,"result":{"x":1,"_meta":{"trace":"t"}}}"#[..],
+        br#"{"jsonrpc":"2.0","id":2,"result":{"x":1,"\u005fmeta":{"trace":"t"}}}"#,
+        br#"{"jsonrpc":"2.0","id":2,"result":{"text":"see _meta"}}"#,
+        br#"{"jsonrpc":"2.0","id":2,"result":{"resultType":"task"}}"#,
+    ] {
+        let s = Stamp {
+            complete: true,
+            ..stamp()
+        };
+        let Stamped::Response(Some(out)) = stamp_message(message, &s) else {
+            panic!("not stamped")
+        };
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v, opened_and_written(message, &s));
+        assert_eq!(v["result"]["resultType"], "complete");
+        assert_eq!(
+            v["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
+            "sess-abc123"
+        );
+    }
+    let merged = opened_and_written(
+        br#"{"jsonrpc":"2.0","id":2,"result":{"x":1,"_meta":{"trace":"t"}}}"#,
+        &stamp(),
+    );
+    assert_eq!(merged["result"]["_meta"]["trace"], "t");
+}
+
+#[test]
+fn the_clients_id_goes_back_in_the_same_write_as_the_stamp() {
+    for message in [
+        &br#"{"jsonrpc":"2.0","id":917,"result":{"tools":[]}}"#[..],
+        br#"{"result":{"tools":[]},"jsonrpc":"2.0","id":917}"#,
+        br#"{"jsonrpc":"2.0","id":917,"result":{"tools":[],"_meta":{"a":1}}}"#,
+        br#"{"jsonrpc":"2.0","id":917,"error":{"code":-32601,"message":"no"}}"#,
+    ] {
+        let envelope = Envelope::parse(message).unwrap();
+        let at = crate::jsonrpc::range_in(message, envelope.id.unwrap()).unwrap();
+        let client = br#""the client's""#;
+        let Stamped::Response(Some(out)) =
+            stamp_response(message, &envelope, &stamp(), Some((at, &client[..])))
+        else {
+            panic!("not written")
+        };
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], "the client's", "{}", String::from_utf8_lossy(&out));
+        if v.get("result").is_some() {
+            assert_eq!(
+                v["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
+                "sess-abc123"
+            );
+        } else {
+            assert_eq!(v["error"]["code"], -32601);
+        }
+    }
+}
