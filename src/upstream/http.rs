@@ -55,8 +55,9 @@ pub struct SessionAddr<'a> {
     pub replica: super::ReplicaId,
     /// The upstream's `Mcp-Session-Id`; `None` for an upstream that issued none.
     pub session_id: Option<&'a str>,
-    /// The version negotiated at `initialize`, sent as `MCP-Protocol-Version`.
-    pub protocol_version: &'a str,
+    /// The version negotiated at `initialize`, sent as `MCP-Protocol-Version` (one of
+    /// the versions the proxy knows: `mcp::version`).
+    pub protocol_version: &'static str,
 }
 
 /// One upstream endpoint behind its connections.
@@ -442,9 +443,8 @@ impl HttpUpstream {
                 })?;
                 headers.insert(MCP_SESSION_ID.clone(), value);
             }
-            let version = HeaderValue::from_str(binding.protocol_version).map_err(|_| {
-                UpstreamError::Protocol("the negotiated version is not a valid header".into())
-            })?;
+            // One of the proxy's own version strings: a header value as it is.
+            let version = HeaderValue::from_static(binding.protocol_version);
             headers.insert(MCP_PROTOCOL_VERSION.clone(), version);
         }
         Ok(request)
