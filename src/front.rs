@@ -61,6 +61,7 @@ use crate::paths::cluster::{CLUSTER_PATH, Signed};
 use crate::response::{self, ProxyBody};
 use crate::route::{self, Bare, BareRoute, Message, Route};
 use crate::telemetry::server::ServerSpan;
+use crate::within::within;
 
 /// What every MCP endpoint checks before its upstream sees anything.
 #[derive(Debug)]
@@ -301,7 +302,7 @@ impl Endpoint<'_> {
             Err(e) => return (response::error(&e, None), "other"),
         };
         let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
-        let body = match tokio::time::timeout(self.limits.body_timeout, read).await {
+        let body = match within(self.limits.body_timeout, read).await {
             Ok(Ok(body)) => body,
             Ok(Err(e)) => return (response::error(&e, None), "other"),
             Err(_) => {

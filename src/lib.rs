@@ -31,6 +31,7 @@ pub mod telemetry;
 pub mod throttle;
 pub mod upstream;
 pub mod wire;
+pub mod within;
 pub mod workers;
 
 use std::future::Future;

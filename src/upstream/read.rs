@@ -42,7 +42,7 @@ pub async fn read_body(
     timeout: Duration,
 ) -> Result<Bytes, UpstreamError> {
     let collect = Limited::new(body, limit).collect();
-    match tokio::time::timeout(timeout, collect).await {
+    match crate::within::within(timeout, collect).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(UpstreamError::Protocol(
             format!("a response body exceeded {limit} bytes"),
