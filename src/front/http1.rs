@@ -135,9 +135,9 @@ where
         *request.version_mut() = version;
         *request.headers_mut() = headers;
 
-        // Served, unless the client leaves first. Its future (kilobytes) is made in its
-        // box, not made here and copied into this loop's.
-        let mut served = super::boxed_in_place(|| exchange(request));
+        // Served, unless the client leaves first.
+        let served = exchange(request);
+        let mut served = std::pin::pin!(served);
         let mut watching = buf.is_empty();
         let response = loop {
             // The connection first, as hyper does: a client that left while its answer
