@@ -21,7 +21,7 @@ pub use manager::{
     Issued, Lease, NewSession, ReaperHandle, SessionError, Sessions, Settings, Slot, spawn_reaper,
 };
 pub use memory::MemoryStore;
-pub use record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis, rfc3339};
+pub use record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis, rfc3339, rfc3339_in};
 pub use redis::{Counted as CacheCounted, RedisStore};
 pub use sealed::SealedStore;
 pub use state::{StateSigner, keyed_hmac};

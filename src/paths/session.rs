@@ -49,7 +49,7 @@ use crate::rewrite::to_upstream::{strip_session, strip_top_level_session};
 use crate::route::{Message, SessionRef};
 use crate::session::{
     Backing, ClientIdentity, Issued, Lease, NewSession, Reroute, SessionError, SessionRecord,
-    Sessions, Slot, log_tag, now_millis, rfc3339,
+    Sessions, Slot, log_tag, now_millis, rfc3339, rfc3339_in,
 };
 use crate::upstream::ids::Outgoing;
 use crate::upstream::{
@@ -1288,12 +1288,13 @@ fn frame_of(record: &SessionRecord, log_level: Option<LogLevel>) -> Frame<'_> {
 /// What the answer to request `request_id` (raw) in session `id` carries: the session as
 /// `lease` renewed it (in `_meta`), nothing else.
 pub(super) fn session_stamp(id: &str, lease: &Lease, request_id: Bytes) -> Stamp {
+    let mut expires = [0; 32];
     Stamp {
         request_id,
         session: Bytes::from(meta::session_stamp(
             id,
             &lease.state,
-            &rfc3339(lease.expires_at),
+            rfc3339_in(&mut expires, lease.expires_at),
         )),
         top_level: None,
         complete: false,

@@ -23,6 +23,18 @@ pub fn rfc3339(at: Millis) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
+/// [`rfc3339`] written into `buffer` (it takes 20 bytes), without an allocation.
+pub fn rfc3339_in(buffer: &mut [u8; 32], at: Millis) -> &str {
+    use std::io::Write;
+    let time = UNIX_EPOCH + Duration::from_millis(at);
+    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
+    let written = match write!(cursor, "{}", humantime::format_rfc3339_seconds(time)) {
+        Ok(()) => usize::try_from(cursor.position()).unwrap_or(0),
+        Err(_) => 0,
+    };
+    std::str::from_utf8(&buffer[..written]).unwrap_or_default()
+}
+
 /// One data-layer session and the upstream connection behind it.
 #[derive(Debug, Clone)]
 pub struct SessionRecord {
@@ -79,4 +91,18 @@ pub struct Backing {
 pub struct ClientIdentity {
     pub client_info: Option<Box<serde_json::value::RawValue>>,
     pub capabilities: Option<Box<serde_json::value::RawValue>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiry_is_written_the_same_in_place_as_in_a_string() {
+        let mut buffer = [0; 32];
+        for at in [0, 1_772_323_200_000, 1_772_323_200_999, 253_402_300_799_000] {
+            assert_eq!(rfc3339_in(&mut buffer, at), rfc3339(at));
+        }
+        assert_eq!(rfc3339_in(&mut buffer, 0), "1970-01-01T00:00:00Z");
+    }
 }

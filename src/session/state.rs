@@ -20,6 +20,8 @@ const VERSION: u8 = 2;
 const TAG_LEN: usize = 16;
 const TOKEN_LEN: usize = 1 + 8 + 8 + TAG_LEN;
 const DOMAIN: &[u8] = b"mcp-session-proxy/state/v2\0";
+/// The longest token text read at all (a token is 44 characters).
+const MAX_TOKEN_TEXT: usize = 64;
 
 /// HMAC-SHA256 keyed with `key`. RFC 2104 §2: a key longer than the hash block is hashed
 /// first, a shorter one is padded with zeros; doing that here keeps construction
@@ -90,10 +92,13 @@ impl StateSigner {
     /// The sequence and expiry sealed in `token`, if this signer (with any of its keys)
     /// issued it for `session_id`.
     pub fn verify(&self, session_id: &str, token: &str) -> Option<(u64, u64)> {
-        if token.len() > 64 {
+        if token.len() > MAX_TOKEN_TEXT {
             return None;
         }
-        let raw = URL_SAFE_NO_PAD.decode(token).ok()?;
+        // Decoded where it lies: 64 characters are at most 48 bytes.
+        let mut decoded = [0u8; MAX_TOKEN_TEXT / 4 * 3];
+        let len = URL_SAFE_NO_PAD.decode_slice(token, &mut decoded).ok()?;
+        let raw = decoded.get(..len)?;
         if raw.len() != TOKEN_LEN || raw[0] != VERSION {
             return None;
         }
