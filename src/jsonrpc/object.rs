@@ -175,8 +175,8 @@ pub fn splice_at(whole: &[u8], range: Range<usize>, replacement: &[u8]) -> Optio
 }
 
 /// `whole` with each of `edits` applied in one write: the bytes at its range replaced by
-/// its pieces, in order (an empty range inserts them). `None` when a range is not within
-/// `whole` or two overlap.
+/// its pieces, in order (an empty range inserts them). `None` when a range is reversed,
+/// not within `whole`, or overlaps another.
 pub fn spliced(whole: &[u8], edits: &mut [(Range<usize>, &[&[u8]])]) -> Option<Vec<u8>> {
     edits.sort_unstable_by_key(|(range, _)| (range.start, range.end));
     let added: usize = edits

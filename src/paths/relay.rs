@@ -75,7 +75,7 @@ impl Relay<'_> {
             status,
             headers: mut answered,
             mut messages,
-            renamed,
+            mut renamed,
         } = answer;
         let mut response = Response::new(ProxyBody::empty());
         *response.status_mut() = status;
@@ -88,7 +88,6 @@ impl Relay<'_> {
                     let read = Envelope::parse(&message);
                     // The response still carries the proxy's id for the request: the
                     // client's goes back in the same write as the stamp.
-                    let mut renamed = renamed;
                     let restored = match (&mut renamed, &read) {
                         (Some(restore), Ok(envelope)) => restore
                             .response_read(&message, envelope)

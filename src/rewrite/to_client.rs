@@ -73,7 +73,7 @@ pub fn stamp_response(
 ) -> Stamped {
     // What the edits write, made before them (they borrow it).
     let client: [&[u8]; 1] = [renamed.as_ref().map_or(&[][..], |(_, client)| *client)];
-    let keys: &[&str] = if stamp.complete { &["resultType"] } else { &[] };
+    let keys: &[&str] = if stamp.complete { &[COMPLETE.0] } else { &[] };
     let result = envelope
         .result
         .and_then(|result| Some((result, range_in(message, result)?)));
@@ -88,17 +88,22 @@ pub fn stamp_response(
         (Some((result, _)), None) => stamped_result(result, stamp),
         _ => None,
     };
-    let added: [&[u8]; 7] = [
-        if appended.is_some_and(|(_, comma)| comma) {
-            b","
-        } else {
-            b""
-        },
-        if stamp.complete {
-            br#""resultType":"complete","#
-        } else {
-            b""
-        },
+    let comma: &[u8] = match appended {
+        Some((_, true)) => b",",
+        _ => b"",
+    };
+    let complete: [&[u8]; 5] = match stamp.complete {
+        true => [b"\"", COMPLETE.0.as_bytes(), b"\":", COMPLETE.1, b","],
+        false => [b""; 5],
+    };
+    let [c0, c1, c2, c3, c4] = complete;
+    let added: [&[u8]; 11] = [
+        comma,
+        c0,
+        c1,
+        c2,
+        c3,
+        c4,
         br#""_meta":{""#,
         meta::SESSION.as_bytes(),
         br#"":"#,
@@ -137,6 +142,7 @@ struct Edits<'a> {
 
 impl<'a> Edits<'a> {
     fn push(&mut self, range: Range<usize>, pieces: &'a [&'a [u8]]) {
+        debug_assert!(self.count < self.edits.len(), "a third edit");
         if let Some(slot) = self.edits.get_mut(self.count) {
             *slot = (range, pieces);
             self.count += 1;
@@ -145,10 +151,13 @@ impl<'a> Edits<'a> {
 
     /// `message` edited; `None` when there was nothing to edit (or an edit did not fit).
     fn applied(mut self, message: &[u8]) -> Option<Vec<u8>> {
-        match self.count {
-            0 => None,
+        let edited = match self.count {
+            0 => return None,
             n => spliced(message, &mut self.edits[..n]),
-        }
+        };
+        // Ranges read from the message's own envelope always fit it.
+        debug_assert!(edited.is_some(), "an edit outside the message");
+        edited
     }
 }
 
@@ -171,15 +180,14 @@ fn stamped_result(result: &RawValue, stamp: &Stamp) -> Option<Vec<u8>> {
     }
 }
 
+/// What a 2026-07-28 client's result gains besides the session: the member and its
+/// value (raw JSON).
+const COMPLETE: (&str, &[u8]) = ("resultType", br#""complete""#);
+
 /// The result with the session in its `_meta` (and `resultType` for a 2026-07-28 client).
 fn stamped_payload(payload: &Payload<'_>, stamp: &Stamp) -> Vec<u8> {
     if stamp.complete {
-        payload.edited(
-            &[],
-            &[],
-            &[("resultType", br#""complete""#)],
-            &[(meta::SESSION, &stamp.session)],
-        )
+        payload.edited(&[], &[], &[COMPLETE], &[(meta::SESSION, &stamp.session)])
     } else {
         payload.with_meta(meta::SESSION, &stamp.session)
     }

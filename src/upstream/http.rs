@@ -137,7 +137,8 @@ impl HttpUpstream {
 
     /// Sends a client's message in `binding`'s upstream session, in the proxy's own
     /// request ids (`ids`): a request goes with a fresh id and its response comes back
-    /// with the client's; a client's `notifications/cancelled` names the proxy's id.
+    /// with the client's (a JSON body's left to its reader, when the sender asked:
+    /// `Answer::renamed`); a client's `notifications/cancelled` names the proxy's id.
     pub async fn exchange(
         &self,
         binding: SessionAddr<'_>,

@@ -4,7 +4,9 @@
 //! Every request the proxy sends in an upstream session gets a fresh id from one
 //! process-wide counter — an integer, which every JSON serializer writes back as it came
 //! — and the client's id goes back, byte for byte, onto the response to it: in a JSON
-//! body at once, in an event stream as the event carrying it goes by. The client's id
+//! body at once (or where its reader reads it, when the sender asked:
+//! [`Outgoing::restored_by_reader`]), in an event stream as the event carrying it goes
+//! by. The client's id
 //! never reaches the upstream, so however the upstream parses and rewrites ids (`1.0` as
 //! `1`, `"\u00e9"` as `"é"`, `1E+2` as `100`), the client reads its own; and two calls
 //! with the same id that share an upstream session (a pinned conversation) never collide
@@ -425,7 +427,7 @@ mod tests {
         let (sent, restore) = outgoing(request(r#""c-9""#).into(), Some("s"), &table);
         let mut restore = restore.unwrap();
         let ours = id_of(&sent);
-        // Another id, then a notification: not the response.
+        // Another id: not the response.
         let other = r#"{"jsonrpc":"2.0","id":123456789012,"result":{}}"#;
         let read = Envelope::parse(other.as_bytes()).unwrap();
         assert_eq!(restore.response_read(other.as_bytes(), &read), None);

@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Limited};
 use super::connections::UpstreamBody;
 use super::error::UpstreamError;
 use crate::mcp::headers::{JSON, SSE};
+use crate::within::within;
 
 /// The media type of a Streamable HTTP response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +43,7 @@ pub async fn read_body(
     timeout: Duration,
 ) -> Result<Bytes, UpstreamError> {
     let collect = Limited::new(body, limit).collect();
-    match crate::within::within(timeout, collect).await {
+    match within(timeout, collect).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(UpstreamError::Protocol(
             format!("a response body exceeded {limit} bytes"),

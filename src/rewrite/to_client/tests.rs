@@ -152,12 +152,16 @@ fn a_top_level_session_id_from_the_upstream_is_replaced_not_duplicated() {
 
 /// What the stamp writes when the result is opened and written again: the reference the
 /// appended form must equal, member for member.
-fn opened_and_written(message: &[u8], stamp: &Stamp) -> serde_json::Value {
+fn opened_and_written(message: &[u8], stamp: &Stamp) -> Vec<u8> {
     let envelope = Envelope::parse(message).unwrap();
     let result = envelope.result.unwrap();
     let rewritten = stamped_result(result, stamp).unwrap();
-    let out = crate::jsonrpc::splice(message, result, &rewritten).unwrap();
-    serde_json::from_slice(&out).unwrap()
+    crate::jsonrpc::splice(message, result, &rewritten).unwrap()
+}
+
+fn value(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(bytes)))
 }
 
 #[test]
@@ -177,14 +181,23 @@ fn a_result_without_meta_gets_it_appended_as_written_and_equal_to_one_opened() {
                 panic!("not stamped: {}", String::from_utf8_lossy(message))
             };
             let text = String::from_utf8_lossy(&out);
-            let v: serde_json::Value = serde_json::from_slice(&out).expect(&text);
-            assert_eq!(v, opened_and_written(message, s), "{text}");
+            let opened = opened_and_written(message, s);
+            assert_eq!(value(&out), value(&opened), "{text}");
+            // Without spacing in the result, byte for byte the same (members in order).
+            if !envelope_result_is_spaced(message) {
+                assert_eq!(text, String::from_utf8_lossy(&opened));
+            }
             // The upstream's own bytes are kept, spacing and all.
             let envelope = Envelope::parse(message).unwrap();
             let inner = envelope.result.unwrap().get().trim_end_matches('}');
             assert!(text.contains(inner), "{text}");
         }
     }
+}
+
+fn envelope_result_is_spaced(message: &[u8]) -> bool {
+    let envelope = Envelope::parse(message).unwrap();
+    envelope.result.unwrap().get().contains(' ')
 }
 
 #[test]
@@ -205,19 +218,31 @@ fn a_result_that_may_name_meta_is_opened() {
         let Stamped::Response(Some(out)) = stamp_message(message, &s) else {
             panic!("not stamped")
         };
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        assert_eq!(v, opened_and_written(message, &s));
+        // Opened: byte for byte what opening writes (appending would keep a second
+        // `_meta` or `resultType`, or the escaped key, in the text).
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&opened_and_written(message, &s))
+        );
+        let v = value(&out);
         assert_eq!(v["result"]["resultType"], "complete");
         assert_eq!(
             v["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
             "sess-abc123"
         );
     }
-    let merged = opened_and_written(
+    let Stamped::Response(Some(merged)) = stamp_message(
         br#"{"jsonrpc":"2.0","id":2,"result":{"x":1,"_meta":{"trace":"t"}}}"#,
         &stamp(),
-    );
+    ) else {
+        panic!("not stamped")
+    };
+    let merged = value(&merged);
     assert_eq!(merged["result"]["_meta"]["trace"], "t");
+    assert_eq!(
+        merged["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
+        "sess-abc123"
+    );
 }
 
 #[test]
@@ -247,4 +272,26 @@ fn the_clients_id_goes_back_in_the_same_write_as_the_stamp() {
             assert_eq!(v["error"]["code"], -32601);
         }
     }
+}
+
+#[test]
+fn the_clients_id_and_the_sep_1364_session_go_back_together() {
+    let s = Stamp {
+        top_level: Some(Bytes::from_static(br#""sess-abc123""#)),
+        ..stamp()
+    };
+    let message = br#"{"jsonrpc":"2.0","id":917,"result":{"tools":[]},"sessionId":"theirs"}"#;
+    let envelope = Envelope::parse(message).unwrap();
+    let at = crate::jsonrpc::range_in(message, envelope.id.unwrap()).unwrap();
+    let Stamped::Response(Some(out)) = stamp_response(message, &envelope, &s, Some((at, b"2")))
+    else {
+        panic!("not written")
+    };
+    assert!(out.starts_with(br#"{"sessionId":"sess-abc123","jsonrpc":"2.0","id":2,"#));
+    let v = value(&out);
+    assert_eq!(v["id"], 2);
+    assert_eq!(
+        v["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"],
+        "sess-abc123"
+    );
 }
