@@ -372,14 +372,12 @@ impl Exchange {
         let front = self.front.clone();
         let in_flight = self.activity.request();
         let (role, peer) = (self.role, self.peer);
-        // Made in its box: the future (kilobytes) is not made here and copied into the
-        // connection's loop.
-        super::boxed_in_place(move || async move {
+        async move {
             let mut response = handle(front, request, role, peer).await;
             // A traced request's span ends with its body.
             let span = response.extensions_mut().remove::<Answered>();
             response.map(|body| Tracked::new(body, in_flight, span))
-        })
+        }
     }
 }
 
