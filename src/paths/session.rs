@@ -1289,18 +1289,10 @@ fn frame_of(record: &SessionRecord, log_level: Option<LogLevel>) -> Frame<'_> {
 /// `lease` renewed it (in `_meta`), nothing else.
 pub(super) fn session_stamp(id: &str, lease: &Lease, request_id: Bytes) -> Stamp {
     let mut expires = [0; 32];
-    let spelled;
-    let expires = match rfc3339_in(&mut expires, lease.expires_at) {
-        // Did not fit (no such year): spelled as before.
-        "" => {
-            spelled = rfc3339(lease.expires_at);
-            spelled.as_str()
-        }
-        written => written,
-    };
+    let expires = rfc3339_in(&mut expires, lease.expires_at);
     Stamp {
         request_id,
-        session: Bytes::from(meta::session_stamp(id, &lease.state, expires)),
+        session: Bytes::from(meta::session_stamp(id, &lease.state, &expires)),
         top_level: None,
         complete: false,
     }

@@ -1,5 +1,6 @@
 //! What the proxy remembers about one data-layer session.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,16 +24,20 @@ pub fn rfc3339(at: Millis) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
-/// [`rfc3339`] written into `buffer` (it takes 20 bytes), without an allocation.
-pub fn rfc3339_in(buffer: &mut [u8; 32], at: Millis) -> &str {
+/// [`rfc3339`] written into `buffer` (it takes 20 bytes), without an allocation; one
+/// that does not fit is spelled by [`rfc3339`].
+pub fn rfc3339_in(buffer: &mut [u8; 32], at: Millis) -> Cow<'_, str> {
     use std::io::Write;
     let time = UNIX_EPOCH + Duration::from_millis(at);
     let mut cursor = std::io::Cursor::new(&mut buffer[..]);
     let written = match write!(cursor, "{}", humantime::format_rfc3339_seconds(time)) {
-        Ok(()) => usize::try_from(cursor.position()).unwrap_or(0),
-        Err(_) => 0,
+        Ok(()) => usize::try_from(cursor.position()).ok(),
+        Err(_) => None,
     };
-    std::str::from_utf8(&buffer[..written]).unwrap_or_default()
+    match written.and_then(|n| std::str::from_utf8(buffer.get(..n)?).ok()) {
+        Some(text) => Cow::Borrowed(text),
+        None => Cow::Owned(rfc3339(at)),
+    }
 }
 
 /// One data-layer session and the upstream connection behind it.
