@@ -44,6 +44,38 @@ impl<'a> RawObject<'a> {
         found
     }
 
+    /// Where to cut `text` — this object's own text, which [`parse`](Self::parse) read —
+    /// to drop its member `key` as it was written, with the comma that separates it from
+    /// another: what is left is the object without `key`, every other byte as it came.
+    /// `None` when `key` is not a member once (absent, or named twice), or when `text`
+    /// is not what this object was read from.
+    pub fn cut(&self, text: &str, key: &str) -> Option<Range<usize>> {
+        let mut named = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, _))| k == key);
+        let (at, (_, value)) = named.next()?;
+        if named.next().is_some() {
+            return None;
+        }
+        let text = text.as_bytes();
+        let end = range_in(text, value)?.end;
+        match at.checked_sub(1) {
+            // From the end of the member before: `, "key": value`.
+            Some(before) => Some(range_in(text, self.entries[before].1)?.end..end),
+            // The first member: from the brace up to and with the comma after it, or up
+            // to the end of the value when it is the only one (`{}` stays, spaced as
+            // written).
+            None if text.first() != Some(&b'{') => None,
+            None if self.entries.len() == 1 => Some(1..end),
+            None => {
+                let comma = end + text.get(end..)?.iter().position(|&b| b == b',')?;
+                Some(1..comma + 1)
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

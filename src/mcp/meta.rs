@@ -5,6 +5,7 @@
 //! everything else is written back byte for byte.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde_json::value::RawValue;
 
@@ -154,6 +155,19 @@ impl<'a> Payload<'a> {
             members.write(&mut out, &[(META, &meta_bytes)]);
         }
         Some(out)
+    }
+
+    /// Where to cut `raw` (the text this payload was opened from) to drop its `_meta`
+    /// when that holds `key` alone: the payload [`without_meta`](Self::without_meta)
+    /// writes, but with the other members' bytes as they came (spacing, key spelling).
+    /// `None` for any other `_meta` (more keys, `key` absent, a member named twice), which
+    /// is written again instead.
+    pub fn sole_meta_cut(&self, raw: &RawValue, key: &str) -> Option<Range<usize>> {
+        let mut keys = self.meta.as_ref()?.entries();
+        match (keys.next(), keys.next()) {
+            (Some((only, _)), None) if only == key => self.members.cut(raw.get(), META),
+            _ => None,
+        }
     }
 
     /// The payload with `_meta[key]` set to the raw JSON `value` (replacing any).

@@ -17,6 +17,9 @@ use crate::mcp::meta::{self, Payload};
 /// when nothing else is left in it. Returns `body` itself when there is nothing to strip.
 /// With it, where `id` (another top-level member parsed from `body`: a request's id) is
 /// in what it returns.
+///
+/// The usual `_meta`, the session alone, is cut out of the bytes as they came; any other
+/// has the payload written again without the key.
 pub fn strip_session(
     body: &Bytes,
     payload_raw: &RawValue,
@@ -24,6 +27,14 @@ pub fn strip_session(
     id: Option<&RawValue>,
 ) -> (Bytes, Option<Range<usize>>) {
     let id = id.and_then(|id| range_in(body, id));
+    if let Some(cut) = payload.sole_meta_cut(payload_raw, meta::SESSION)
+        && let Some(at) = range_in(body, payload_raw)
+    {
+        let cut = at.start + cut.start..at.start + cut.end;
+        if let Some(out) = splice_at(body, cut.clone(), b"") {
+            return (Bytes::from(out), id.map(|id| after_cut(id, &cut)));
+        }
+    }
     let Some((stripped, replaced)) = payload
         .without_meta(meta::SESSION)
         .zip(range_in(body, payload_raw))
@@ -40,6 +51,14 @@ pub fn strip_session(
         false => id,
     });
     (Bytes::from(out), id)
+}
+
+/// Where `range`, outside `cut`, is once `cut` is taken out.
+fn after_cut(range: Range<usize>, cut: &Range<usize>) -> Range<usize> {
+    match range.start >= cut.end {
+        true => range.start - cut.len()..range.end - cut.len(),
+        false => range,
+    }
 }
 
 /// `message` without its top-level `sessionId` (SEP-1364's dialect): a 2025-11-25 server
@@ -108,6 +127,44 @@ mod tests {
         assert_eq!(
             out,
             r#"{"params":{"name":"echo"},"method":"tools/call","id":"after","jsonrpc":"2.0"}"#
+        );
+    }
+
+    #[test]
+    fn a_session_alone_in_meta_is_cut_out_and_the_clients_bytes_kept() {
+        // As written, spacing and all, wherever `_meta` is and wherever the id is.
+        let out = strip(
+            r#"{ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": { "name": "echo", "_meta": { "io.modelcontextprotocol/session": { "sessionId": "s" } } } }"#,
+        );
+        assert_eq!(
+            out,
+            r#"{ "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": { "name": "echo" } }"#
+        );
+        let out = strip(
+            r#"{"params":{ "_meta" : {"io.modelcontextprotocol/session":{"sessionId":"s"}} , "name":"x" },"id":"later","method":"tools/call","jsonrpc":"2.0"}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"params":{ "name":"x" },"id":"later","method":"tools/call","jsonrpc":"2.0"}"#
+        );
+        let out = strip(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}}}}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#
+        );
+    }
+
+    #[test]
+    fn a_meta_named_twice_is_written_again_without_the_session() {
+        // Which `_meta` a reader keeps is the last; both go, and the kept one is written.
+        let out = strip(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"progressToken":1},"cursor":"c","_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}}}}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"c"}}"#
         );
     }
 

@@ -30,6 +30,62 @@ fn the_last_duplicate_wins_and_remove_takes_all() {
     assert_eq!(out, br#"{"j":0}"#);
 }
 
+/// `text` with `key` cut out as [`RawObject::cut`] says.
+fn cut(text: &str, key: &str) -> Option<String> {
+    let value = raw(text);
+    let object = RawObject::parse(&value).unwrap();
+    let range = object.cut(value.get(), key)?;
+    Some(format!("{}{}", &text[..range.start], &text[range.end..]))
+}
+
+#[test]
+fn a_member_is_cut_with_its_comma_wherever_it_is_and_the_rest_kept_as_written() {
+    assert_eq!(
+        cut(r#"{"a":1,"k":{"x":[1,2]},"b":2}"#, "k").unwrap(),
+        r#"{"a":1,"b":2}"#
+    );
+    assert_eq!(cut(r#"{"k":{"x":1},"a":1}"#, "k").unwrap(), r#"{"a":1}"#);
+    assert_eq!(cut(r#"{"a":1,"k":"v"}"#, "k").unwrap(), r#"{"a":1}"#);
+    assert_eq!(cut(r#"{"k":"v"}"#, "k").unwrap(), "{}");
+    // Spacing, and the others' spelling, as written; the result still parses the same.
+    assert_eq!(
+        cut("{ \"a\" : 1 ,\n \"k\" : { } , \"b\":\t2 }", "k").unwrap(),
+        "{ \"a\" : 1 , \"b\":\t2 }"
+    );
+    assert_eq!(
+        cut("{ \"k\" : [ ] ,  \"a\" : 1 }", "k").unwrap(),
+        "{  \"a\" : 1 }"
+    );
+    assert_eq!(cut("{ \"k\" : null }", "k").unwrap(), "{ }");
+    // A key is matched as decoded: an escaped spelling is the same member.
+    assert_eq!(cut(r#"{"a":1,"\u006b":2}"#, "k").unwrap(), r#"{"a":1}"#);
+    for text in [
+        r#"{"a":1,"b":{"k":1},"c":2}"#,
+        r#"{"a":1,"k":{"x":1},"b":2}"#,
+        r#"{"k":{"x":1},"a":1}"#,
+        r#"{"a":1,"k":"v"}"#,
+    ] {
+        let Some(out) = cut(text, "k") else { continue };
+        let mut expected: serde_json::Value = serde_json::from_str(text).unwrap();
+        expected.as_object_mut().unwrap().remove("k");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+            expected
+        );
+    }
+}
+
+#[test]
+fn a_member_absent_or_named_twice_is_not_cut() {
+    assert_eq!(cut(r#"{"a":1,"b":{"k":1}}"#, "k"), None);
+    assert_eq!(cut(r#"{"k":1,"a":2,"k":3}"#, "k"), None);
+    assert_eq!(cut("{}", "k"), None);
+    // Another text than the object was read from: no range into it.
+    let value = raw(r#"{"k":1}"#);
+    let object = RawObject::parse(&value).unwrap();
+    assert_eq!(object.cut(r#"{"k":1}"#, "k"), None);
+}
+
 #[test]
 fn non_objects_are_not_parsed() {
     assert!(RawObject::parse(&raw("[1]")).is_none());
