@@ -8,6 +8,7 @@
 //! absolute or authority target — is [`Parsed::HandOff`]: hyper reads the same bytes
 //! again and answers as it always did (400, 431, 100 Continue, a chunked body…).
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use bytes::Bytes;
@@ -58,9 +59,10 @@ impl Head {
 /// Reads a request head from the start of `buf`, its fields into `fields`.
 pub fn parse(buf: &[u8], fields: &mut Fields) -> Parsed {
     fields.clear();
-    let mut found = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut request = httparse::Request::new(&mut found);
-    let len = match request.parse(buf) {
+    // Filled by the parse, not set beforehand (100 fields, 3.2 KB written per head).
+    let mut found = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut []);
+    let len = match request.parse_with_uninit_headers(buf, &mut found) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::HandOff,

@@ -4,6 +4,7 @@
 //! — read as it comes, an event stream event by event.
 
 use std::io;
+use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
@@ -86,9 +87,11 @@ pub enum ReadHead {
 /// `fields`.
 pub fn parse_head(buf: &[u8], method: &Method, fields: &mut Fields) -> io::Result<ReadHead> {
     fields.clear();
-    let mut found = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut found);
-    let len = match response.parse(buf) {
+    // Filled by the parse, not set beforehand (100 fields, 3.2 KB written per head).
+    let mut found = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let parsing = httparse::ParserConfig::default();
+    let len = match parsing.parse_response_with_uninit_headers(&mut response, buf, &mut found) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
             return Err(invalid("a response head larger than the proxy reads"));
