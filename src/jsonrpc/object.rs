@@ -15,6 +15,9 @@ use serde_json::value::RawValue;
 #[derive(Debug, Clone, Default)]
 pub struct RawObject<'a> {
     entries: Vec<(Cow<'a, str>, &'a RawValue)>,
+    /// The text [`parse`](Self::parse) read the object from (empty when it was made
+    /// otherwise): what [`cut`](Self::cut)'s ranges are in.
+    text: &'a str,
 }
 
 impl<'a> RawObject<'a> {
@@ -23,7 +26,9 @@ impl<'a> RawObject<'a> {
         if !raw.get().starts_with('{') {
             return None;
         }
-        serde_json::from_str(raw.get()).ok()
+        let mut object: RawObject<'a> = serde_json::from_str(raw.get()).ok()?;
+        object.text = raw.get();
+        Some(object)
     }
 
     /// The value of `key` (the last one, as JavaScript's `JSON.parse` would keep).
@@ -44,12 +49,12 @@ impl<'a> RawObject<'a> {
         found
     }
 
-    /// Where to cut `text` — this object's own text, which [`parse`](Self::parse) read —
-    /// to drop its member `key` as it was written, with the comma that separates it from
-    /// another: what is left is the object without `key`, every other byte as it came.
-    /// `None` when `key` is not a member once (absent, or named twice), or when `text`
-    /// is not what this object was read from.
-    pub fn cut(&self, text: &str, key: &str) -> Option<Range<usize>> {
+    /// Where to cut the text [`parse`](Self::parse) read this object from to drop its
+    /// member `key` as it was written, with the comma that separates it from another:
+    /// what is left is the object without `key`, every other byte as it came. `None` when
+    /// `key` is not a member once (absent, or named twice), or when the object was not
+    /// made by `parse`.
+    pub fn cut(&self, key: &str) -> Option<Range<usize>> {
         let mut named = self
             .entries
             .iter()
@@ -59,7 +64,7 @@ impl<'a> RawObject<'a> {
         if named.next().is_some() {
             return None;
         }
-        let text = text.as_bytes();
+        let text = self.text.as_bytes();
         let end = range_in(text, value)?.end;
         match at.checked_sub(1) {
             // From the end of the member before: `, "key": value`.
@@ -272,7 +277,7 @@ impl<'de> Deserialize<'de> for RawObject<'de> {
                     let value: &'de RawValue = map.next_value()?;
                     entries.push((key, value));
                 }
-                Ok(RawObject { entries })
+                Ok(RawObject { entries, text: "" })
             }
         }
         d.deserialize_map(ObjectVisitor)

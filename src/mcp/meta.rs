@@ -157,15 +157,15 @@ impl<'a> Payload<'a> {
         Some(out)
     }
 
-    /// Where to cut `raw` (the text this payload was opened from) to drop its `_meta`
-    /// when that holds `key` alone: the payload [`without_meta`](Self::without_meta)
-    /// writes, but with the other members' bytes as they came (spacing, key spelling).
-    /// `None` for any other `_meta` (more keys, `key` absent, a member named twice), which
-    /// is written again instead.
-    pub fn sole_meta_cut(&self, raw: &RawValue, key: &str) -> Option<Range<usize>> {
+    /// Where to cut the text this payload was opened from to drop its `_meta` when that
+    /// holds `key` alone: the payload [`without_meta`](Self::without_meta) writes, but
+    /// with the other members' bytes as they came (spacing, key spelling). `None` for any
+    /// other `_meta` (more keys, `key` absent, a member named twice), which is written
+    /// again instead.
+    pub fn sole_meta_cut(&self, key: &str) -> Option<Range<usize>> {
         let mut keys = self.meta.as_ref()?.entries();
         match (keys.next(), keys.next()) {
-            (Some((only, _)), None) if only == key => self.members.cut(raw.get(), META),
+            (Some((only, _)), None) if only == key => self.members.cut(META),
             _ => None,
         }
     }

@@ -27,7 +27,8 @@ pub fn strip_session(
     id: Option<&RawValue>,
 ) -> (Bytes, Option<Range<usize>>) {
     let id = id.and_then(|id| range_in(body, id));
-    if let Some(cut) = payload.sole_meta_cut(payload_raw, meta::SESSION)
+    // `payload` was opened from `payload_raw`: the cut is a range of its text.
+    if let Some(cut) = payload.sole_meta_cut(meta::SESSION)
         && let Some(at) = range_in(body, payload_raw)
     {
         let cut = at.start + cut.start..at.start + cut.end;
@@ -153,6 +154,17 @@ mod tests {
         assert_eq!(
             out,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#
+        );
+    }
+
+    #[test]
+    fn a_meta_key_spelled_with_escapes_is_cut_the_same() {
+        let out = strip(
+            r#"{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"_m\u0065ta":{"io.modelcontextprotocol\/session":{"sessionId":"s"}},"name":"x"}}"#,
+        );
+        assert_eq!(
+            out,
+            r#"{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#
         );
     }
 
