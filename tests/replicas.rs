@@ -272,15 +272,19 @@ async fn redis_sessions_are_served_from_memory_and_a_change_anywhere_is_heard_be
         let reply = on_a.request("tools/list", json!({})).await;
         assert::assert_session_not_found(&reply, on_a.session_id());
 
-        // Deleted in Redis by hand, or everything flushed: the same.
+        // Deleted in Redis by hand, or everything flushed: the same. (Then a `PING`, as a
+        // deleting replica sends one: Redis writes a change's reports in the same turn as
+        // its answer, in no set order, and has written them all once it answers the next.)
         let (mut by_hand, _) = remembered(&on.a).await;
         let key = format!("mcp-session-proxy:s:{}", by_hand.session_id());
         let removed: i64 = on.redis.query(&["DEL", &key]).await.unwrap();
         assert_eq!(removed, 1);
+        let _: () = on.redis.query(&["PING"]).await.unwrap();
         let reply = by_hand.request("tools/list", json!({})).await;
         assert::assert_session_not_found(&reply, by_hand.session_id());
         let (mut flushed, _) = remembered(&on.a).await;
         let _: () = on.redis.query(&["FLUSHALL"]).await.unwrap();
+        let _: () = on.redis.query(&["PING"]).await.unwrap();
         let reply = flushed.request("tools/list", json!({})).await;
         assert::assert_session_not_found(&reply, flushed.session_id());
 

@@ -668,6 +668,18 @@ impl SessionStore for RedisStore {
         // Whatever the answer: the other workers hear of it from Redis, if it happened.
         self.cache.forget(id);
         let removed: Option<(Vec<u8>, u64)> = removed?;
+        if removed.is_some() {
+            // Redis writes the deletion's reports and this answer in the same turn of its
+            // event loop, in no set order: a Redis descheduled between two of those writes
+            // would let the client hear of the deletion, and reach another replica, before
+            // that replica's report is written. It reads the next command only once every
+            // write of that turn is made, so after one more round trip every report is
+            // waiting at every replica. (The deletion stands whatever the `PING` meets.)
+            let _ = self
+                .link
+                .run_repeatable::<()>(Op::Cmd(&redis::cmd("PING")))
+                .await;
+        }
         removed.map(|(blob, seq)| decode(&blob, seq, 0)).transpose()
     }
 
