@@ -159,12 +159,13 @@ mod tests {
 
     #[test]
     fn a_meta_key_spelled_with_escapes_is_cut_the_same() {
+        // The space before `"name"` stays: the cut was taken (written again, it would go).
         let out = strip(
-            r#"{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"_m\u0065ta":{"io.modelcontextprotocol\/session":{"sessionId":"s"}},"name":"x"}}"#,
+            r#"{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"_m\u0065ta":{"io.modelcontextprotocol\/session":{"sessionId":"s"}}, "name":"x"}}"#,
         );
         assert_eq!(
             out,
-            r#"{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#
+            r#"{"id":7,"jsonrpc":"2.0","method":"tools/call","params":{ "name":"x"}}"#
         );
     }
 

@@ -6,13 +6,12 @@
 //! — and the client's id goes back, byte for byte, onto the response to it: in a JSON
 //! body at once (or where its reader reads it, when the sender asked:
 //! [`Outgoing::restored_by_reader`]), in an event stream as the event carrying it goes
-//! by. The client's id
-//! never reaches the upstream, so however the upstream parses and rewrites ids (`1.0` as
-//! `1`, `"\u00e9"` as `"é"`, `1E+2` as `100`), the client reads its own; and two calls
-//! with the same id that share an upstream session (a pinned conversation) never collide
-//! there. A JSON body answering the request with an error whose id is `null` (the
-//! upstream could not read the request, e.g. a schema it refuses) is the response to it
-//! too, and gets the client's id.
+//! by. The client's id never reaches the upstream, so however the upstream parses and
+//! rewrites ids (`1.0` as `1`, `"\u00e9"` as `"é"`, `1E+2` as `100`), the client reads
+//! its own; and two calls with the same id that share an upstream session (a pinned
+//! conversation) never collide there. A JSON body answering the request with an error
+//! whose id is `null` (the upstream could not read the request, e.g. a schema it
+//! refuses) is the response to it too, and gets the client's id.
 //!
 //! A client's `notifications/cancelled` names its request by the client's id: while the
 //! request is in flight, [`RenamedRequests`] (one table per replica) gives the proxy's id for it,
