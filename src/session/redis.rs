@@ -427,6 +427,21 @@ impl RedisStore {
         });
     }
 
+    /// Returns once the reports of a change just made through the link are waiting at
+    /// every replica.
+    /// Redis writes a change's reports and its answer in the same turn of its event loop,
+    /// in no set order: a Redis descheduled between two of those writes would let the
+    /// client hear of the change, and reach another replica, before that replica's report
+    /// is written. It reads the next command only once every write of that turn is made,
+    /// so one more round trip (a `PING`) is enough. The change stands whatever the `PING`
+    /// meets: an error is not the change's.
+    async fn reported_everywhere(&self) {
+        let _ = self
+            .link
+            .run_repeatable::<()>(Op::Cmd(&redis::cmd("PING")))
+            .await;
+    }
+
     /// Starts this worker's writer: a task that sends the renewals of uses served from
     /// memory, what was queued in each [`cache::WRITE_BEHIND`] in one pipeline, until none is
     /// left.
@@ -669,16 +684,7 @@ impl SessionStore for RedisStore {
         self.cache.forget(id);
         let removed: Option<(Vec<u8>, u64)> = removed?;
         if removed.is_some() {
-            // Redis writes the deletion's reports and this answer in the same turn of its
-            // event loop, in no set order: a Redis descheduled between two of those writes
-            // would let the client hear of the deletion, and reach another replica, before
-            // that replica's report is written. It reads the next command only once every
-            // write of that turn is made, so after one more round trip every report is
-            // waiting at every replica. (The deletion stands whatever the `PING` meets.)
-            let _ = self
-                .link
-                .run_repeatable::<()>(Op::Cmd(&redis::cmd("PING")))
-                .await;
+            self.reported_everywhere().await;
         }
         removed.map(|(blob, seq)| decode(&blob, seq, 0)).transpose()
     }
@@ -699,6 +705,9 @@ impl SessionStore for RedisStore {
         let done = self.link.run(Op::Script(script, &cmd)).await;
         self.cache.forget(id);
         let done: i64 = done?;
+        if done == 1 {
+            self.reported_everywhere().await;
+        }
         Ok(done == 1)
     }
 

@@ -4,12 +4,12 @@
 //! Each worker has a connection of its own to the server that takes the store's writes
 //! ([`tracking`](super::tracking)), on which Redis reports every write of any session
 //! record, by any replica (a deletion, a reroute, a reap, an expiry, a flush). A worker
-//! reads what has arrived there before it trusts what it remembers: a session deleted at
-//! another replica is forgotten before the next request that names it is served, since
-//! Redis has written the report before it answers the deleting replica's next command
-//! (a `PING` it sends after the deletion), and that replica answers its client only then
-//! (unless the network holds the report back longer than the client's round trip
-//! through the deleting replica). While that connection is not up — not yet
+//! reads what has arrived there before it trusts what it remembers: a session deleted
+//! (or rerouted) at another replica is forgotten before the next request that names it is
+//! served, since Redis has written the report before it answers that replica's next
+//! command (a `PING` it sends after a deletion or a reroute), and that replica answers
+//! its client only then (unless the network holds the report back longer than the
+//! client's round trip through that replica). While that connection is not up — not yet
 //! made, broken, or made to a server the link no longer uses (a failover) — nothing is
 //! remembered and every use asks Redis, as it always did.
 //!
