@@ -15,7 +15,9 @@
 #            the bytes written through write/writev (/proc/PID/io wchar, which counts
 #            neither recv nor send: the proxy's own HTTP/1.1 loops write with send);
 #   round 2: heap allocations per call (the proxy only: uprobes on mimalloc's allocation
-#            entry points, counted by `perf stat`; uprobes slow the process, not the count);
+#            entry points, counted by `perf stat`; uprobes slow the process, not the count),
+#            then memory moved per call: libc's memcpy/memmove calls, bytes, and the
+#            functions that call them most (uprobes recorded for 1 s; needs libc6-dbg);
 #   round 3 (--record): `perf record` of each hop (DWARF call graphs), folded into
 #            target/profile/{nginx,proxy,pass-through}.folded, drawn as flame graphs
 #            (.svg) and as differential flame graphs against nginx (diff-*.svg, with
@@ -61,7 +63,7 @@ trap cleanup EXIT
 # Probes a killed run left behind would make adding them fail.
 perf probe -q -d 'mcpprofile:*' 2>/dev/null || true
 env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
-    --only saturation --rounds "$rounds" --duration 8 --warmup 1 >/dev/null 2>"$log" &
+    --only saturation --rounds "$rounds" --duration 10 --warmup 1 >/dev/null 2>"$log" &
 bench=$!
 
 # Waits until the bench's log says round $1 of hop $2 has started, then 1.5 s more (its
@@ -168,9 +170,30 @@ counted nginx "$n"
 echo "nginx: tools/call in 3 s (from its window's rate, $nrate req/s): $n"
 per_call "$n" "$a" "$b" "$nstat"
 
-# Round 2: heap allocations per call (mimalloc's entry points, as the global allocator
-# calls them).
+# Round 2: heap allocations and memory moved per call, counted by uprobes. A uprobe costs
+# the process microseconds, so the calls are counted by one too, in the same `perf stat`:
+# on `HttpUpstream::request_to`, which each `tools/call` passes once on either hop (the
+# proxy's /metrics would also count the calls made at full speed while the probes are
+# being placed). Allocations: mimalloc's entry points, as the global allocator calls
+# them. Memory moved: every call of libc's memcpy/memmove, with its length and where it
+# returns to (the calling function, found with addr2line in the proxy's executable);
+# glibc picks its implementation for the CPU (an IFUNC), which only its debugging
+# symbols name (Debian: libc6-dbg): a probe goes on each candidate found, and only the
+# chosen one fires.
 bin=$(readlink -f "/proc/$(proxy_pid)/exe")
+# The counting probe's place: `HttpUpstream::request_to`'s address in the executable's
+# file (perf probe takes no Rust path), its symbol's address less its segment's shift.
+call_at=$(nm "$bin" 2>/dev/null | awk '$2 ~ /^[tT]$/ && $3 ~ /HttpUpstream10request_to/ && !found {print $1; found = 1}' || true)
+if [ -n "$call_at" ]; then
+    # The text segment's address less its file offset (readelf: Offset, VirtAddr).
+    shift_by=$(readelf -lW "$bin" | awk '$1 == "LOAD" && $0 ~ / R E / && !found {print $3, $2; found = 1}' |
+        python3 -c "import sys; v, o = sys.stdin.read().split(); print(int(v, 16) - int(o, 16))")
+    if perf probe -q -x "$bin" -a "mcpprofile:call=$(printf '0x%x' $((16#$call_at - shift_by)))" 2>/dev/null; then
+        probes+=("mcpprofile:call")
+    else
+        call_at=""
+    fi
+fi
 events=()
 for fn in mi_malloc_aligned mi_zalloc_aligned mi_realloc_aligned; do
     if perf probe -q -x "$bin" -a "mcpprofile:$fn=$fn" 2>/dev/null; then
@@ -178,20 +201,48 @@ for fn in mi_malloc_aligned mi_zalloc_aligned mi_realloc_aligned; do
         events+=("mcpprofile:$fn")
     fi
 done
-if [ "${#events[@]}" -gt 0 ]; then
+[ "${#events[@]}" -gt 0 ] || echo "allocations: no uprobe could be placed on mimalloc in $bin (perf probe -x)"
+libc=$(awk '$6 ~ /\/libc\.so/ {print $6; exit}' "/proc/$(proxy_pid)/maps")
+moved=()
+for impl in avx512_unaligned_erms evex_unaligned_erms avx_unaligned_erms sse2_unaligned_erms \
+    avx512_unaligned evex_unaligned avx_unaligned sse2_unaligned; do
+    if perf probe -q -x "$libc" -a "mcpprofile:m_$impl=__memmove_$impl len=%dx:u64 ret=+0(%sp):x64" 2>/dev/null; then
+        probes+=("mcpprofile:m_$impl")
+        moved+=("mcpprofile:m_$impl")
+    fi
+done
+[ "${#moved[@]}" -gt 0 ] ||
+    echo "memory moved: no uprobe could be placed on libc's memmove in $libc (its symbols: apt-get install libc6-dbg)"
+if [ -z "$call_at" ]; then
+    echo "round 2: no uprobe could be placed on HttpUpstream::request_to in $bin to count the calls: skipped"
+elif [ "${#events[@]}" -gt 0 ] || [ "${#moved[@]}" -gt 0 ]; then
     for hop in proxy "proxy pass-through"; do
         window 2 "$hop"
-        before=$(proxy_calls)
-        astat=$(perf stat -x, $(printf -- '-e %s ' "${events[@]}") -p "$(proxy_pid)" -- sleep 3 2>&1)
-        after=$(proxy_calls)
-        n=$((${after:-0} - ${before:-0}))
+        pid=$(proxy_pid)
+        # Where the executable is mapped (its first mapping: file offset 0).
+        base=$(awk -v exe="$exe" '$6 == exe {split($1, a, "-"); print a[1]; exit}' "/proc/$pid/maps")
+        stat=$(perf stat -x, -e mcpprofile:call $(printf -- '-e %s ' "${events[@]}" "${moved[@]}") \
+            -p "$pid" -- sleep 3 2>&1)
+        count() { echo "$stat" | awk -F, -v e="$1" '$3 ~ e { total += $1 } END { print total + 0 }'; }
+        n=$(count '^mcpprofile:call$')
         counted "$hop" "$n"
-        echo "$hop: heap allocations per call (tools/call in 3 s under uprobes: $n)"
-        echo "$astat" | awk -F, -v n="$n" '$3 ~ /^mcpprofile:/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
-            END { printf "  %-20s %.1f\n", "all", total / n }'
+        if [ "${#events[@]}" -gt 0 ]; then
+            echo "$hop: heap allocations per call (tools/call in 3 s under uprobes: $n)"
+            echo "$stat" | awk -F, -v n="$n" '$3 ~ /^mcpprofile:mi_/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
+                END { printf "  %-20s %.1f\n", "all", total / n }'
+        fi
+        if [ "${#moved[@]}" -gt 0 ]; then
+            # The lengths and callers: `perf record`, which drops events that come faster
+            # than it writes them (what it keeps is spread over the calls alike).
+            perf record -q $(printf -- '-e %s ' "${moved[@]}") -o "$out/moved.data" -p "$pid" -- sleep 1 2>/dev/null
+            echo "$hop: memory moved per call (memcpy and memmove)"
+            perf script -i "$out/moved.data" -F trace 2>/dev/null |
+                python3 benches/support/moved.py \
+                    --per-call "$(awk -v m="$(count '^mcpprofile:m_')" -v n="$n" 'BEGIN { print m / n }')" \
+                    --base "$base" --exe "$exe"
+            rm -f "$out/moved.data"
+        fi
     done
-else
-    echo "allocations: no uprobe could be placed on mimalloc in $bin (perf probe -x)"
 fi
 
 # Round 3: where the time goes, as flame graphs.
