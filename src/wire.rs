@@ -1,7 +1,10 @@
 //! HTTP/1.1 heads as both of the proxy's own loops read and write them — the client's
 //! (`front::http1`) and the upstream's (`upstream::connections`): header fields kept as
 //! slices of the bytes read (no copy per value, as hyper keeps them), a `Content-Length`
-//! read, `Connection` tokens, fields and numbers written without formatting.
+//! read, `Connection` tokens, fields and numbers written without formatting; and a body
+//! read whole ([`body`]).
+
+pub mod body;
 
 use std::ops::Range;
 

@@ -1,9 +1,9 @@
 //! HTTP-level checks on a POST before its body is read as JSON-RPC.
 
+use crate::wire::{self, body::Unread};
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
-use http_body_util::{BodyExt, Limited};
 
 use crate::error::ProxyError;
 pub use crate::mcp::headers::Accepts;
@@ -114,12 +114,10 @@ where
     if announced.is_some_and(|n| n > limit as u64) {
         return Err(ProxyError::PayloadTooLarge { limit });
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            Err(ProxyError::PayloadTooLarge { limit })
-        }
-        Err(e) => Err(ProxyError::Envelope(crate::jsonrpc::EnvelopeError::Parse(
+    match wire::body::whole(body, limit).await {
+        Ok(body) => Ok(body),
+        Err(Unread::TooLarge) => Err(ProxyError::PayloadTooLarge { limit }),
+        Err(Unread::Failed(e)) => Err(ProxyError::Envelope(crate::jsonrpc::EnvelopeError::Parse(
             format!("the request body could not be read: {e}"),
         ))),
     }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
-use http_body_util::{BodyExt, Limited};
 
 use super::connections::UpstreamBody;
 use super::error::UpstreamError;
 use crate::mcp::headers::{JSON, SSE};
+use crate::wire::body::{Unread, whole};
 use crate::within::within;
 
 /// The media type of a Streamable HTTP response body.
@@ -42,13 +42,12 @@ pub async fn read_body(
     limit: usize,
     timeout: Duration,
 ) -> Result<Bytes, UpstreamError> {
-    let collect = Limited::new(body, limit).collect();
-    match within(timeout, collect).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(UpstreamError::Protocol(
-            format!("a response body exceeded {limit} bytes"),
-        )),
-        Ok(Err(e)) => Err(UpstreamError::Unreachable(e.to_string())),
+    match within(timeout, whole(body, limit)).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(Unread::TooLarge)) => Err(UpstreamError::Protocol(format!(
+            "a response body exceeded {limit} bytes"
+        ))),
+        Ok(Err(Unread::Failed(e))) => Err(UpstreamError::Unreachable(e.to_string())),
         Err(_) => Err(UpstreamError::Timeout(timeout)),
     }
 }
