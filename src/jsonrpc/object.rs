@@ -114,8 +114,11 @@ impl<'a> RawObject<'a> {
 
 /// A JSON object of string members, in the order given: `{"key":"value",…}`.
 pub fn string_object(members: &[(&str, &str)]) -> Vec<u8> {
-    let size: usize = members.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
-    let mut out = Vec::with_capacity(size + 2);
+    // `"key":"value"` each, the commas between them and the braces: exactly the size of
+    // an object whose strings need no escape, which a `Bytes` made of it then keeps
+    // without allocating again.
+    let size: usize = members.iter().map(|(k, v)| k.len() + v.len() + 5).sum();
+    let mut out = Vec::with_capacity(size + members.len().saturating_sub(1) + 2);
     out.push(b'{');
     for (i, (key, value)) in members.iter().enumerate() {
         if i > 0 {
@@ -220,7 +223,10 @@ pub fn spliced(whole: &[u8], edits: &mut [(Range<usize>, &[&[u8]])]) -> Option<V
         .iter()
         .flat_map(|(_, pieces)| pieces.iter().map(|piece| piece.len()))
         .sum();
-    let mut out = Vec::with_capacity(whole.len() + added);
+    let replaced: usize = edits.iter().map(|(range, _)| range.len()).sum();
+    // Exactly the room the result takes (for valid edits): a `Bytes` made of it then
+    // keeps the buffer as it is, where a spare capacity costs it an allocation.
+    let mut out = Vec::with_capacity((whole.len() + added).saturating_sub(replaced));
     let mut at = 0;
     for (range, pieces) in edits.iter() {
         if range.end < range.start {

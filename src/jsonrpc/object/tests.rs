@@ -151,3 +151,37 @@ fn edits_are_made_in_one_write_in_either_order() {
     let mut edits: [(Range<usize>, &[&[u8]]); 1] = [(9..11, &[])];
     assert_eq!(spliced(whole, &mut edits), None);
 }
+
+#[test]
+fn edits_are_written_in_one_buffer_of_exactly_their_size() {
+    let whole = br#"{"id":"up-7","result":{}}"#;
+    let id = 6..12; // "up-7"
+    assert_eq!(&whole[id.clone()], br#""up-7""#);
+    let at = whole.len() - 2;
+    let mut edits: [(Range<usize>, &[&[u8]]); 2] = [(at..at, &[br#""k":1"#]), (id, &[b"1", b"2"])];
+    let out = spliced(whole, &mut edits).expect("valid edits");
+    assert_eq!(out, br#"{"id":12,"result":{"k":1}}"#);
+    // No spare room: `Bytes::from` keeps such a buffer without allocating.
+    assert_eq!(out.capacity(), out.len());
+    let (start, end) = (3, 1);
+    let mut reversed: [(Range<usize>, &[&[u8]]); 1] = [(start..end, &[b""])];
+    assert_eq!(spliced(whole, &mut reversed), None, "a reversed range");
+}
+
+#[test]
+fn a_string_object_fills_its_buffer_exactly() {
+    for members in [
+        &[][..],
+        &[("sessionId", "mcps_1")][..],
+        &[
+            ("sessionId", "mcps_1"),
+            ("state", "s.t"),
+            ("expiresAt", "2026"),
+        ][..],
+    ] {
+        let out = string_object(members);
+        assert_eq!(out.capacity(), out.len(), "{members:?}");
+    }
+    let escaped = string_object(&[("k", "a\"b")]);
+    assert_eq!(escaped, br#"{"k":"a\"b"}"#);
+}
