@@ -42,7 +42,7 @@ def main() -> None:
         moved[site] += length
 
     recorded = sum(sites.values())
-    if recorded == 0:
+    if recorded == 0 or args.per_call <= 0:
         print("  no memcpy/memmove call recorded")
         return
     # The tools/calls whose memory moves the record holds.
@@ -79,7 +79,8 @@ def shorten(function: str) -> str:
     previous = None
     while previous != function:
         previous = function
-        function = re.sub(r"<[^<>]*>", "", function)
+        # Generic arguments follow a name; `<T as Trait>` does not, and stays.
+        function = re.sub(r"(?<=[\w>])<[^<>]*>", "", function)
     return function.replace("mcp_session_proxy::", "")[:100]
 
 

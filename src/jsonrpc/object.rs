@@ -223,7 +223,9 @@ pub fn spliced(whole: &[u8], edits: &mut [(Range<usize>, &[&[u8]])]) -> Option<V
         .iter()
         .flat_map(|(_, pieces)| pieces.iter().map(|piece| piece.len()))
         .sum();
-    let replaced: usize = edits.iter().map(|(range, _)| range.len()).sum();
+    let replaced = edits
+        .iter()
+        .fold(0usize, |sum, (range, _)| sum.saturating_add(range.len()));
     // Exactly the room the result takes (for valid edits): a `Bytes` made of it then
     // keeps the buffer as it is, where a spare capacity costs it an allocation.
     let mut out = Vec::with_capacity((whole.len() + added).saturating_sub(replaced));

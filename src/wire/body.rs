@@ -40,6 +40,9 @@ where
         let Ok(data) = frame.map_err(Unread::Failed)?.into_data() else {
             continue;
         };
+        if data.is_empty() {
+            continue;
+        }
         len = len
             .checked_add(data.len())
             .filter(|&n| n <= limit)

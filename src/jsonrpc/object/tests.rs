@@ -166,6 +166,11 @@ fn edits_are_written_in_one_buffer_of_exactly_their_size() {
     let (start, end) = (3, 1);
     let mut reversed: [(Range<usize>, &[&[u8]]); 1] = [(start..end, &[b""])];
     assert_eq!(spliced(whole, &mut reversed), None, "a reversed range");
+    // More replaced than there is: overlapping, past the end.
+    let mut overlapping: [(Range<usize>, &[&[u8]]); 2] = [(0..20, &[]), (0..20, &[])];
+    assert_eq!(spliced(whole, &mut overlapping), None);
+    let mut past: [(Range<usize>, &[&[u8]]); 2] = [(0..usize::MAX, &[]), (0..usize::MAX, &[])];
+    assert_eq!(spliced(whole, &mut past), None);
 }
 
 #[test]
