@@ -169,9 +169,9 @@ mod tests {
                 [vec![b'a'; 70], vec![b]].concat(),
             ] {
                 // httparse leaves out the spaces and tabs around a value (and only those).
-                let ows = |b: &u8| matches!(b, b' ' | b'\t');
-                let start = value.iter().position(|b| !ows(b)).unwrap_or(value.len());
-                let end = value.iter().rposition(|b| !ows(b)).map_or(start, |i| i + 1);
+                let ows = |c: &u8| matches!(c, b' ' | b'\t');
+                let start = value.iter().position(|c| !ows(c)).unwrap_or(value.len());
+                let end = value.iter().rposition(|c| !ows(c)).map_or(start, |i| i + 1);
                 let http_takes = HeaderValue::from_bytes(&value[start..end]).is_ok();
                 for head in [&b"GET / HTTP/1.1\r\n"[..], b"HTTP/1.1 200 OK\r\n"] {
                     let text = [head, b"x: ", &value, b"\r\n\r\n"].concat();

@@ -1,12 +1,12 @@
 //! HTTP-level checks on a POST before its body is read as JSON-RPC.
 
-use crate::wire::{self, body::Unread};
 use bytes::Bytes;
 use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
 
 use crate::error::ProxyError;
 pub use crate::mcp::headers::Accepts;
+use crate::wire::{self, body::Unread};
 
 /// `Content-Type` must be `application/json` (parameters such as `charset` allowed).
 pub fn content_type(headers: &HeaderMap) -> Result<(), ProxyError> {

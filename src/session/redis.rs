@@ -429,6 +429,7 @@ impl RedisStore {
 
     /// Returns once the reports of a change just made through the link are waiting at
     /// every replica.
+    ///
     /// Redis writes a change's reports and its answer in the same turn of its event loop,
     /// in no set order: a Redis descheduled between two of those writes would let the
     /// client hear of the change, and reach another replica, before that replica's report
