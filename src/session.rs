@@ -24,6 +24,6 @@ pub use memory::MemoryStore;
 pub use record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis, rfc3339, rfc3339_in};
 pub use redis::{Counted as CacheCounted, RedisStore};
 pub use sealed::SealedStore;
-pub use state::{StateSigner, keyed_hmac};
+pub use state::{StateSigner, Token, keyed_hmac};
 pub use store::{Renewal, Reroute, SessionStore, Store, StoreError};
 pub use tombstones::{IdHash, Tombstone, Tombstones};

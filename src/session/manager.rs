@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::id;
 use super::record::{Backing, ClientIdentity, Millis, SessionRecord, now_millis};
-use super::state::StateSigner;
+use super::state::{StateSigner, Token};
 use super::store::{Renewal, Reroute, SessionStore, Store, StoreError};
 use crate::fairness::{self, BoundAt, Fairness, Now, Place, Refused};
 use crate::mcp::ClientEra;
@@ -83,7 +83,7 @@ pub struct Issued {
 #[derive(Debug, Clone)]
 pub struct Lease {
     pub record: SessionRecord,
-    pub state: String,
+    pub state: Token,
     pub expires_at: Millis,
 }
 
@@ -253,7 +253,7 @@ impl Sessions {
         if let Some(place) = slot.place.take() {
             place.admitted(&id, expires_at);
         }
-        let state = self.signer.issue(&id, 0, expires_at);
+        let state = self.signer.issue(&id, 0, expires_at).to_string();
         Ok(Issued {
             id,
             state,

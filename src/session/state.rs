@@ -20,8 +20,41 @@ const VERSION: u8 = 2;
 const TAG_LEN: usize = 16;
 const TOKEN_LEN: usize = 1 + 8 + 8 + TAG_LEN;
 const DOMAIN: &[u8] = b"mcp-session-proxy/state/v2\0";
+/// A token's text: [`TOKEN_LEN`] bytes in unpadded base64.
+const TOKEN_TEXT: usize = (TOKEN_LEN * 4).div_ceil(3);
 /// The longest token text read at all (a token is 44 characters).
 const MAX_TOKEN_TEXT: usize = 64;
+
+/// An issued token's text, kept where it is made: a session call issues one, and it is
+/// only ever written into the answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Token([u8; TOKEN_TEXT]);
+
+impl Token {
+    pub fn as_str(&self) -> &str {
+        // Base64's alphabet is ASCII: the check cannot fail.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for Token {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// HMAC-SHA256 keyed with `key`. RFC 2104 §2: a key longer than the hash block is hashed
 /// first, a shorter one is padded with zeros; doing that here keeps construction
@@ -77,7 +110,7 @@ impl StateSigner {
 
     /// The token for use number `seq` of `session_id`, which renewed it until
     /// `expires_at` (ms since the epoch).
-    pub fn issue(&self, session_id: &str, seq: u64, expires_at: u64) -> String {
+    pub fn issue(&self, session_id: &str, seq: u64, expires_at: u64) -> Token {
         let mut raw = [0u8; TOKEN_LEN];
         raw[0] = VERSION;
         raw[1..9].copy_from_slice(&seq.to_be_bytes());
@@ -86,7 +119,10 @@ impl StateSigner {
             .finalize()
             .into_bytes();
         raw[17..].copy_from_slice(&tag[..TAG_LEN]);
-        URL_SAFE_NO_PAD.encode(raw)
+        let mut text = [0u8; TOKEN_TEXT];
+        // The text's length is the encoding's of TOKEN_LEN bytes, exactly.
+        let _ = URL_SAFE_NO_PAD.encode_slice(raw, &mut text);
+        Token(text)
     }
 
     /// The sequence and expiry sealed in `token`, if this signer (with any of its keys)
@@ -138,11 +174,22 @@ mod tests {
     }
 
     #[test]
+    fn a_token_is_its_bytes_in_unpadded_base64_whole() {
+        let token = StateSigner::generate().issue("mcps_a", 7, 99);
+        assert_eq!(token.len(), 44);
+        let raw = URL_SAFE_NO_PAD.decode(token.as_str()).unwrap();
+        assert_eq!(raw.len(), TOKEN_LEN);
+        assert_eq!(raw[0], VERSION);
+        assert_eq!(URL_SAFE_NO_PAD.encode(&raw), token.as_str());
+        assert_eq!(format!("{token}"), token.as_str());
+    }
+
+    #[test]
     fn any_change_to_a_token_is_detected() {
         let signer = StateSigner::generate();
         let token = signer.issue("mcps_a", 1, 2);
         for i in 0..token.len() {
-            let mut bytes = token.clone().into_bytes();
+            let mut bytes = token.as_bytes().to_vec();
             bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
             let tampered = String::from_utf8(bytes).unwrap();
             assert_eq!(signer.verify("mcps_a", &tampered), None, "position {i}");
