@@ -34,7 +34,7 @@ use super::headers;
 use super::relay::{Relay, Request};
 use crate::config::OnSessionLost;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Kind, range_in, string_object, write, write_json_str};
+use crate::jsonrpc::{Kind, range_in, slice_range, string_object, write, write_json_str};
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::logging::LogLevel;
@@ -433,7 +433,7 @@ impl SessionPath {
                 },
             )
             .await?;
-        Ok(with_session(relayed, &session.id))
+        Ok(with_session_sent(relayed, message, &session.id))
     }
 
     /// How the answer to `message` (from a client of `era`) is stamped with the session.
@@ -1310,6 +1310,31 @@ pub(super) fn with_session(mut response: Response<ProxyBody>, id: &str) -> Respo
     response
 }
 
+/// [`with_session`] for the answer to `message`, which named session `id`: the value is
+/// the bytes the client sent the id in (the body's `_meta`, or its own `Mcp-Session-Id`)
+/// when `id` is one of them, shared rather than copied.
+fn with_session_sent(
+    mut response: Response<ProxyBody>,
+    message: &Message<'_, '_>,
+    id: &str,
+) -> Response<ProxyBody> {
+    let sent = match slice_range(message.body, id.as_bytes()) {
+        Some(range) => HeaderValue::from_maybe_shared(message.body.slice(range)).ok(),
+        None => message
+            .headers
+            .get(&MCP_SESSION_ID)
+            .filter(|value| value.as_bytes() == id.as_bytes())
+            .cloned(),
+    };
+    match sent {
+        Some(value) => {
+            response.headers_mut().insert(MCP_SESSION_ID.clone(), value);
+            response
+        }
+        None => with_session(response, id),
+    }
+}
+
 /// A string as a JSON string literal.
 fn json_string(s: &str) -> Bytes {
     let mut out = Vec::with_capacity(s.len() + 2);
@@ -1330,5 +1355,64 @@ fn record_session(id: &str) {
     let span = tracing::Span::current();
     if !span.is_disabled() {
         span.record("session", log_tag(id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonrpc::Envelope;
+    use crate::mcp::headers::Accepts;
+
+    /// The answer's `Mcp-Session-Id` for a message of `body` and `headers` naming `id`.
+    fn answered_with(body: &Bytes, headers: &HeaderMap, id: &str) -> Option<HeaderValue> {
+        let envelope = Envelope::parse(body).unwrap();
+        let message = Message {
+            headers,
+            caller: Caller::ANONYMOUS,
+            body,
+            envelope: &envelope,
+            payload: None,
+            accepts: Accepts {
+                json: true,
+                sse: false,
+            },
+            peer: None,
+        };
+        let response = with_session_sent(response::status(StatusCode::OK), &message, id);
+        response.headers().get(&MCP_SESSION_ID).cloned()
+    }
+
+    #[test]
+    fn the_answer_names_the_session_as_the_client_sent_it_wherever_the_id_came_from() {
+        let body = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"mcps_in_body"}}}}"#);
+        let at = body.windows(12).position(|w| w == b"mcps_in_body").unwrap();
+        let in_body = std::str::from_utf8(&body[at..at + 12]).unwrap();
+        let none = HeaderMap::new();
+        assert_eq!(
+            answered_with(&body, &none, in_body).unwrap(),
+            "mcps_in_body"
+        );
+
+        let mut sent = HeaderMap::new();
+        sent.insert(
+            MCP_SESSION_ID.clone(),
+            HeaderValue::from_static("mcps_header"),
+        );
+        assert_eq!(
+            answered_with(&body, &sent, "mcps_header").unwrap(),
+            "mcps_header"
+        );
+        // An id that is neither (a key written with escapes, decoded): made of its text.
+        assert_eq!(
+            answered_with(&body, &sent, "mcps_other").unwrap(),
+            "mcps_other"
+        );
+        assert_eq!(
+            answered_with(&body, &none, "mcps_other").unwrap(),
+            "mcps_other"
+        );
+        // No header value can hold it: no header, as before.
+        assert_eq!(answered_with(&body, &none, "bad\nid"), None);
     }
 }
