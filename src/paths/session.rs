@@ -1312,7 +1312,8 @@ pub(super) fn with_session(mut response: Response<ProxyBody>, id: &str) -> Respo
 
 /// [`with_session`] for the answer to `message`, which named session `id`: the value is
 /// the bytes the client sent the id in (the body's `_meta`, or its own `Mcp-Session-Id`)
-/// when `id` is one of them, shared rather than copied.
+/// when `id` is one of them, shared rather than copied. (That keeps the bytes read no
+/// longer than the relay does: it holds the request's id, a slice of the same body.)
 fn with_session_sent(
     mut response: Response<ProxyBody>,
     message: &Message<'_, '_>,
@@ -1389,9 +1390,12 @@ mod tests {
         let at = body.windows(12).position(|w| w == b"mcps_in_body").unwrap();
         let in_body = std::str::from_utf8(&body[at..at + 12]).unwrap();
         let none = HeaderMap::new();
+        let answered = answered_with(&body, &none, in_body).unwrap();
+        assert_eq!(answered, "mcps_in_body");
         assert_eq!(
-            answered_with(&body, &none, in_body).unwrap(),
-            "mcps_in_body"
+            answered.as_bytes().as_ptr(),
+            in_body.as_ptr(),
+            "the body's bytes"
         );
 
         let mut sent = HeaderMap::new();
@@ -1399,10 +1403,10 @@ mod tests {
             MCP_SESSION_ID.clone(),
             HeaderValue::from_static("mcps_header"),
         );
-        assert_eq!(
-            answered_with(&body, &sent, "mcps_header").unwrap(),
-            "mcps_header"
-        );
+        let answered = answered_with(&body, &sent, "mcps_header").unwrap();
+        assert_eq!(answered, "mcps_header");
+        let header = sent[&MCP_SESSION_ID].as_bytes().as_ptr();
+        assert_eq!(answered.as_bytes().as_ptr(), header, "the client's header");
         // An id that is neither (a key written with escapes, decoded): made of its text.
         assert_eq!(
             answered_with(&body, &sent, "mcps_other").unwrap(),

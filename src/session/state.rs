@@ -22,6 +22,11 @@ const TOKEN_LEN: usize = 1 + 8 + 8 + TAG_LEN;
 const DOMAIN: &[u8] = b"mcp-session-proxy/state/v2\0";
 /// A token's text: [`TOKEN_LEN`] bytes in unpadded base64.
 const TOKEN_TEXT: usize = (TOKEN_LEN * 4).div_ceil(3);
+// `issue` writes the text into exactly this many bytes.
+const _: () = assert!(matches!(
+    base64::encoded_len(TOKEN_LEN, false),
+    Some(TOKEN_TEXT)
+));
 /// The longest token text read at all (a token is 44 characters).
 const MAX_TOKEN_TEXT: usize = 64;
 
