@@ -14,8 +14,7 @@ pub use envelope::{Envelope, EnvelopeError, Kind, raw_str};
 pub use error::ErrorObject;
 pub use id::{IdValue, same_id};
 pub use object::{
-    RawObject, canonical, range_in, slice_range, splice, splice_at, spliced, string_object,
-    write_json_str,
+    RawObject, canonical, range_in, splice, splice_at, spliced, string_object, write_json_str,
 };
 
 /// JSON-RPC and MCP error codes the proxy produces, in one place so that the two

@@ -53,8 +53,8 @@ impl Fields {
     }
 }
 
-/// Where `part` lies in `head`, of which httparse made it a slice; `None` if it is not
-/// one (refused, not a panic).
+/// Where `part` lies in `head` (the bytes read), of which it was made a slice — by
+/// httparse, or by a parse of the body; `None` if it is not one (refused, not a panic).
 pub fn span(head: &[u8], part: &[u8]) -> Option<Range<usize>> {
     let start = (part.as_ptr() as usize).checked_sub(head.as_ptr() as usize)?;
     let end = start.checked_add(part.len())?;

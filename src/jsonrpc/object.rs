@@ -192,13 +192,8 @@ pub fn canonical(value: serde_json::Value) -> serde_json::Value {
 
 /// Where `part` (a slice of `whole`, e.g. a `RawValue` parsed from it) sits in `whole`.
 pub fn range_in(whole: &[u8], part: &RawValue) -> Option<Range<usize>> {
-    slice_range(whole, part.get().as_bytes())
-}
-
-/// Where `part` lies in `whole`; `None` when it is not a slice of it.
-pub fn slice_range(whole: &[u8], part: &[u8]) -> Option<Range<usize>> {
-    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
-    let end = start.checked_add(part.len())?;
+    let start = (part.get().as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start.checked_add(part.get().len())?;
     (end <= whole.len()).then_some(start..end)
 }
 

@@ -34,7 +34,7 @@ use super::headers;
 use super::relay::{Relay, Request};
 use crate::config::OnSessionLost;
 use crate::error::ProxyError;
-use crate::jsonrpc::{Kind, range_in, slice_range, string_object, write, write_json_str};
+use crate::jsonrpc::{Kind, range_in, string_object, write, write_json_str};
 use crate::mcp::caller::{Caller, CallerKey};
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_SESSION_ID, SSE};
 use crate::mcp::logging::LogLevel;
@@ -55,6 +55,7 @@ use crate::upstream::ids::Outgoing;
 use crate::upstream::{
     Ending, LOCAL_REPLICA, Messages, SessionAddr, Upstream, UpstreamError, UpstreamSession,
 };
+use crate::wire;
 
 /// Idle limit of a session's listen stream (its client ends it by disconnecting).
 const LISTEN_IDLE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -1319,7 +1320,7 @@ fn with_session_sent(
     message: &Message<'_, '_>,
     id: &str,
 ) -> Response<ProxyBody> {
-    let sent = match slice_range(message.body, id.as_bytes()) {
+    let sent = match wire::span(message.body, id.as_bytes()) {
         Some(range) => HeaderValue::from_maybe_shared(message.body.slice(range)).ok(),
         None => message
             .headers
