@@ -42,7 +42,7 @@ use opentelemetry::context::FutureExt as _;
 use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
-pub use body::ClientBody;
+pub use body::{ClientBody, ClientRequest};
 use deadline::Deadline;
 use identity::Identity;
 pub use ops::Ops;
@@ -106,7 +106,7 @@ pub struct Front {
 /// operations endpoints when this listener has them.
 pub async fn handle(
     front: Arc<Front>,
-    request: Request<ClientBody>,
+    request: ClientRequest,
     role: Role,
     peer: IpAddr,
 ) -> Response<ProxyBody> {
@@ -198,7 +198,7 @@ fn resource_metadata(
 async fn mcp(
     front: &Front,
     endpoint: Endpoint<'_>,
-    request: Request<ClientBody>,
+    request: ClientRequest,
     peer: IpAddr,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
@@ -250,7 +250,7 @@ async fn mcp(
 
 /// A request on the replicas' own endpoint: its body read (capped, in time), then the
 /// cluster answers it — if a replica signed it.
-async fn from_peer(front: &Front, request: Request<ClientBody>) -> Response<ProxyBody> {
+async fn from_peer(front: &Front, request: ClientRequest) -> Response<ProxyBody> {
     let cluster = &front.fleet.shared().cluster;
     let (parts, body) = request.into_parts();
     let limit = cluster.max_push_bytes();
@@ -279,7 +279,7 @@ impl Endpoint<'_> {
     /// A POST: one JSON-RPC message. Returns the answer and the method's metric label.
     async fn post(
         self,
-        request: Request<ClientBody>,
+        request: ClientRequest,
         client: IpAddr,
         metrics: &Metrics,
     ) -> (Response<ProxyBody>, &'static str) {
@@ -438,7 +438,7 @@ impl Endpoint<'_> {
     /// `GET` or `DELETE` of the endpoint: no message, only headers.
     async fn bare(
         self,
-        request: Request<ClientBody>,
+        request: ClientRequest,
         client: IpAddr,
         metrics: &Metrics,
     ) -> Result<Response<ProxyBody>, ProxyError> {

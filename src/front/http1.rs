@@ -41,7 +41,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Re
 use self::request::{Head, Parsed};
 use self::response::{Asked, Framing};
 pub use self::rewind::Rewind;
-use super::body::ClientBody;
+use super::body::{ClientBody, ClientRequest};
 use crate::wire::Fields;
 
 /// What a read starts with room for.
@@ -73,7 +73,7 @@ pub async fn serve<T, F, Fut, B>(
 ) -> Ended<T>
 where
     T: AsyncRead + AsyncWrite + Unpin,
-    F: FnMut(Request<ClientBody>) -> Fut,
+    F: FnMut(ClientRequest) -> Fut,
     Fut: Future<Output = Response<B>>,
     B: Body<Data = Bytes>,
 {
@@ -129,7 +129,9 @@ where
         } = head;
         let body = buf.split_to(body).freeze();
         let asked_method = method.clone();
-        let mut request = Request::new(ClientBody::Whole((!body.is_empty()).then_some(body)));
+        let mut request = Box::new(Request::new(ClientBody::Whole(
+            (!body.is_empty()).then_some(body),
+        )));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
         *request.version_mut() = version;

@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::{Admission, Admitted};
-use super::body::ClientBody;
+use super::body::{ClientBody, ClientRequest};
 use super::http1;
 use super::watchdog::{Activity, Tracked, Watched};
 use super::{Front, handle};
@@ -363,7 +363,7 @@ struct Exchange {
 impl Exchange {
     fn call(
         &self,
-        request: Request<ClientBody>,
+        request: ClientRequest,
     ) -> impl Future<Output = Response<Tracked<ProxyBody>>> + Send + use<> {
         let http1 = request.version() < http::Version::HTTP_2;
         if !http1 {
@@ -419,7 +419,7 @@ impl hyper::service::Service<Request<Incoming>> for ByHyper {
     fn call(&self, request: Request<Incoming>) -> Served {
         let http1 = request.version() < http::Version::HTTP_2;
         let stage = self.0.stage.clone();
-        let answer = self.0.call(request.map(ClientBody::Hyper));
+        let answer = self.0.call(Box::new(request.map(ClientBody::Hyper)));
         Box::pin(async move {
             let mut response = answer.await;
             // Draining: this connection's last response (the client opens a new

@@ -180,7 +180,10 @@ impl Connections {
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection of this
     /// worker, or a new one, and returns the response head; its body holds the
     /// connection until read to its end.
-    pub async fn send(&self, request: Request<Bytes>) -> Result<Response<UpstreamBody>, SendError> {
+    pub async fn send(
+        &self,
+        request: UpstreamRequest,
+    ) -> Result<Response<UpstreamBody>, SendError> {
         let (parts, body) = request.into_parts();
         let target = parts
             .uri
@@ -373,6 +376,10 @@ fn gone(e: &io::Error) -> bool {
             | io::ErrorKind::ConnectionAborted
     )
 }
+
+/// A request to the upstream, boxed where it is made: the levels it is sent through
+/// (the span, the timeout, the connection) then move a pointer, not its 256 bytes.
+pub type UpstreamRequest = Box<Request<Bytes>>;
 
 /// An upstream response body. Read to its end (or dropped once at its end), its
 /// connection is reused; dropped before, the connection is closed.

@@ -13,7 +13,7 @@ use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 
 use super::answer::{Answer, Messages};
-use super::connections::{Connections, UpstreamBody};
+use super::connections::{Connections, UpstreamBody, UpstreamRequest};
 use super::error::UpstreamError;
 use super::ids::{self, RenamedRequests};
 use super::lost::{self, session_lost};
@@ -329,7 +329,7 @@ impl HttpUpstream {
         method: Method,
         mut forwarded: HeaderMap,
         body: Bytes,
-    ) -> Request<Bytes> {
+    ) -> UpstreamRequest {
         let settings = &self.settings;
         // Room for what the transport adds (`Host`, the session's and the message's
         // headers, a trace context) without growing the map again.
@@ -346,7 +346,7 @@ impl HttpUpstream {
         }
         settings.credentials.apply(&mut forwarded);
         forwarded.insert(HOST, self.host.clone());
-        let mut request = Request::new(body);
+        let mut request = Box::new(Request::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = target;
         *request.headers_mut() = forwarded;
@@ -386,7 +386,7 @@ impl HttpUpstream {
     /// being served has one.
     pub(super) async fn send(
         &self,
-        request: Request<Bytes>,
+        request: UpstreamRequest,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         self.send_spanned(request, None).await
     }
@@ -395,7 +395,7 @@ impl HttpUpstream {
     /// context also went into the body).
     async fn send_spanned(
         &self,
-        mut request: Request<Bytes>,
+        mut request: UpstreamRequest,
         preset: Option<ClientSpan>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let timeout = self.settings.timeout;
@@ -434,7 +434,7 @@ impl HttpUpstream {
         binding: Option<SessionAddr<'_>>,
         forwarded: HeaderMap,
         body: Bytes,
-    ) -> Result<Request<Bytes>, UpstreamError> {
+    ) -> Result<UpstreamRequest, UpstreamError> {
         let mut request = self.request_to(self.target.clone(), method, forwarded, body);
         let headers = request.headers_mut();
         if let Some(binding) = binding {

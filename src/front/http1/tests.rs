@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::*;
 
 /// Answers every request with its method, path and body, as JSON-ish text.
-async fn echo(request: Request<ClientBody>) -> Response<Full<Bytes>> {
+async fn echo(request: ClientRequest) -> Response<Full<Bytes>> {
     let (parts, body) = request.into_parts();
     let body = body
         .collect()
@@ -126,10 +126,10 @@ type Streamed = std::future::Ready<Response<StreamBody<Frames>>>;
 
 /// Frames to send, and an answer that streams them as an event stream (the first
 /// request's; a second one finds the stream taken and panics).
-fn one_stream() -> (FrameSender, impl FnMut(Request<ClientBody>) -> Streamed) {
+fn one_stream() -> (FrameSender, impl FnMut(ClientRequest) -> Streamed) {
     let (frames, receiver) = mpsc::channel(4);
     let mut receiver = Some(receiver);
-    let answer = move |_request: Request<ClientBody>| {
+    let answer = move |_request: ClientRequest| {
         let stream: Frames = Box::pin(tokio_stream_of(receiver.take().expect("one request")));
         let mut response = Response::new(StreamBody::new(stream));
         response.headers_mut().insert(
@@ -189,7 +189,7 @@ async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
     let dropped = Dropped::default();
     let waiting = {
         let dropped = dropped.clone();
-        move |_request: Request<ClientBody>| {
+        move |_request: ClientRequest| {
             let guard = Guard(dropped.clone());
             async move {
                 let _guard = guard;
@@ -239,7 +239,7 @@ async fn a_client_that_leaves_mid_stream_ends_the_stream() {
 
 #[tokio::test]
 async fn http_1_0_and_bodiless_answers() {
-    let answer = |request: Request<ClientBody>| async move {
+    let answer = |request: ClientRequest| async move {
         let status = if request.method() == http::Method::DELETE {
             StatusCode::NO_CONTENT
         } else {
@@ -270,7 +270,7 @@ async fn http_1_0_and_bodiless_answers() {
 
 #[tokio::test]
 async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on() {
-    let answer = |_request: Request<ClientBody>| async move {
+    let answer = |_request: ClientRequest| async move {
         let mut response = Response::new(Full::new(Bytes::from_static(b"hello world")));
         response.headers_mut().insert(
             http::header::CONTENT_LENGTH,
@@ -338,7 +338,7 @@ async fn an_answer_that_said_keep_alive_before_draining_began_keeps_its_promise(
     let draining = Arc::new(AtomicBool::new(false));
     let exchange = {
         let draining = draining.clone();
-        move |_request: Request<ClientBody>| {
+        move |_request: ClientRequest| {
             let draining = draining.clone();
             async move {
                 Response::new(DrainsWhenSent {

@@ -62,11 +62,12 @@ fn connections(port: u16) -> Connections {
     )
 }
 
-fn get(path: &str) -> Request<Bytes> {
-    Request::get(path)
+fn get(path: &str) -> UpstreamRequest {
+    let request = Request::get(path)
         .header(http::header::HOST, "127.0.0.1")
         .body(Bytes::new())
-        .unwrap()
+        .unwrap();
+    Box::new(request)
 }
 
 /// Sends `GET path` and reads its body to its end.
