@@ -16,8 +16,10 @@
 #            neither recv nor send: the proxy's own HTTP/1.1 loops write with send);
 #   round 2: heap allocations per call (the proxy only: uprobes on mimalloc's allocation
 #            entry points, counted by `perf stat`; uprobes slow the process, not the count),
-#            then memory moved per call: libc's memcpy/memmove calls, bytes, and the
-#            functions that call them most (uprobes recorded for 1 s; needs libc6-dbg);
+#            then memory moved per call: libc's memcpy/memmove calls, bytes, the
+#            functions that call them most, the lengths moved most and the sites that
+#            move most (uprobes recorded for 1 s; needs libc6-dbg; file:line with a
+#            binary built with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only);
 #   round 3 (--record): `perf record` of each hop (DWARF call graphs), folded into
 #            target/profile/{nginx,proxy,pass-through}.folded, drawn as flame graphs
 #            (.svg) and as differential flame graphs against nginx (diff-*.svg, with
