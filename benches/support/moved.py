@@ -11,6 +11,7 @@ into each (file:line where the executable has line tables).
 """
 
 import argparse
+import bisect
 import collections
 import re
 import subprocess
@@ -53,23 +54,14 @@ def main() -> None:
     print(f"  memcpy/memmove calls per call  {args.per_call:.1f} ({recorded} recorded)")
     print(f"  bytes moved per call           {sum(moved.values()) / represented:.0f}")
 
+    # A copy inlined from another function (a move of a future, an answer returned)
+    # counts for the function it is inlined into: the symbol the site lies in.
     named = [site for site in sites if site is not None]
-    names = {}
-    if named:
-        out = subprocess.run(
-            ["addr2line", "-f", "-C", "-e", args.exe] + [hex(s) for s in named],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.splitlines()
-        # Two lines per address: the function, then file:line.
-        for i, site in enumerate(named):
-            function = out[2 * i] if 2 * i < len(out) else "??"
-            names[site] = shorten(function)
+    functions = containing(named, args.exe)
     by_function = collections.Counter()
     calls_by_function = collections.Counter()
     for site, count in sites.items():
-        name = names.get(site, "(outside the executable)")
+        name = functions.get(site, "(outside the executable)")
         by_function[name] += moved[site]
         calls_by_function[name] += count
     print(f"  the {TOP} functions moving most (calls / bytes per call):")
@@ -87,24 +79,50 @@ def main() -> None:
     for length, count in by_length.most_common(TOP):
         print(f"    {calls_by_length[length] / represented:6.1f} {count / represented:7.0f} B  {length} B each")
 
-    # Where: the sites that move most, each with the code inlined into it, innermost
-    # first (file:line only in a build with line tables:
-    # CARGO_PROFILE_RELEASE_DEBUG=line-tables-only).
-    top = [key for key, _ in sorted(sizes.items(), key=lambda kv: -kv[0][0] * kv[1])[:TOP]]
-    chains = inlined([site for _, site in top if site is not None], args.exe)
-    print(f"  the {TOP} sites moving most (calls / bytes per call, where):")
-    for length, site in top:
-        count = sizes[(length, site)]
-        where = " <- ".join(chains.get(site, ["(outside the executable)"])[:3])
-        print(f"    {count / represented:6.1f} {length * count / represented:7.0f} B  {where}")
+    # Where: the copies (a length at a site) that move most, each with the code inlined
+    # into its site — the innermost frame and the two outermost (file:line only in a
+    # build with line tables: CARGO_PROFILE_RELEASE_DEBUG=line-tables-only).
+    top = sorted(sizes.items(), key=lambda kv: -kv[0][0] * kv[1])[:TOP]
+    chains = inlined([site for (_, site), _ in top if site is not None], args.exe)
+    print(f"  the {TOP} copies moving most (calls / bytes per call, where):")
+    for (length, site), count in top:
+        chain = chains.get(site) or [("(outside the executable)", None)]
+        frames = chain if len(chain) <= 3 else [chain[0], ("…", None)] + chain[-2:]
+        where = " <- ".join(name + (f" @{at}" if at else "") for name, at in frames)
+        print(f"    {count / represented:6.1f} {length * count / represented:7.0f} B  {length} B  {where}")
 
 
-def inlined(sites: list, exe: str) -> dict:
-    """Each site's chain of functions, innermost first, with file:line where known."""
+def containing(sites: list, exe: str) -> dict:
+    """The function (symbol) each site lies in, from the executable's symbol table."""
     if not sites:
         return {}
     out = subprocess.run(
-        ["addr2line", "-f", "-C", "-i", "-a", "-e", exe] + [hex(s) for s in sites],
+        ["nm", "-C", "--defined-only", exe], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    symbols = []
+    for line in out:
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[1] in "tTwW" and parts[0]:
+            symbols.append((int(parts[0], 16), parts[2]))
+    symbols.sort()
+    starts = [start for start, _ in symbols]
+    found = {}
+    for site in sites:
+        # The call is the byte before the return address.
+        i = bisect.bisect_right(starts, site - 1) - 1
+        if i >= 0:
+            found[site] = shorten(symbols[i][1])
+    return found
+
+
+def inlined(sites: list, exe: str) -> dict:
+    """Each site's chain of (function, file:line or None), innermost first. A site is a
+    return address: the call before it is looked up (one byte back), so that the line
+    named is the copy's, not the next one's."""
+    if not sites:
+        return {}
+    out = subprocess.run(
+        ["addr2line", "-f", "-C", "-i", "-a", "-e", exe] + [hex(s - 1) for s in sites],
         capture_output=True,
         text=True,
         check=False,
@@ -112,20 +130,30 @@ def inlined(sites: list, exe: str) -> dict:
     chains = {}
     site = None
     i = 0
+    # For each address: the address, then a function line and a file:line line per
+    # frame, innermost first.
     while i < len(out):
         line = out[i]
         if line.startswith("0x"):
-            site = int(line, 16)
+            site = int(line, 16) + 1
             chains[site] = []
             i += 1
             continue
-        location = out[i + 1].rsplit("/", 1)[-1] if i + 1 < len(out) else "?"
+        at = out[i + 1] if i + 1 < len(out) else ""
         if site is not None:
-            # Without line tables addr2line names no line ("…:?" or "??:0").
-            known = not (location.startswith("??") or location.endswith(":?"))
-            chains[site].append(shorten(line) + (f" @{location}" if known else ""))
+            chains[site].append((shorten(line), location(at)))
         i += 2
     return chains
+
+
+def location(at: str):
+    """`dir/file.rs:line` of addr2line's `/path/dir/file.rs:line (discriminator N)`;
+    None when it names no line (a build without line tables: `…:?`, `??:0`, `file:0`)."""
+    at = at.split(" (discriminator", 1)[0].strip()
+    path, _, line = at.rpartition(":")
+    if not path or path.startswith("??") or not line.isdigit() or line == "0":
+        return None
+    return "/".join(path.split("/")[-2:]) + ":" + line
 
 
 def shorten(function: str) -> str:

@@ -1,6 +1,6 @@
-//! A client's request body as the front reads it: one the proxy's own HTTP/1.1 loop
-//! read whole with its head (`super::http1`), or hyper's (HTTP/2, and what that loop
-//! hands to hyper).
+//! A client's request as the front reads it: its body one the proxy's own HTTP/1.1
+//! loop read whole with its head (`super::http1`), or hyper's (HTTP/2, and what that
+//! loop hands to hyper); the request boxed where it is made.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,11 +12,12 @@ use hyper::body::Incoming;
 
 /// A client's request as the front hands it on, boxed where it is made: the levels it
 /// passes through (the connection's loop, the exchange, the endpoint) then move a
-/// pointer, where they moved its 264 bytes nineteen times per call (benches/README.md,
-/// "Requests moved as a pointer").
+/// pointer, not its 264 bytes, each into its own future (benches/README.md, "Requests
+/// moved as a pointer").
 pub type ClientRequest = Box<Request<ClientBody>>;
 
-/// See the module documentation.
+/// A request's body: read whole with its head by the proxy's own loop, or as hyper
+/// reads it.
 #[derive(Debug)]
 pub enum ClientBody {
     /// Read whole already (`None` once taken, or when there was none).

@@ -184,13 +184,15 @@ impl Connections {
         &self,
         request: UpstreamRequest,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        let (parts, body) = request.into_parts();
-        let target = parts
-            .uri
+        // Read where it lies, in its box (taken out, its parts would be copied into this
+        // future).
+        let method = request.method();
+        let target = request
+            .uri()
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
         let mut out = Vec::new();
-        exchange::encode_request(&parts.method, target, &parts.headers, &body, &mut out);
+        exchange::encode_request(method, target, request.headers(), request.body(), &mut out);
         loop {
             let mut conn = self.checkout().await?;
             let mut sent = 0;
@@ -213,11 +215,11 @@ impl Connections {
                 Some(e) if conn.reused && sent == 0 && gone(&e) => continue,
                 // An upstream that answered before it read the whole request (and
                 // closed): its answer, if it came whole enough to read.
-                Some(_) if conn.answered_early(&parts.method) => true,
+                Some(_) if conn.answered_early(method) => true,
                 Some(e) => return Err(SendError::Http(e)),
             };
             let (head, headers) = loop {
-                match exchange::parse_head(&conn.buf, &parts.method, &mut conn.fields)
+                match exchange::parse_head(&conn.buf, method, &mut conn.fields)
                     .map_err(SendError::Http)?
                 {
                     ReadHead::Head(head, len) => {
