@@ -3,9 +3,10 @@ a `tools/call` makes (counted by `perf stat`), and a record of such calls (`perf
 -F trace` of uprobes on libc's memmove: `len=<bytes> ret=<return address>` each; `perf
 record` keeps a share of them when they come too fast, spread over the calls alike), the
 bytes moved per `tools/call`, the functions of the proxy's executable that move most
-(the return address looked up with addr2line: inlined code counts for the function it is
-inlined into), the lengths moved most, and the sites that move most with the code inlined
-into each (file:line where the executable has line tables).
+(the symbol each copy's call lies in, from the executable's symbol table: inlined code
+counts for the function it is inlined into), the lengths moved most, and the copies that
+move most with the code inlined into each site (addr2line; file:line where the
+executable has line tables).
 
     perf script -F trace | python3 moved.py --per-call X --base HEX --exe PATH
 """

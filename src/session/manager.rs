@@ -73,7 +73,7 @@ pub enum SessionError {
 #[derive(Debug, Clone)]
 pub struct Issued {
     pub id: String,
-    pub state: String,
+    pub state: Token,
     pub expires_at: Millis,
     /// What its upstream connection negotiated.
     pub negotiated: Arc<Negotiated>,
@@ -253,7 +253,7 @@ impl Sessions {
         if let Some(place) = slot.place.take() {
             place.admitted(&id, expires_at);
         }
-        let state = self.signer.issue(&id, 0, expires_at).to_string();
+        let state = self.signer.issue(&id, 0, expires_at);
         Ok(Issued {
             id,
             state,
