@@ -42,7 +42,7 @@ use opentelemetry::context::FutureExt as _;
 use tracing::{Instrument, field};
 
 pub use admission::{Admission, Admitted, check_open_file_limit};
-pub use body::{ClientBody, ClientRequest};
+pub use body::{ClientBody, ClientRequest, ClientResponse};
 use deadline::Deadline;
 use identity::Identity;
 pub use ops::Ops;
@@ -109,7 +109,7 @@ pub async fn handle(
     request: ClientRequest,
     role: Role,
     peer: IpAddr,
-) -> Response<ProxyBody> {
+) -> ClientResponse {
     let path = request.uri().path();
     if role.serves_mcp() {
         let upstreams = front.fleet.upstreams();
@@ -123,12 +123,12 @@ pub async fn handle(
             return mcp(&front, endpoint, request, peer).await;
         }
         if path == CLUSTER_PATH {
-            return from_peer(&front, request).await;
+            return Box::new(from_peer(&front, request).await);
         }
         if let Some(endpoint) = path.strip_prefix(crate::auth::resource::WELL_KNOWN)
             && let Some(response) = resource_metadata(&front, &request, endpoint)
         {
-            return response;
+            return Box::new(response);
         }
     }
     // Boxed, as the paths are (`dispatch`): the operations endpoints' future is larger
@@ -136,9 +136,9 @@ pub async fn handle(
     if (path == HEALTH_PATH || role.serves_operations())
         && let Some(response) = boxed_in_place(|| front.ops.route(&request, role)).await
     {
-        return response;
+        return Box::new(response);
     }
-    response::error(
+    boxed_error(
         &ProxyError::NoSuchPath {
             path: front.limits.path.clone(),
         },
@@ -200,7 +200,7 @@ async fn mcp(
     endpoint: Endpoint<'_>,
     request: ClientRequest,
     peer: IpAddr,
-) -> Response<ProxyBody> {
+) -> ClientResponse {
     let started = Instant::now();
     let span = tracing::info_span!(
         "request",
@@ -229,9 +229,9 @@ async fn mcp(
                 let response = boxed_in_place(|| endpoint.bare(request, peer, &front.metrics))
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
-                (response, label)
+                (Box::new(response), label)
             }
-            _ => (not_allowed("GET, POST, DELETE"), "other"),
+            _ => (Box::new(not_allowed("GET, POST, DELETE")), "other"),
         }
     }
     .instrument(span.clone())
@@ -267,6 +267,11 @@ async fn from_peer(front: &Front, request: ClientRequest) -> Response<ProxyBody>
     }
 }
 
+/// The error's answer, boxed as every answer the front hands on is.
+fn boxed_error(error: &ProxyError, id: Option<&[u8]>) -> ClientResponse {
+    Box::new(response::error(error, id))
+}
+
 fn not_allowed(allow: &'static str) -> Response<ProxyBody> {
     let mut response = response::status(StatusCode::METHOD_NOT_ALLOWED);
     response
@@ -282,7 +287,7 @@ impl Endpoint<'_> {
         request: ClientRequest,
         client: IpAddr,
         metrics: &Metrics,
-    ) -> (Response<ProxyBody>, &'static str) {
+    ) -> (ClientResponse, &'static str) {
         // When the request arrived: its span (traces on) starts then, once its message
         // is known.
         let received = crate::telemetry::active().then(std::time::SystemTime::now);
@@ -299,17 +304,17 @@ impl Endpoint<'_> {
         };
         let (identity, accepts) = match checked {
             Ok(checked) => checked,
-            Err(e) => return (response::error(&e, None), "other"),
+            Err(e) => return (boxed_error(&e, None), "other"),
         };
         let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
         let body = match within(self.limits.body_timeout, read).await {
             Ok(Ok(body)) => body,
-            Ok(Err(e)) => return (response::error(&e, None), "other"),
+            Ok(Err(e)) => return (boxed_error(&e, None), "other"),
             Err(_) => {
                 let e = ProxyError::BodyTimeout {
                     after: self.limits.body_timeout,
                 };
-                return (response::error(&e, None), "other");
+                return (boxed_error(&e, None), "other");
             }
         };
         // Forwarded by another replica: signed by it, or refused before anything else.
@@ -322,11 +327,11 @@ impl Endpoint<'_> {
         let (peer, from_peer) = match forwarded {
             Ok(None) => (Some(client), false),
             Ok(Some(from)) => (from.client, true),
-            Err(e) => return (response::error(&e, None), "other"),
+            Err(e) => return (boxed_error(&e, None), "other"),
         };
         let envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,
-            Err(e) => return (response::error(&e.into(), None), "other"),
+            Err(e) => return (boxed_error(&e.into(), None), "other"),
         };
         let label = match envelope.kind {
             Kind::Response => "response",
@@ -341,7 +346,7 @@ impl Endpoint<'_> {
         let raw = envelope.params_or_result();
         let payload = match raw.map(Payload::open).transpose() {
             Ok(payload) => payload.flatten(),
-            Err(e) => return (response::error(&e.into(), answer_id), label),
+            Err(e) => return (boxed_error(&e.into(), answer_id), label),
         };
         let message = Message {
             headers: &parts.headers,
@@ -386,7 +391,7 @@ impl Endpoint<'_> {
         };
         let (mut response, code) = match answered {
             Ok(response) => (response, None),
-            Err(e) => (response::error(&e, answer_id), Some(e.answer().1.code)),
+            Err(e) => (boxed_error(&e, answer_id), Some(e.answer().1.code)),
         };
         if let Some(span) = traced {
             let answered = span.finish(response.status(), code);
@@ -396,13 +401,13 @@ impl Endpoint<'_> {
     }
 
     /// A parsed message: classified, then served by its path (a call of a tool with a
-    /// timeout held to it).
+    /// timeout held to it); the answer boxed as it comes from the path.
     async fn answer(
         self,
         message: &Message<'_, '_>,
         deadlines: Option<&Auth>,
         metrics: &Metrics,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+    ) -> Result<ClientResponse, ProxyError> {
         let rules = self.served.rules().await?;
         match route::classify(message, rules) {
             Ok(route) => match self.overload.shedding() {
@@ -422,8 +427,9 @@ impl Endpoint<'_> {
                             deadline.run(message, dispatch(self.served, message, route))
                         })
                         .await
+                        .map(Box::new)
                     }
-                    None => dispatch(self.served, message, route).await,
+                    None => dispatch(self.served, message, route).await.map(Box::new),
                 },
             },
             Err(e) => {

@@ -47,7 +47,7 @@ mod stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::http::{HeaderMap, Method, Response};
+use ::http::{HeaderMap, Method};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
@@ -55,7 +55,7 @@ use crate::mcp::initialize::Negotiated;
 use discover::Found;
 
 pub use answer::{Answer, Delivery, Messages};
-pub use connections::UpstreamBody;
+pub use connections::{UpstreamBody, UpstreamResponse};
 pub use endings::{Ending, Endings};
 pub use era::Era;
 pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
@@ -426,7 +426,7 @@ impl Upstream {
         method: Method,
         forwarded: HeaderMap,
         body: Bytes,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> Result<UpstreamResponse, UpstreamError> {
         match &self.transport {
             Transport::Http(replicas) => {
                 let replica = replicas.holding(replica)?;
@@ -441,10 +441,7 @@ impl Upstream {
     /// Whether `response` (from [`Upstream::forward`], to an old client's request naming
     /// a session no proxy learned) says the replica does not know that session, in any
     /// of the ways [`lost`] recognises.
-    pub async fn probe_answer(
-        &self,
-        response: Response<UpstreamBody>,
-    ) -> Result<Probed, UpstreamError> {
+    pub async fn probe_answer(&self, response: UpstreamResponse) -> Result<Probed, UpstreamError> {
         lost::probe(response, self.max_message_bytes(), self.timeout()).await
     }
 

@@ -1,20 +1,29 @@
 //! A client's request as the front reads it: its body one the proxy's own HTTP/1.1
 //! loop read whole with its head (`super::http1`), or hyper's (HTTP/2, and what that
-//! loop hands to hyper); the request boxed where it is made.
+//! loop hands to hyper); the request boxed where it is made, and its answer boxed as it
+//! comes from its path.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::Request;
+use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+
+use crate::response::ProxyBody;
 
 /// A client's request as the front hands it on, boxed where it is made: the levels it
 /// passes through (the connection's loop, the exchange, the endpoint) then move a
 /// pointer, not its 264 bytes, each into its own future (benches/README.md, "Requests
 /// moved as a pointer").
 pub type ClientRequest = Box<Request<ClientBody>>;
+
+/// The answer to a client's request as the front hands it back, boxed as it comes from
+/// its path (or where the front makes it): the levels it returns through (the endpoint,
+/// the exchange, the connection's loop) then move a pointer, not its 280 bytes, each
+/// into its own future and out again (benches/README.md, "Answers moved as a pointer").
+pub type ClientResponse = Box<Response<ProxyBody>>;
 
 /// A request's body: read whole with its head by the proxy's own loop, or as hyper
 /// reads it.

@@ -65,8 +65,10 @@ pub enum Ended<T> {
 
 /// Serves HTTP/1.1 requests on `io` with `exchange` until the connection ends or a
 /// request is one the loop leaves to hyper; an answer whose head is written while
-/// `draining()` says so closes the connection (`Connection: close`).
-pub async fn serve<T, F, Fut, B>(
+/// `draining()` says so closes the connection (`Connection: close`). `exchange` answers
+/// a request with its answer (boxed) and what the answer keeps until it has been sent,
+/// held here until its body is written (or the connection ends).
+pub async fn serve<T, F, Fut, B, K>(
     mut io: T,
     mut exchange: F,
     draining: impl Fn() -> bool,
@@ -74,7 +76,7 @@ pub async fn serve<T, F, Fut, B>(
 where
     T: AsyncRead + AsyncWrite + Unpin,
     F: FnMut(ClientRequest) -> Fut,
-    Fut: Future<Output = Response<B>>,
+    Fut: Future<Output = (Box<Response<B>>, K)>,
     B: Body<Data = Bytes>,
 {
     let mut buf = BytesMut::with_capacity(READ_SIZE);
@@ -141,7 +143,7 @@ where
         let served = exchange(request);
         let mut served = std::pin::pin!(served);
         let mut watching = buf.is_empty();
-        let response = loop {
+        let (response, sending) = loop {
             // The connection first, as hyper does: a client that left while its answer
             // became ready gets none (and what its request started is cancelled).
             tokio::select! {
@@ -157,7 +159,7 @@ where
         };
 
         // Answered.
-        let (parts, body) = response.into_parts();
+        let (parts, body) = (*response).into_parts();
         out.clear();
         // Draining decided here, once: an answer whose head says the connection stays
         // open keeps that promise (a client may already be reusing it); the next
@@ -175,6 +177,7 @@ where
         let (framing, keep) = response::head(&parts, &size, asked, &mut out);
         drop(parts);
         let sent = write_body(&mut io, &mut buf, &mut out, body, framing, &mut watching).await;
+        drop(sending);
         if sent.is_err() || !keep {
             let _ = io.shutdown().await;
             return Ended::Closed;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use http::Response;
 use http_body_util::BodyExt;
 
+use super::ClientResponse;
 use crate::auth::policy::Item;
 use crate::auth::{Auth, Verified};
 use crate::error::ProxyError;
@@ -144,8 +145,8 @@ impl Identity {
         &self,
         upstream: &str,
         message: &Message<'_, '_>,
-        response: Response<ProxyBody>,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+        response: ClientResponse,
+    ) -> Result<ClientResponse, ProxyError> {
         let method = message.envelope.method();
         let offers = matches!(method, "server/discover" | "initialize");
         let (true, true, Some(id)) = (
@@ -157,7 +158,9 @@ impl Identity {
         };
         // Boxed: only a list answer (or what offers the lists) under rules is read, and
         // its reading would make every request's future kilobytes larger.
-        Box::pin(self.filtered(upstream, response, id.get())).await
+        Box::pin(self.filtered(upstream, *response, id.get()))
+            .await
+            .map(Box::new)
     }
 
     /// `response` with the lists in it (a list answer; a stream's events) showing only

@@ -30,9 +30,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::admission::{Admission, Admitted};
-use super::body::{ClientBody, ClientRequest};
+use super::body::{ClientBody, ClientRequest, ClientResponse};
 use super::http1;
-use super::watchdog::{Activity, Tracked, Watched};
+use super::watchdog::{Activity, Sending, Tracked, Watched};
 use super::{Front, handle};
 use crate::response::ProxyBody;
 use crate::telemetry::server::Answered;
@@ -361,10 +361,11 @@ struct Exchange {
 }
 
 impl Exchange {
+    /// The answer to `request`, and what it keeps until it has been sent.
     fn call(
         &self,
         request: ClientRequest,
-    ) -> impl Future<Output = Response<Tracked<ProxyBody>>> + Send + use<> {
+    ) -> impl Future<Output = (ClientResponse, Sending)> + Send + use<> {
         let http1 = request.version() < http::Version::HTTP_2;
         if !http1 {
             self.activity.http2();
@@ -376,7 +377,7 @@ impl Exchange {
             let mut response = handle(front, request, role, peer).await;
             // A traced request's span ends with its body.
             let span = response.extensions_mut().remove::<Answered>();
-            response.map(|body| Tracked::new(body, in_flight, span))
+            (response, Sending::new(in_flight, span))
         }
     }
 }
@@ -421,7 +422,8 @@ impl hyper::service::Service<Request<Incoming>> for ByHyper {
         let stage = self.0.stage.clone();
         let answer = self.0.call(Box::new(request.map(ClientBody::Hyper)));
         Box::pin(async move {
-            let mut response = answer.await;
+            let (response, sending) = answer.await;
+            let mut response = (*response).map(|body| Tracked::new(body, sending));
             // Draining: this connection's last response (the client opens a new
             // connection, which another process accepts after a hand-over). The proxy's
             // own loop decides this where it writes a head (its `draining`); hyper's

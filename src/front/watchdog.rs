@@ -74,7 +74,7 @@ impl Activity {
     }
 
     /// A request head arrived: the request is in flight until the returned guard (held
-    /// by its response body) drops.
+    /// with its answer until the answer is sent: [`Sending`]) drops.
     pub fn request(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(self.clone())
@@ -229,24 +229,38 @@ impl<T: AsyncWrite> AsyncWrite for Watched<T> {
     }
 }
 
+/// What an answer keeps until it has been sent (or abandoned): its request in flight,
+/// and its span open when it is traced. The proxy's loop holds it beside the answer it
+/// writes; hyper's gets it in the body ([`Tracked`]).
+#[derive(Debug)]
+pub struct Sending {
+    // Held for what their drops do.
+    _in_flight: InFlight,
+    _span: Option<Answered>,
+}
+
+impl Sending {
+    pub fn new(in_flight: InFlight, span: Option<Answered>) -> Self {
+        Sending {
+            _in_flight: in_flight,
+            _span: span,
+        }
+    }
+}
+
 pin_project! {
-    /// A response body that keeps its request in flight (and its span open, when it is
-    /// traced) until it has been sent.
+    /// A response body that keeps what its answer keeps ([`Sending`]) until it has been
+    /// sent.
     pub struct Tracked<B> {
         #[pin]
         body: B,
-        in_flight: InFlight,
-        span: Option<Answered>,
+        sending: Sending,
     }
 }
 
 impl<B> Tracked<B> {
-    pub fn new(body: B, in_flight: InFlight, span: Option<Answered>) -> Self {
-        Tracked {
-            body,
-            in_flight,
-            span,
-        }
+    pub fn new(body: B, sending: Sending) -> Self {
+        Tracked { body, sending }
     }
 }
 

@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::response::ProxyBody;
 use crate::session::Sessions;
 use crate::upstream::{
-    Media, Probed, ReplicaId, Upstream, UpstreamBody, UpstreamError, media_type,
+    Media, Probed, ReplicaId, Upstream, UpstreamBody, UpstreamError, UpstreamResponse, media_type,
 };
 
 /// See the module documentation.
@@ -146,7 +146,7 @@ impl PassThrough {
                 let probed = self.upstream.probe_answer(response).await;
                 match probed.map_err(|e| upstream_error(&self.upstream, e))? {
                     Probed::Unknown => continue,
-                    Probed::Answer(answer) => response = *answer,
+                    Probed::Answer(answer) => response = answer,
                     // A refusal other than "unknown session" (nothing to learn from it).
                     Probed::Read(mut parts, body) => {
                         headers::to_client_passthrough(&mut parts.headers);
@@ -218,7 +218,7 @@ impl PassThrough {
         }
     }
 
-    fn answer(&self, response: Response<UpstreamBody>) -> Response<ProxyBody> {
+    fn answer(&self, response: UpstreamResponse) -> Response<ProxyBody> {
         let (mut parts, body) = response.into_parts();
         let open = (media_type(&parts.headers) == Media::EventStream)
             .then(|| self.metrics.stream_opened());

@@ -211,8 +211,8 @@ impl Drop for ServerSpan {
 }
 
 /// A request's span once answered: it ends when the last of it is dropped — kept in the
-/// response (an extension, which the front moves into the body), so that a streamed
-/// answer's span lasts as long as its stream.
+/// response (an extension, which the front moves into what it keeps until the answer is
+/// sent), so that a streamed answer's span lasts as long as its stream.
 #[derive(Debug, Clone)]
 pub struct Answered(
     #[expect(

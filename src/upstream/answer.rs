@@ -13,7 +13,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, StatusCode};
 use tokio::sync::mpsc;
 
-use super::connections::UpstreamBody;
+use super::connections::{UpstreamBody, UpstreamResponse};
 use super::error::UpstreamError;
 use super::ids::Restore;
 use super::read::{Media, media_type, read_body};
@@ -61,7 +61,7 @@ impl Answer {
     /// `timeout`), an event stream as it comes. A failure status without a JSON body is
     /// the upstream refusing the request.
     pub async fn read(
-        response: http::Response<UpstreamBody>,
+        response: UpstreamResponse,
         limit: usize,
         timeout: Duration,
     ) -> Result<Answer, UpstreamError> {

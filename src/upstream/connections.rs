@@ -180,10 +180,7 @@ impl Connections {
     /// Sends `request` (origin-form URI, `Host` set) on an idle connection of this
     /// worker, or a new one, and returns the response head; its body holds the
     /// connection until read to its end.
-    pub async fn send(
-        &self,
-        request: UpstreamRequest,
-    ) -> Result<Response<UpstreamBody>, SendError> {
+    pub async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, SendError> {
         // Read where it lies, in its box (taken out, its parts would be copied into this
         // future).
         let method = request.method();
@@ -238,7 +235,7 @@ impl Connections {
                     }
                 }
             };
-            let mut response = Response::new(UpstreamBody::Lean(LeanBody {
+            let mut response = Box::new(Response::new(UpstreamBody::Lean(LeanBody {
                 conn: Some(conn),
                 state: match head.framing {
                     Framing::Length(0) => Reading::Done,
@@ -248,7 +245,7 @@ impl Connections {
                 },
                 keep_alive: head.keep_alive && !broken,
                 home: Arc::downgrade(&self.shared),
-            }));
+            })));
             *response.status_mut() = head.status;
             *response.version_mut() = head.version;
             *response.headers_mut() = headers;
@@ -382,6 +379,11 @@ fn gone(e: &io::Error) -> bool {
 /// A request to the upstream, boxed where it is made: the levels it is sent through
 /// (the span, the timeout, the connection) then move a pointer, not its 256 bytes.
 pub type UpstreamRequest = Box<Request<Bytes>>;
+
+/// An upstream's answer, boxed where it is made: the levels it comes back through (the
+/// connection, the timeout, the span, the path that reads it) then move a pointer, not
+/// its 248 bytes.
+pub type UpstreamResponse = Box<Response<UpstreamBody>>;
 
 /// An upstream response body. Read to its end (or dropped once at its end), its
 /// connection is reused; dropped before, the connection is closed.

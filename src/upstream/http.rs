@@ -10,10 +10,10 @@ use prometheus_client::metrics::histogram::Histogram;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, Method, Request, StatusCode, Uri};
 
 use super::answer::{Answer, Messages};
-use super::connections::{Connections, UpstreamBody, UpstreamRequest};
+use super::connections::{Connections, UpstreamRequest, UpstreamResponse};
 use super::error::UpstreamError;
 use super::ids::{self, RenamedRequests};
 use super::lost::{self, session_lost};
@@ -253,7 +253,7 @@ impl HttpUpstream {
         method: Method,
         forwarded: HeaderMap,
         body: Bytes,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> Result<UpstreamResponse, UpstreamError> {
         // A POST's span is named for what it carries; a 2026-07-28 request's context
         // goes in its `_meta` as well.
         let (span, body, operation) = match method == Method::POST && crate::telemetry::active() {
@@ -387,7 +387,7 @@ impl HttpUpstream {
     pub(super) async fn send(
         &self,
         request: UpstreamRequest,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> Result<UpstreamResponse, UpstreamError> {
         self.send_spanned(request, None).await
     }
 
@@ -397,7 +397,7 @@ impl HttpUpstream {
         &self,
         mut request: UpstreamRequest,
         preset: Option<ClientSpan>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> Result<UpstreamResponse, UpstreamError> {
         let timeout = self.settings.timeout;
         let span = match preset {
             Some(span) => {

@@ -26,9 +26,9 @@ use std::borrow::Cow;
 
 use std::time::Duration;
 
-use super::connections::UpstreamBody;
+use super::connections::UpstreamResponse;
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::StatusCode;
 use serde_json::Value;
 
 use super::answer::{Answer, Messages};
@@ -93,7 +93,7 @@ pub enum Probed {
     /// The replica does not know the session (404, or a 400 saying so): try the next.
     Unknown,
     /// Its answer, untouched.
-    Answer(Box<Response<UpstreamBody>>),
+    Answer(UpstreamResponse),
     /// Its answer, whose body had to be read (whole, at most `limit` bytes) to tell: the
     /// head and the body, to be passed on as they came.
     Read(http::response::Parts, Bytes),
@@ -103,7 +103,7 @@ pub enum Probed {
 /// replica does not know that session. A 400's body is read to tell; one over `limit`
 /// bytes, or that does not arrive within `timeout`, is the upstream failing.
 pub async fn probe(
-    response: Response<UpstreamBody>,
+    response: UpstreamResponse,
     limit: usize,
     timeout: Duration,
 ) -> Result<Probed, UpstreamError> {
@@ -112,7 +112,7 @@ pub async fn probe(
         return Ok(if session_lost(status, None) {
             Probed::Unknown
         } else {
-            Probed::Answer(Box::new(response))
+            Probed::Answer(response)
         });
     }
     let (parts, body) = response.into_parts();

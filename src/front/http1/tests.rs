@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use futures_util::FutureExt as _;
 use http::StatusCode;
 use http_body::Frame;
 use http_body_util::{BodyExt as _, Full, StreamBody};
@@ -27,6 +28,31 @@ async fn echo(request: ClientRequest) -> Response<Full<Bytes>> {
         String::from_utf8_lossy(&body)
     );
     Response::new(Full::new(Bytes::from(text)))
+}
+
+/// An answer as the loop takes it, with nothing kept while it is sent.
+type Boxed<B> = (Box<Response<B>>, ());
+type Answering<Fut, B> = futures_util::future::Map<Fut, fn(Response<B>) -> Boxed<B>>;
+
+/// `answer` as the loop takes it: boxed, with nothing kept while it is sent.
+fn answered<F, Fut, B>(mut answer: F) -> impl FnMut(ClientRequest) -> Answering<Fut, B>
+where
+    F: FnMut(ClientRequest) -> Fut,
+    Fut: Future<Output = Response<B>>,
+{
+    fn boxed<B>(response: Response<B>) -> Boxed<B> {
+        (Box::new(response), ())
+    }
+    move |request| answer(request).map(boxed as fn(Response<B>) -> Boxed<B>)
+}
+
+/// What an answer keeps while it is sent, telling when the loop let it go.
+struct Kept(Arc<AtomicBool>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Reads what the loop wrote until it closes or `until` appears; as text, with the
@@ -65,7 +91,7 @@ use std::time::Duration;
 #[tokio::test]
 async fn whole_requests_are_answered_in_order_on_one_connection() {
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, echo, || false));
+    let served = tokio::spawn(serve(server, answered(echo), || false));
     // Two requests in one write (pipelined), then a third.
     client
         .write_all(
@@ -111,7 +137,7 @@ async fn what_the_loop_does_not_take_is_handed_over_with_every_byte_read() {
         ),
     ] {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let served = tokio::spawn(serve(server, echo, || false));
+        let served = tokio::spawn(serve(server, answered(echo), || false));
         client.write_all(sent).await.unwrap();
         match tokio::time::timeout(Duration::from_secs(5), served).await {
             Ok(Ok(Ended::HandOff { read, .. })) => assert_eq!(&read[..], sent, "{why}"),
@@ -122,13 +148,20 @@ async fn what_the_loop_does_not_take_is_handed_over_with_every_byte_read() {
 
 type FrameSender = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
 type Frames = Pin<Box<dyn futures_util::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send>>;
-type Streamed = std::future::Ready<Response<StreamBody<Frames>>>;
+type Streamed = std::future::Ready<(Box<Response<StreamBody<Frames>>>, Kept)>;
 
-/// Frames to send, and an answer that streams them as an event stream (the first
-/// request's; a second one finds the stream taken and panics).
-fn one_stream() -> (FrameSender, impl FnMut(ClientRequest) -> Streamed) {
+/// Frames to send, whether the answer's [`Kept`] was let go, and an answer that streams
+/// them as an event stream (the first request's; a second one finds the stream taken
+/// and panics).
+fn one_stream() -> (
+    FrameSender,
+    Arc<AtomicBool>,
+    impl FnMut(ClientRequest) -> Streamed,
+) {
     let (frames, receiver) = mpsc::channel(4);
     let mut receiver = Some(receiver);
+    let let_go = Arc::new(AtomicBool::new(false));
+    let kept = let_go.clone();
     let answer = move |_request: ClientRequest| {
         let stream: Frames = Box::pin(tokio_stream_of(receiver.take().expect("one request")));
         let mut response = Response::new(StreamBody::new(stream));
@@ -136,14 +169,14 @@ fn one_stream() -> (FrameSender, impl FnMut(ClientRequest) -> Streamed) {
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("text/event-stream"),
         );
-        std::future::ready(response)
+        std::future::ready((Box::new(response), Kept(kept.clone())))
     };
-    (frames, answer)
+    (frames, let_go, answer)
 }
 
 #[tokio::test]
 async fn a_body_that_streams_is_sent_chunked_frame_by_frame() {
-    let (frames, answer) = one_stream();
+    let (frames, let_go, answer) = one_stream();
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve(server, answer, || false));
     client
@@ -164,8 +197,16 @@ async fn a_body_that_streams_is_sent_chunked_frame_by_frame() {
         read_until(&mut client, "\n\n\r\n").await,
         "9\r\ndata: 1\n\n\r\n"
     );
+    assert!(
+        !let_go.load(Ordering::SeqCst),
+        "what the answer keeps is kept while its body is sent"
+    );
     drop(frames);
     assert_eq!(read_until(&mut client, "0\r\n\r\n").await, "0\r\n\r\n");
+    assert!(
+        let_go.load(Ordering::SeqCst),
+        "and let go once the body is written"
+    );
     drop(client);
     assert!(matches!(served.await.unwrap(), Ended::Closed));
 }
@@ -198,7 +239,7 @@ async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
         }
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, waiting, || false));
+    let served = tokio::spawn(serve(server, answered(waiting), || false));
     client
         .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
         .await
@@ -215,7 +256,7 @@ async fn a_client_that_leaves_cancels_its_request_and_its_stream() {
 
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_ends_the_stream() {
-    let (frames, answer) = one_stream();
+    let (frames, let_go, answer) = one_stream();
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve(server, answer, || false));
     client
@@ -235,6 +276,10 @@ async fn a_client_that_leaves_mid_stream_ends_the_stream() {
         .expect("the loop did not see its client leave");
     assert!(matches!(ended.unwrap(), Ended::Closed));
     assert!(frames.is_closed(), "the stream outlived its client");
+    assert!(
+        let_go.load(Ordering::SeqCst),
+        "what the answer kept outlived its client"
+    );
 }
 
 #[tokio::test]
@@ -250,7 +295,7 @@ async fn http_1_0_and_bodiless_answers() {
         response
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, answer, || false));
+    let served = tokio::spawn(serve(server, answered(answer), || false));
     client
         .write_all(b"HEAD / HTTP/1.1\r\n\r\nDELETE / HTTP/1.1\r\n\r\nGET / HTTP/1.0\r\n\r\n")
         .await
@@ -279,7 +324,7 @@ async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on
         response
     };
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let _served = tokio::spawn(serve(server, answer, || false));
+    let _served = tokio::spawn(serve(server, answered(answer), || false));
     client
         .write_all(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
         .await
@@ -300,7 +345,7 @@ async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on
 #[tokio::test]
 async fn a_draining_connection_closes_after_its_answer() {
     let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve(server, echo, || true));
+    let served = tokio::spawn(serve(server, answered(echo), || true));
     client
         .write_all(b"POST /a HTTP/1.1\r\nContent-Length: 1\r\n\r\nxPOST /b HTTP/1.1\r\nContent-Length: 1\r\n\r\ny")
         .await
@@ -348,7 +393,7 @@ async fn an_answer_that_said_keep_alive_before_draining_began_keeps_its_promise(
             }
         }
     };
-    let served = tokio::spawn(serve(server, exchange, {
+    let served = tokio::spawn(serve(server, answered(exchange), {
         let draining = draining.clone();
         move || draining.load(Ordering::SeqCst)
     }));
