@@ -23,15 +23,14 @@
 //! gone has lost it (decided where children are kept).
 
 use std::borrow::Cow;
-
 use std::time::Duration;
 
-use super::connections::UpstreamResponse;
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::Value;
 
 use super::answer::{Answer, Messages};
+use super::connections::UpstreamResponse;
 use super::error::UpstreamError;
 use super::read::read_body;
 
