@@ -4,10 +4,10 @@
 #
 #   benches/pairs.sh BEFORE_BINARY AFTER_BINARY [PAIRS]        (3 pairs unless told)
 #
-# One bench binary runs `--only saturation` with each proxy binary in turn
-# (MCP_BENCH_PROXY_BIN), PAIRS times, so that both builds meet the machine as it is in
-# the same minutes: its speed moves more from hour to hour than a small change moves the
-# proxy. Every round measures nginx, the proxy with data-layer sessions and the hop alone
+# One bench binary runs `--only saturation --no-floor-variants` with each proxy binary
+# in turn (MCP_BENCH_PROXY_BIN), PAIRS times, so that both builds meet the machine as it
+# is in the same minutes: its speed moves more from hour to hour than a small change
+# moves the proxy. Every round measures nginx, the proxy with data-layer sessions and the hop alone
 # (an old client passed through) against the same upstream. Prints per round the CPU per
 # call of both hops as ratios to nginx's in that round, the req/s ratio, and user /
 # kernel; the rounds' logs are kept in target/pairs/.
@@ -65,7 +65,8 @@ for i in $(seq 1 "$pairs"); do
         binary=$before
         [ "$side" = after ] && binary=$after
         log="$out/$side.$i.log"
-        MCP_BENCH_PROXY_BIN="$binary" "$bench" --bench --only saturation >"$log" 2>&1 ||
+        MCP_BENCH_PROXY_BIN="$binary" "$bench" --bench --only saturation --no-floor-variants \
+            >"$log" 2>&1 ||
             { echo "benches/pairs.sh: round $i ($side) failed; see $log" >&2; exit 1; }
         printf 'pair %d %-6s  %s\n' "$i" "$side" "$(figures "$log")"
     done

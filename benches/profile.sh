@@ -65,7 +65,8 @@ trap cleanup EXIT
 # Probes a killed run left behind would make adding them fail.
 perf probe -q -d 'mcpprofile:*' 2>/dev/null || true
 env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
-    --only saturation --rounds "$rounds" --duration 10 --warmup 1 >/dev/null 2>"$log" &
+    --only saturation --no-floor-variants --rounds "$rounds" --duration 10 --warmup 1 \
+    >/dev/null 2>"$log" &
 bench=$!
 
 # Waits until the bench's log says round $1 of hop $2 has started, then 1.5 s more (its

@@ -5,7 +5,9 @@
 //! microseconds): the upstream **direct**, **nginx** as a plain reverse proxy, and the
 //! **proxy** (the release binary) with data-layer sessions; at saturation also the proxy
 //! passing a legacy client through (its HTTP hop without the sessions), and the floor
-//! (`support::floor`: the least a tokio hop costs on this machine). Same load
+//! (`support::floor`: the least a tokio hop costs on this machine; the same hop with
+//! heads read and written as the proxy does, and as read, on io_uring with monoio and with tokio-uring, and on
+//! monoio with epoll). Same load
 //! generator, same run. The session stores are compared the same way: the proxy with the
 //! memory store, with Redis (a redis-server of its own; and the same server as the
 //! primary a sentinel names, with a replica) and with sealed ids, paced. And the eras: a
@@ -32,7 +34,7 @@ use support::procs;
 const USAGE: &str = "\
 usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
 
-  --quick                 ~30 s smoke run: short windows, 1 round, 2,000/10,000 sessions
+  --quick                 ~1.5 min smoke run: short windows, 1 round, 2,000/10,000 sessions
   --duration SECS         measured window per target for saturation and paced runs (6)
   --warmup SECS           warm-up before each measured window (1)
   --rounds N              saturation rounds, targets interleaved (3); the proxy/nginx
@@ -47,6 +49,8 @@ usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
   --only LIST             run only some of: saturation,paced,stores,traces,eras,create,
                           memory
   --no-nginx              leave nginx out
+  --no-floor-variants     leave out the floor's variants (heads read and written,
+                          io_uring), which only split the floor's cost further
 
 Each option can also be given as MCP_BENCH_<NAME> (e.g. MCP_BENCH_DURATION=4,
 MCP_BENCH_QUICK=1); flags win. The table is printed and written to
@@ -76,6 +80,7 @@ struct Options {
     sessions: Vec<u64>,
     only: Vec<String>,
     nginx: bool,
+    floor_variants: bool,
 }
 
 impl Options {
@@ -124,6 +129,7 @@ impl Options {
             "--sessions",
             "--only",
             "--no-nginx",
+            "--no-floor-variants",
         ];
         let mut i = 0;
         while i < args.len() {
@@ -132,7 +138,8 @@ impl Options {
                 eprintln!("unknown argument {:?}\n\n{USAGE}", args[i]);
                 std::process::exit(2);
             }
-            let takes_value = !matches!(name, "--quick" | "--no-nginx") && !args[i].contains('=');
+            let takes_value = !matches!(name, "--quick" | "--no-nginx" | "--no-floor-variants")
+                && !args[i].contains('=');
             i += if takes_value { 2 } else { 1 };
         }
         fn num<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> T {
@@ -189,6 +196,7 @@ impl Options {
             sessions,
             only,
             nginx: !switch("no-nginx"),
+            floor_variants: !switch("no-floor-variants"),
         }
     }
 
@@ -234,6 +242,31 @@ fn install_signal_handler() {
 const PASS_THROUGH: &str = "proxy pass-through";
 /// The floor hop (`support::floor`): the least a tokio hop costs on this machine.
 const FLOOR: &str = "floor";
+/// The same hop with heads read and written as the proxy does (`support::floor::fields`).
+const FLOOR_FIELDS: &str = "floor-fields";
+/// The same with each field written on as read (no map).
+const FLOOR_FIELDS_RAW: &str = "floor-fields-raw";
+/// The same hop on monoio with io_uring (`support::floor::uring`).
+const FLOOR_URING: &str = "floor-uring";
+/// The same hop on monoio with epoll: what the runtime does, apart from io_uring.
+const FLOOR_MONOIO: &str = "floor-monoio";
+/// The same hop on tokio-uring (`support::floor::tokio_uring`).
+const FLOOR_TOKIO_URING: &str = "floor-tokio-uring";
+
+/// The targets measured at saturation only: the hops that split the proxy's cost (its
+/// hop alone, the floors), not clients' paths of their own.
+fn saturation_only(label: &str) -> bool {
+    matches!(
+        label,
+        PASS_THROUGH
+            | FLOOR
+            | FLOOR_FIELDS
+            | FLOOR_FIELDS_RAW
+            | FLOOR_URING
+            | FLOOR_MONOIO
+            | FLOOR_TOKIO_URING
+    )
+}
 
 /// A measured window on stderr: its rate, p50, p99 and errors, and where the CPU went.
 fn progress_line(outcome: &Outcome) {
@@ -438,6 +471,22 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     let nginx = nginx_available.then(|| procs::spawn_nginx(upstream_addr, 2));
     let (proxy, proxy_addr) = procs::spawn_proxy(upstream_addr);
     let (floor, floor_addr) = procs::spawn_floor(upstream_addr);
+    // The floor's variants (saturation only): what heads read and written cost a hop, and
+    // what io_uring would take off it.
+    let variants: Vec<(&'static str, (procs::Guard, SocketAddr))> = if options.floor_variants {
+        [
+            FLOOR_FIELDS,
+            FLOOR_FIELDS_RAW,
+            FLOOR_URING,
+            FLOOR_MONOIO,
+            FLOOR_TOKIO_URING,
+        ]
+        .into_iter()
+        .map(|label| (label, procs::spawn_floor_on(upstream_addr, label)))
+        .collect()
+    } else {
+        Vec::new()
+    };
 
     let mut targets: Vec<(Target, Vec<u32>)> = vec![(
         Target {
@@ -484,6 +533,20 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
         },
         vec![floor.pid()],
     ));
+    // The same floor with heads read and written as the proxy does, and as read: what
+    // they and their maps cost a hop. And on io_uring (monoio's and tokio-uring's) and on
+    // monoio with epoll: whether io_uring would take anything off the kernel's part of a
+    // hop, and how much of that is the runtime's.
+    for &(label, (ref guard, addr)) in &variants {
+        targets.push((
+            Target {
+                label,
+                addr,
+                protocol: Protocol::Legacy,
+            },
+            vec![guard.pid()],
+        ));
+    }
     for (target, _) in &targets {
         if let Err(e) = load::smoke(target) {
             panic!("{} does not answer correctly: {e}", target.label);
@@ -541,10 +604,7 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
 
     if options.runs("paced") {
         for tool in [Tool::Json, Tool::Sse] {
-            for (target, pids) in targets
-                .iter()
-                .filter(|(t, _)| t.label != PASS_THROUGH && t.label != FLOOR)
-            {
+            for (target, pids) in targets.iter().filter(|(t, _)| !saturation_only(t.label)) {
                 progress(&format!(
                     "paced {} req/s, {}: {} ({} connections, {:?})",
                     options.rate,
@@ -627,7 +687,7 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
             };
             for (target, pids) in targets
                 .iter()
-                .filter(|(t, _)| !matches!(t.label, "nginx" | PASS_THROUGH | FLOOR))
+                .filter(|(t, _)| t.label != "nginx" && !saturation_only(t.label))
             {
                 progress(&format!(
                     "{}: {} ({} connections, {:?})",
@@ -1557,6 +1617,39 @@ impl Report {
                 thousands(f.rate()),
                 lat_us(f),
                 cpu(f)
+            );
+        }
+        if let (Some(f), Some(h), Some(r)) = (
+            find(&self.saturation, FLOOR),
+            find(&self.saturation, FLOOR_FIELDS),
+            find(&self.saturation, FLOOR_FIELDS_RAW),
+        ) {
+            let cpu = |o: &Outcome| o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "- The floor with heads read and written (`benches/support/floor/fields.rs`: each message taken out of its buffer as shared bytes, each head's fields made an `http::HeaderMap` of slices as the proxy's loops make it, copied for the upstream and written field by field; the same saturation rounds): {} req/s, CPU {} µs per call against the floor's {}; with each field written on as read, no map: {} req/s, {} µs — what the proxy's way with heads costs a hop, and what its maps do.",
+                thousands(h.rate()),
+                cpu(h),
+                cpu(f),
+                thousands(r.rate()),
+                cpu(r)
+            );
+        }
+        if let (Some(u), Some(e), Some(t)) = (
+            find(&self.saturation, FLOOR_URING),
+            find(&self.saturation, FLOOR_MONOIO),
+            find(&self.saturation, FLOOR_TOKIO_URING),
+        ) {
+            let cpu = |o: &Outcome| o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "- The same floor on io_uring (`benches/support/floor/`, cooperative task running and one submitter; the same saturation rounds): on monoio {} req/s, CPU {} µs per call (on monoio with epoll: {} req/s, {} µs); on tokio-uring {} req/s, {} µs — what io_uring, and what the runtime, would take off a hop.",
+                thousands(u.rate()),
+                cpu(u),
+                thousands(e.rate()),
+                cpu(e),
+                thousands(t.rate()),
+                cpu(t)
             );
         }
         // Where each hop's CPU went: its own user-space code, or the kernel on its behalf.

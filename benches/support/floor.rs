@@ -7,9 +7,20 @@
 //! kernel cost for the same reads and writes the proxy makes; what the proxy costs above
 //! it is the proxy's own (its HTTP stack, its sessions, its checks).
 //!
-//! It runs as its own process (the benchmark binary with `MCP_BENCH_ROLE=floor` and
+//! The same hop with heads read and written as the proxy does, and as read ([`fields`]),
+//! tells what those cost a hop.
+//! The same hop runs on io_uring too — on monoio ([`uring`], which runs it with epoll as
+//! well) and on tokio-uring ([`tokio_uring`]) — to tell what io_uring would take off the
+//! kernel's part and what the runtime would.
+//!
+//! It runs as its own process (the benchmark binary with `MCP_BENCH_ROLE=floor`,
+//! `floor-fields`, `floor-fields-raw`, `floor-uring`, `floor-monoio` or `floor-tokio-uring`, and
 //! `MCP_BENCH_FLOOR_UPSTREAM=host:port`), prints `READY <port>` and exits when its
 //! standard input closes.
+
+pub mod fields;
+pub mod tokio_uring;
+pub mod uring;
 
 use std::io::{BufRead as _, Write as _};
 use std::net::SocketAddr;
@@ -19,28 +30,15 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Runs the floor until standard input closes; never returns.
 pub fn run() -> ! {
-    let upstream: SocketAddr = std::env::var("MCP_BENCH_FLOOR_UPSTREAM")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .expect("MCP_BENCH_FLOOR_UPSTREAM=host:port");
+    let upstream = upstream();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("floor runtime");
-    std::thread::spawn(|| {
-        let mut line = String::new();
-        while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
-            line.clear();
-        }
-        std::process::exit(0);
-    });
+    exit_when_stdin_closes();
     runtime.block_on(async move {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("floor bind");
-        let port = listener.local_addr().expect("floor addr").port();
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "READY {port}").expect("stdout");
-        out.flush().expect("stdout");
-        drop(out);
+        ready(listener.local_addr().expect("floor addr").port());
         loop {
             let Ok((client, _)) = listener.accept().await else {
                 continue;
@@ -53,6 +51,32 @@ pub fn run() -> ! {
     std::process::exit(0)
 }
 
+/// The upstream the floor forwards to (`MCP_BENCH_FLOOR_UPSTREAM`).
+fn upstream() -> SocketAddr {
+    std::env::var("MCP_BENCH_FLOOR_UPSTREAM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("MCP_BENCH_FLOOR_UPSTREAM=host:port")
+}
+
+/// Ends the process once standard input closes (the benchmark has gone).
+fn exit_when_stdin_closes() {
+    std::thread::spawn(|| {
+        let mut line = String::new();
+        while std::io::stdin().lock().read_line(&mut line).unwrap_or(0) > 0 {
+            line.clear();
+        }
+        std::process::exit(0);
+    });
+}
+
+/// Says the floor listens on `port`.
+fn ready(port: u16) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY {port}").expect("stdout");
+    out.flush().expect("stdout");
+}
+
 /// How a message's body ends.
 enum Framing {
     Length(usize),
@@ -60,7 +84,7 @@ enum Framing {
 }
 
 /// The end of a complete message in `buf` (head and body), if it is all there.
-fn message_end(buf: &[u8], response: bool) -> std::io::Result<Option<usize>> {
+pub(super) fn message_end(buf: &[u8], response: bool) -> std::io::Result<Option<usize>> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let parsed = if response {
         httparse::Response::new(&mut headers).parse(buf)

@@ -214,6 +214,17 @@ pub fn spawn_floor(upstream: SocketAddr) -> (Guard, SocketAddr) {
     )
 }
 
+/// The floor hop as `role` (`floor-fields`, `floor-fields-raw`: with heads read and written;
+/// `floor-uring`, `floor-monoio`, `floor-tokio-uring`: on io_uring — `super::floor`'s
+/// submodules) in front of `upstream`.
+pub fn spawn_floor_on(upstream: SocketAddr, role: &str) -> (Guard, SocketAddr) {
+    spawn_role_with(
+        role,
+        "a variant of the floor hop",
+        &[("MCP_BENCH_FLOOR_UPSTREAM", &upstream.to_string())],
+    )
+}
+
 /// This binary as the upstream `role`, once it says `READY <port>`.
 fn spawn_role(role: &str, name: &'static str) -> (Guard, SocketAddr) {
     spawn_role_with(role, name, &[])

@@ -75,13 +75,20 @@ struct Params<'a> {
 
 /// Runs an upstream instead of the benchmark when this binary was started as one
 /// (`MCP_BENCH_ROLE=upstream`: this one; `modern-upstream`: `super::modern`'s; `floor`:
-/// the floor hop, `super::floor`; by `procs::spawn_upstream`,
-/// `procs::spawn_modern_upstream`, `procs::spawn_floor`); returns otherwise.
+/// the floor hop, `super::floor`; `floor-fields`, `floor-fields-raw`: the same with heads read and written; `floor-uring`,
+/// `floor-monoio`, `floor-tokio-uring`: the same on io_uring; by
+/// `procs::spawn_upstream`, `procs::spawn_modern_upstream`, `procs::spawn_floor`,
+/// `procs::spawn_floor_on`); returns otherwise.
 pub fn serve_if_asked() {
     match std::env::var("MCP_BENCH_ROLE").as_deref() {
         Ok("upstream") => run(serve()),
         Ok("modern-upstream") => run(super::modern::serve()),
         Ok("floor") => super::floor::run(),
+        Ok("floor-fields") => super::floor::fields::run(super::floor::fields::Kept::Maps),
+        Ok("floor-fields-raw") => super::floor::fields::run(super::floor::fields::Kept::AsRead),
+        Ok("floor-uring") => super::floor::uring::run(super::floor::uring::Driver::IoUring),
+        Ok("floor-monoio") => super::floor::uring::run(super::floor::uring::Driver::Epoll),
+        Ok("floor-tokio-uring") => super::floor::tokio_uring::run(),
         _ => {}
     }
 }
