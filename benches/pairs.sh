@@ -7,10 +7,10 @@
 # One bench binary runs `--only saturation --no-floor-variants` with each proxy binary
 # in turn (MCP_BENCH_PROXY_BIN), PAIRS times, so that both builds meet the machine as it
 # is in the same minutes: its speed moves more from hour to hour than a small change
-# moves the proxy. Every round measures nginx, the proxy with data-layer sessions and the hop alone
-# (an old client passed through) against the same upstream. Prints per round the CPU per
-# call of both hops as ratios to nginx's in that round, the req/s ratio, and user /
-# kernel; the rounds' logs are kept in target/pairs/.
+# moves the proxy. Every round measures nginx, the proxy with data-layer sessions and
+# the hop alone (an old client passed through) against the same upstream. Prints per
+# round the CPU per call of both hops as ratios to nginx's in that round, the req/s
+# ratio, and user / kernel; the rounds' logs are kept in target/pairs/.
 #
 # The machine must be quiet: nothing else compiling or measuring beside it.
 set -euo pipefail

@@ -5,9 +5,9 @@
 //! microseconds): the upstream **direct**, **nginx** as a plain reverse proxy, and the
 //! **proxy** (the release binary) with data-layer sessions; at saturation also the proxy
 //! passing a legacy client through (its HTTP hop without the sessions), and the floor
-//! (`support::floor`: the least a tokio hop costs on this machine; the same hop with
-//! heads read and written as the proxy does, and as read, on io_uring with monoio and with tokio-uring, and on
-//! monoio with epoll). Same load
+//! (`support::floor`: the least a tokio hop costs on this machine) with its variants
+//! (the same hop with heads read and written as the proxy does, and as read; on
+//! io_uring with monoio and with tokio-uring; on monoio with epoll). Same load
 //! generator, same run. The session stores are compared the same way: the proxy with the
 //! memory store, with Redis (a redis-server of its own; and the same server as the
 //! primary a sentinel names, with a replica) and with sealed ids, paced. And the eras: a
@@ -253,6 +253,16 @@ const FLOOR_MONOIO: &str = "floor-monoio";
 /// The same hop on tokio-uring (`support::floor::tokio_uring`).
 const FLOOR_TOKIO_URING: &str = "floor-tokio-uring";
 
+/// The floor's variants, in the order they are measured after the other targets of a
+/// saturation round.
+const FLOOR_VARIANTS: [&str; 5] = [
+    FLOOR_FIELDS,
+    FLOOR_FIELDS_RAW,
+    FLOOR_URING,
+    FLOOR_MONOIO,
+    FLOOR_TOKIO_URING,
+];
+
 /// The targets measured at saturation only: the hops that split the proxy's cost (its
 /// hop alone, the floors), not clients' paths of their own.
 fn saturation_only(label: &str) -> bool {
@@ -472,21 +482,17 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     let (proxy, proxy_addr) = procs::spawn_proxy(upstream_addr);
     let (floor, floor_addr) = procs::spawn_floor(upstream_addr);
     // The floor's variants (saturation only): what heads read and written cost a hop, and
-    // what io_uring would take off it.
-    let variants: Vec<(&'static str, (procs::Guard, SocketAddr))> = if options.floor_variants {
-        [
-            FLOOR_FIELDS,
-            FLOOR_FIELDS_RAW,
-            FLOOR_URING,
-            FLOOR_MONOIO,
-            FLOOR_TOKIO_URING,
-        ]
-        .into_iter()
-        .map(|label| (label, procs::spawn_floor_on(upstream_addr, label)))
-        .collect()
-    } else {
-        Vec::new()
-    };
+    // what io_uring would take off it. One whose runtime cannot start here (io_uring
+    // refused) is left out, and the notes say why.
+    let mut variants: Vec<(&'static str, (procs::Guard, SocketAddr))> = Vec::new();
+    if options.floor_variants && options.runs("saturation") {
+        for label in FLOOR_VARIANTS {
+            match procs::spawn_floor_on(upstream_addr, label) {
+                Ok(started) => variants.push((label, started)),
+                Err(why) => report.notes.push(format!("{label} is left out: {why}")),
+            }
+        }
+    }
 
     let mut targets: Vec<(Target, Vec<u32>)> = vec![(
         Target {
@@ -563,9 +569,21 @@ fn run(options: &Options, runtime: &tokio::runtime::Runtime) -> Report {
     if options.runs("saturation") {
         let mut merged: Vec<(&'static str, Option<Outcome>)> =
             targets.iter().map(|(t, _)| (t.label, None)).collect();
+        // The proxy and its yardsticks rotate among themselves, side by side in every
+        // round; the floor's variants come after them, rotating among themselves, so
+        // that they do not put minutes between nginx's window and the proxy's.
+        let (core, after): (Vec<usize>, Vec<usize>) =
+            (0..targets.len()).partition(|&i| !FLOOR_VARIANTS.contains(&targets[i].0.label));
+        let rotated = |group: &[usize], round: usize| {
+            let mut group = group.to_vec();
+            if !group.is_empty() {
+                let by = round % group.len();
+                group.rotate_left(by);
+            }
+            group
+        };
         for round in 0..options.rounds {
-            let mut order: Vec<usize> = (0..targets.len()).collect();
-            order.rotate_left(round % targets.len());
+            let order = [rotated(&core, round), rotated(&after, round)].concat();
             let mut rates = std::collections::HashMap::new();
             for i in order {
                 let (target, pids) = &targets[i];
@@ -1635,21 +1653,27 @@ impl Report {
                 cpu(r)
             );
         }
-        if let (Some(u), Some(e), Some(t)) = (
-            find(&self.saturation, FLOOR_URING),
-            find(&self.saturation, FLOOR_MONOIO),
-            find(&self.saturation, FLOOR_TOKIO_URING),
-        ) {
-            let cpu = |o: &Outcome| o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
+        let on_uring: Vec<String> = [
+            (FLOOR_URING, "on monoio"),
+            (FLOOR_MONOIO, "on monoio with epoll"),
+            (FLOOR_TOKIO_URING, "on tokio-uring"),
+        ]
+        .into_iter()
+        .filter_map(|(label, what)| {
+            let o = find(&self.saturation, label)?;
+            let cpu = o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
+            Some(format!(
+                "{what} {} req/s, CPU {cpu} µs per call",
+                thousands(o.rate())
+            ))
+        })
+        .collect();
+        if !on_uring.is_empty() {
             let _ = writeln!(
                 out,
-                "- The same floor on io_uring (`benches/support/floor/`, cooperative task running and one submitter; the same saturation rounds): on monoio {} req/s, CPU {} µs per call (on monoio with epoll: {} req/s, {} µs); on tokio-uring {} req/s, {} µs — what io_uring, and what the runtime, would take off a hop.",
-                thousands(u.rate()),
-                cpu(u),
-                thousands(e.rate()),
-                cpu(e),
-                thousands(t.rate()),
-                cpu(t)
+                "- The same floor on io_uring (`benches/support/floor/`, the ring set up with {}; the same saturation rounds): {} — what io_uring, and what the runtime, would take off a hop.",
+                support::floor::uring::setup_named(),
+                on_uring.join("; ")
             );
         }
         // Where each hop's CPU went: its own user-space code, or the kernel on its behalf.

@@ -3,20 +3,21 @@
 //! (the proxy's `workers = 1`), one upstream connection per client connection, and each
 //! request and response copied byte for byte, a whole message at a time (the
 //! benchmark's are small) — `httparse` finds the head's end and the body's framing
-//! (Content-Length, or chunked), and nothing is rewritten, checked or logged. What it costs per call is what the runtime and the
-//! kernel cost for the same reads and writes the proxy makes; what the proxy costs above
-//! it is the proxy's own (its HTTP stack, its sessions, its checks).
+//! (Content-Length, or chunked), and nothing is rewritten, checked or logged. What it
+//! costs per call is what the runtime and the kernel cost for the same reads and writes
+//! the proxy makes; what the proxy costs above it is the proxy's own (its HTTP stack,
+//! its sessions, its checks).
 //!
 //! The same hop with heads read and written as the proxy does, and as read ([`fields`]),
-//! tells what those cost a hop.
-//! The same hop runs on io_uring too — on monoio ([`uring`], which runs it with epoll as
-//! well) and on tokio-uring ([`tokio_uring`]) — to tell what io_uring would take off the
-//! kernel's part and what the runtime would.
+//! tells what those cost a hop. The same hop runs on io_uring too — on monoio
+//! ([`uring`], which runs it with epoll as well) and on tokio-uring ([`tokio_uring`]) —
+//! to tell what io_uring would take off the kernel's part and what the runtime would.
 //!
 //! It runs as its own process (the benchmark binary with `MCP_BENCH_ROLE=floor`,
-//! `floor-fields`, `floor-fields-raw`, `floor-uring`, `floor-monoio` or `floor-tokio-uring`, and
-//! `MCP_BENCH_FLOOR_UPSTREAM=host:port`), prints `READY <port>` and exits when its
-//! standard input closes.
+//! `floor-fields`, `floor-fields-raw`, `floor-uring`, `floor-monoio` or
+//! `floor-tokio-uring`, and `MCP_BENCH_FLOOR_UPSTREAM=host:port`), prints `READY <port>`
+//! (or `UNAVAILABLE <why>`, when this machine cannot run it) and exits when its standard
+//! input closes.
 
 pub mod fields;
 pub mod tokio_uring;
@@ -70,6 +71,13 @@ fn exit_when_stdin_closes() {
     });
 }
 
+/// Says why this floor cannot run here (`UNAVAILABLE <why>`, read by
+/// `procs::spawn_floor_on`), and exits.
+fn unavailable(why: &str) -> ! {
+    println!("UNAVAILABLE {why}");
+    std::process::exit(0)
+}
+
 /// Says the floor listens on `port`.
 fn ready(port: u16) {
     let mut out = std::io::stdout().lock();
@@ -110,7 +118,8 @@ pub(super) fn message_end(buf: &[u8], response: bool) -> std::io::Result<Option<
         }
     }
     Ok(match framing {
-        Framing::Length(n) => (buf.len() >= head + n).then_some(head + n),
+        // A length past what memory can hold is never all there.
+        Framing::Length(n) => head.checked_add(n).filter(|&end| buf.len() >= end),
         Framing::Chunked => chunked_end(&buf[head..])?.map(|n| head + n),
     })
 }
@@ -126,7 +135,10 @@ fn chunked_end(buf: &[u8]) -> std::io::Result<Option<usize>> {
         };
         let size = usize::try_from(size).map_err(std::io::Error::other)?;
         // The chunk, its CRLF; the last (empty) chunk is followed by the final CRLF.
-        let next = at + line + size + 2;
+        let next = (at + line)
+            .checked_add(size)
+            .and_then(|n| n.checked_add(2))
+            .ok_or_else(|| std::io::Error::other("a chunk larger than memory"))?;
         if buf.len() < next {
             return Ok(None);
         }

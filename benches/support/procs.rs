@@ -214,15 +214,27 @@ pub fn spawn_floor(upstream: SocketAddr) -> (Guard, SocketAddr) {
     )
 }
 
-/// The floor hop as `role` (`floor-fields`, `floor-fields-raw`: with heads read and written;
-/// `floor-uring`, `floor-monoio`, `floor-tokio-uring`: on io_uring — `super::floor`'s
-/// submodules) in front of `upstream`.
-pub fn spawn_floor_on(upstream: SocketAddr, role: &str) -> (Guard, SocketAddr) {
-    spawn_role_with(
+/// A variant of the floor hop as `role` (`floor-fields`, `floor-fields-raw`: heads read
+/// and written; `floor-uring`, `floor-tokio-uring`: on io_uring; `floor-monoio`: on
+/// monoio with epoll — `super::floor`'s submodules) in front of `upstream`; why not, when
+/// it cannot run on this machine.
+pub fn spawn_floor_on(
+    upstream: SocketAddr,
+    role: &'static str,
+) -> Result<(Guard, SocketAddr), String> {
+    let (guard, line) = start_role(
         role,
-        "a variant of the floor hop",
+        role,
         &[("MCP_BENCH_FLOOR_UPSTREAM", &upstream.to_string())],
-    )
+    );
+    match ready_at(&line) {
+        Some(addr) => Ok((guard, addr)),
+        None => Err(line
+            .trim()
+            .strip_prefix("UNAVAILABLE ")
+            .unwrap_or("it did not start")
+            .to_owned()),
+    }
 }
 
 /// This binary as the upstream `role`, once it says `READY <port>`.
@@ -232,6 +244,14 @@ fn spawn_role(role: &str, name: &'static str) -> (Guard, SocketAddr) {
 
 /// [`spawn_role`], with `env` set for it.
 fn spawn_role_with(role: &str, name: &'static str, env: &[(&str, &str)]) -> (Guard, SocketAddr) {
+    let (guard, line) = start_role(role, name, env);
+    let addr =
+        ready_at(&line).unwrap_or_else(|| panic!("{name} said {line:?} instead of READY <port>"));
+    (guard, addr)
+}
+
+/// This binary started as `role` with `env`, and the first line it says.
+fn start_role(role: &str, name: &'static str, env: &[(&str, &str)]) -> (Guard, String) {
     let exe = std::env::current_exe().expect("current_exe");
     let mut child = Command::new(exe)
         .envs(env.iter().copied())
@@ -247,12 +267,13 @@ fn spawn_role_with(role: &str, name: &'static str, env: &[(&str, &str)]) -> (Gua
     BufReader::new(stdout)
         .read_line(&mut line)
         .expect("upstream READY line");
-    let port: u16 = line
-        .trim()
-        .strip_prefix("READY ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("{name} said {line:?} instead of READY <port>"));
-    (guard, SocketAddr::from(([127, 0, 0, 1], port)))
+    (guard, line)
+}
+
+/// The loopback address a `READY <port>` line gives.
+fn ready_at(line: &str) -> Option<SocketAddr> {
+    let port: u16 = line.trim().strip_prefix("READY ")?.parse().ok()?;
+    Some(SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 /// The proxy's `workers` setting in the benchmark: `MCP_BENCH_PROXY_WORKERS`, else 1. On

@@ -75,8 +75,8 @@ struct Params<'a> {
 
 /// Runs an upstream instead of the benchmark when this binary was started as one
 /// (`MCP_BENCH_ROLE=upstream`: this one; `modern-upstream`: `super::modern`'s; `floor`:
-/// the floor hop, `super::floor`; `floor-fields`, `floor-fields-raw`: the same with heads read and written; `floor-uring`,
-/// `floor-monoio`, `floor-tokio-uring`: the same on io_uring; by
+/// the floor hop, `super::floor`; `floor-fields`, `floor-fields-raw`, `floor-uring`,
+/// `floor-monoio`, `floor-tokio-uring`: its variants, `super::floor`'s submodules; by
 /// `procs::spawn_upstream`, `procs::spawn_modern_upstream`, `procs::spawn_floor`,
 /// `procs::spawn_floor_on`); returns otherwise.
 pub fn serve_if_asked() {

@@ -1,6 +1,6 @@
-//! The floor's hop on tokio-uring: io_uring under a tokio current-thread runtime (the
-//! ring's completions read when tokio's epoll says its descriptor is ready), the way a
-//! tokio program would take io_uring up piece by piece (`MCP_BENCH_ROLE=floor-tokio-uring`).
+//! The floor's hop on tokio-uring (`MCP_BENCH_ROLE=floor-tokio-uring`): io_uring under a
+//! tokio current-thread runtime (the ring's completions read when tokio's epoll says its
+//! descriptor is ready), the way a tokio program would take io_uring up piece by piece.
 
 use std::net::SocketAddr;
 
@@ -10,6 +10,9 @@ use tokio_uring::net::{TcpListener, TcpStream};
 /// Runs the floor on tokio-uring until standard input closes; never returns.
 pub fn run() -> ! {
     let upstream = super::upstream();
+    if let Err(why) = super::uring::ring_available() {
+        super::unavailable(&why);
+    }
     super::exit_when_stdin_closes();
     tokio_uring::builder()
         .uring_builder(&super::uring::setup())

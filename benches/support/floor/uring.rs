@@ -1,7 +1,7 @@
 //! The floor's hop on monoio: the same reads, writes and framing as [`super::hop`], on a
 //! runtime built for io_uring — with its io_uring driver (`MCP_BENCH_ROLE=floor-uring`),
-//! or with its epoll one (`floor-monoio`), so that what io_uring saves is told
-//! apart from what the runtime does.
+//! or with its epoll one (`floor-monoio`), so that what io_uring saves is told apart from
+//! what the runtime does.
 
 use std::net::SocketAddr;
 
@@ -19,6 +19,9 @@ pub enum Driver {
 /// Runs the floor on monoio with `driver` until standard input closes; never returns.
 pub fn run(driver: Driver) -> ! {
     let upstream = super::upstream();
+    if let (Driver::IoUring, Err(why)) = (driver, ring_available()) {
+        super::unavailable(&why);
+    }
     super::exit_when_stdin_closes();
     match driver {
         Driver::IoUring => monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
@@ -34,16 +37,39 @@ pub fn run(driver: Driver) -> ! {
     std::process::exit(0)
 }
 
-/// The ring's setup: cooperative task running (completions are run when the runtime
-/// next enters the kernel, not by interrupting it) and one submitter — what a
-/// thread-per-core runtime can promise; without them (`MCP_BENCH_FLOOR_URING_SETUP=plain`)
-/// each hop costs the kernel 2–3 µs more than epoll (`benches/README.md`).
+/// Whether the ring is set up plainly (`MCP_BENCH_FLOOR_URING_SETUP=plain`): without
+/// cooperative task running and one submitter, which the variants use otherwise —
+/// completions are run when the runtime next enters the kernel instead of interrupting
+/// it, what a thread-per-core runtime can promise. Plainly, each hop costs the kernel
+/// 2–3 µs more than epoll (`benches/README.md`).
+fn plain() -> bool {
+    std::env::var("MCP_BENCH_FLOOR_URING_SETUP").as_deref() == Ok("plain")
+}
+
+/// The setup the floor's rings use, as the report names it.
+pub fn setup_named() -> &'static str {
+    match plain() {
+        true => "no flags (`MCP_BENCH_FLOOR_URING_SETUP=plain`)",
+        false => "cooperative task running and one submitter",
+    }
+}
+
+/// The ring's setup (above).
 pub(super) fn setup() -> io_uring::Builder {
     let mut builder = io_uring::IoUring::builder();
-    if std::env::var("MCP_BENCH_FLOOR_URING_SETUP").as_deref() != Ok("plain") {
+    if !plain() {
         builder.setup_coop_taskrun().setup_single_issuer();
     }
     builder
+}
+
+/// Whether this machine lets the floor build its ring; why not, if it does not
+/// (io_uring turned off, or a kernel without the setup's flags).
+pub(super) fn ring_available() -> Result<(), String> {
+    setup()
+        .build(8)
+        .map(drop)
+        .map_err(|e| format!("io_uring is not available here ({e})"))
 }
 
 async fn serve(upstream: SocketAddr) {
