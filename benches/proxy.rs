@@ -1668,7 +1668,11 @@ impl Report {
             ))
         })
         .collect();
-        if !on_uring.is_empty() {
+        // Only beside an io_uring figure: monoio's epoll one is their control.
+        let any_uring = [FLOOR_URING, FLOOR_TOKIO_URING]
+            .iter()
+            .any(|label| find(&self.saturation, label).is_some());
+        if any_uring {
             let _ = writeln!(
                 out,
                 "- The same floor on io_uring (`benches/support/floor/`, the ring set up with {}; the same saturation rounds): {} — what io_uring, and what the runtime, would take off a hop.",

@@ -118,8 +118,12 @@ pub(super) fn message_end(buf: &[u8], response: bool) -> std::io::Result<Option<
         }
     }
     Ok(match framing {
-        // A length past what memory can hold is never all there.
-        Framing::Length(n) => head.checked_add(n).filter(|&end| buf.len() >= end),
+        Framing::Length(n) => {
+            let end = head
+                .checked_add(n)
+                .ok_or_else(|| std::io::Error::other("a length larger than memory"))?;
+            (buf.len() >= end).then_some(end)
+        }
         Framing::Chunked => chunked_end(&buf[head..])?.map(|n| head + n),
     })
 }
