@@ -117,16 +117,32 @@ fn read_response(message: &Bytes, fields: &mut Fields) -> Option<(u16, HeaderMap
     Some((response.code?, fields.take(message), message.slice(len..)))
 }
 
-/// Writes `fields` (all but a length) and `body`'s length, then the body.
+/// Writes `fields` (all but a length), then [`write_body`].
 fn write_rest(out: &mut Vec<u8>, fields: &HeaderMap, body: &[u8]) {
     for (name, value) in fields {
         if name != CONTENT_LENGTH {
             wire::write_field(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
+    write_body(out, body);
+}
+
+/// Writes `body`'s length, the head's end and the body.
+fn write_body(out: &mut Vec<u8>, body: &[u8]) {
     wire::write_length(out, body.len() as u64);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
+}
+
+/// Writes the status line of an answer of `status`, with its canonical reason.
+fn write_status(out: &mut Vec<u8>, status: u16) -> std::io::Result<()> {
+    let status = http::StatusCode::from_u16(status).map_err(std::io::Error::other)?;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    Ok(())
 }
 
 async fn hop(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<()> {
@@ -161,12 +177,7 @@ async fn hop(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<()>
             // A length-framed answer, its head written from its fields.
             Some((status, mut answer, body)) if answer.contains_key(CONTENT_LENGTH) => {
                 headers::to_client_passthrough(&mut answer);
-                let status = http::StatusCode::from_u16(status).map_err(std::io::Error::other)?;
-                out.extend_from_slice(b"HTTP/1.1 ");
-                out.extend_from_slice(status.as_str().as_bytes());
-                out.push(b' ');
-                out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-                out.extend_from_slice(b"\r\n");
+                write_status(&mut out, status)?;
                 write_rest(&mut out, &answer, &body);
             }
             // Anything else (a chunked stream, a head it does not read) as it came.
@@ -202,44 +213,15 @@ async fn hop_as_read(mut client: TcpStream, upstream: SocketAddr) -> std::io::Re
     let mut server = TcpStream::connect(upstream).await?;
     server.set_nodelay(true)?;
     let host = upstream.to_string();
-    let signature = mcp_session_proxy::paths::cluster::FORWARDED
-        .as_str()
-        .as_bytes();
-    let own: [&[u8]; 4] = [b"host", b"content-length", b"origin", signature];
     let mut request = BytesMut::with_capacity(16 * 1024);
     let mut response = BytesMut::with_capacity(16 * 1024);
     let mut out = Vec::with_capacity(16 * 1024);
-    let unread = || std::io::Error::other("a head the floor does not read");
     loop {
         let Some(message) = read_message(&mut client, &mut request, false).await? else {
             return Ok(());
         };
         out.clear();
-        {
-            let mut found = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
-            let mut head = httparse::Request::new(&mut []);
-            let Ok(httparse::Status::Complete(len)) =
-                head.parse_with_uninit_headers(&message, &mut found)
-            else {
-                return Err(unread());
-            };
-            let line = wire::span(&message, head.path.ok_or_else(unread)?.as_bytes())
-                .ok_or_else(unread)?
-                .end;
-            out.extend_from_slice(&message[..line]);
-            out.extend_from_slice(b" HTTP/1.1\r\n");
-            for field in head.headers.iter() {
-                // What `to_upstream_passthrough` leaves out.
-                if !among(field.name, &HOP_BY_HOP) && !among(field.name, &own) {
-                    wire::write_field(&mut out, field.name.as_bytes(), field.value);
-                }
-            }
-            wire::write_field(&mut out, b"host", host.as_bytes());
-            let body = &message[len..];
-            wire::write_length(&mut out, body.len() as u64);
-            out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(body);
-        }
+        request_as_read(&message, &host, &mut out)?;
         server.write_all(&out).await?;
         drop(message);
 
@@ -247,41 +229,66 @@ async fn hop_as_read(mut client: TcpStream, upstream: SocketAddr) -> std::io::Re
             return Ok(());
         };
         out.clear();
-        {
-            let mut found = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
-            let mut head = httparse::Response::new(&mut []);
-            let parsing = httparse::ParserConfig::default();
-            let Ok(httparse::Status::Complete(len)) =
-                parsing.parse_response_with_uninit_headers(&mut head, &message, &mut found)
-            else {
-                return Err(unread());
-            };
-            let status = http::StatusCode::from_u16(head.code.ok_or_else(unread)?)
-                .map_err(std::io::Error::other)?;
-            let length = head
-                .headers
-                .iter()
-                .any(|f| f.name.eq_ignore_ascii_case("content-length"));
-            if length {
-                out.extend_from_slice(b"HTTP/1.1 ");
-                out.extend_from_slice(status.as_str().as_bytes());
-                out.push(b' ');
-                out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-                out.extend_from_slice(b"\r\n");
-                for field in head.headers.iter() {
-                    // Not the answer's hop-by-hop fields, nor its length (written below).
-                    if !among(field.name, &HOP_BY_HOP) && !among(field.name, &[b"content-length"]) {
-                        wire::write_field(&mut out, field.name.as_bytes(), field.value);
-                    }
-                }
-                let body = &message[len..];
-                wire::write_length(&mut out, body.len() as u64);
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(body);
-            } else {
-                out.extend_from_slice(&message);
-            }
-        }
+        answer_as_read(&message, &mut out)?;
         client.write_all(&out).await?;
     }
+}
+
+fn unread() -> std::io::Error {
+    std::io::Error::other("a head the floor does not read")
+}
+
+/// Writes the request `message` for the upstream at `host`: its fields as read, but
+/// those `to_upstream_passthrough` leaves out.
+fn request_as_read(message: &[u8], host: &str, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let signature = mcp_session_proxy::paths::cluster::FORWARDED
+        .as_str()
+        .as_bytes();
+    let own: [&[u8]; 4] = [b"host", b"content-length", b"origin", signature];
+    let mut found = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut head = httparse::Request::new(&mut []);
+    let Ok(httparse::Status::Complete(len)) = head.parse_with_uninit_headers(message, &mut found)
+    else {
+        return Err(unread());
+    };
+    let line = wire::span(message, head.path.ok_or_else(unread)?.as_bytes())
+        .ok_or_else(unread)?
+        .end;
+    out.extend_from_slice(&message[..line]);
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for field in head.headers.iter() {
+        if !among(field.name, &HOP_BY_HOP) && !among(field.name, &own) {
+            wire::write_field(out, field.name.as_bytes(), field.value);
+        }
+    }
+    wire::write_field(out, b"host", host.as_bytes());
+    write_body(out, &message[len..]);
+    Ok(())
+}
+
+/// Writes the answer `message` for the client: a length-framed one with its fields as
+/// read but the hop-by-hop ones, anything else as it came.
+fn answer_as_read(message: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+    let mut found = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut head = httparse::Response::new(&mut []);
+    let parsing = httparse::ParserConfig::default();
+    let Ok(httparse::Status::Complete(len)) =
+        parsing.parse_response_with_uninit_headers(&mut head, message, &mut found)
+    else {
+        return Err(unread());
+    };
+    let length: &[&[u8]] = &[b"content-length"];
+    if !head.headers.iter().any(|f| among(f.name, length)) {
+        out.extend_from_slice(message);
+        return Ok(());
+    }
+    write_status(out, head.code.ok_or_else(unread)?)?;
+    for field in head.headers.iter() {
+        // Not its length either: written with the body.
+        if !among(field.name, &HOP_BY_HOP) && !among(field.name, length) {
+            wire::write_field(out, field.name.as_bytes(), field.value);
+        }
+    }
+    write_body(out, &message[len..]);
+    Ok(())
 }
