@@ -18,12 +18,27 @@ use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 /// once they are taken out of the read buffer ([`Fields::take`]). Kept by a connection
 /// and used again for each head.
 #[derive(Debug, Default)]
-pub struct Fields(Vec<(HeaderName, Range<usize>)>);
+pub struct Fields {
+    /// This head's fields.
+    found: Vec<(HeaderName, Range<usize>)>,
+    /// The names of the heads read before, by place, as written and as made: a peer
+    /// writes the same names in the same order head after head (a client's requests on
+    /// a kept-alive connection, an upstream's answers), so a name written again at its
+    /// place is taken from here rather than made again. At most [`REMEMBERED`] places,
+    /// names of at most [`LONGEST_REMEMBERED`] bytes (a longer one keeps its place,
+    /// unremembered).
+    names: Vec<(Vec<u8>, HeaderName)>,
+}
+
+/// How many of a head's first fields [`Fields`] remembers the names of.
+const REMEMBERED: usize = 32;
+/// The longest name [`Fields`] remembers.
+const LONGEST_REMEMBERED: usize = 64;
 
 impl Fields {
-    /// Forgets the last head's fields.
+    /// Forgets the last head's fields (not their names).
     pub fn clear(&mut self) {
-        self.0.clear();
+        self.found.clear();
     }
 
     /// Adds the field `name: value`, `value` a slice of `head` (the bytes being read),
@@ -34,16 +49,49 @@ impl Fields {
     /// holds them to it), so it is not looked at again here — `take` makes it a
     /// [`HeaderValue`], which checks it once more.
     pub fn add(&mut self, head: &[u8], name: &str, value: &[u8]) -> Option<&HeaderName> {
-        let name = field_name(name.as_bytes())?;
-        self.0.push((name, span(head, value)?));
-        self.0.last().map(|(name, _)| name)
+        let place = self.found.len();
+        let name = name.as_bytes();
+        let made = match self.names.get(place) {
+            Some((written, made)) if !written.is_empty() && written[..] == *name => made.clone(),
+            _ => {
+                let made = field_name(name)?;
+                self.remember(place, name, &made);
+                made
+            }
+        };
+        self.found.push((made, span(head, value)?));
+        self.found.last().map(|(name, _)| name)
+    }
+
+    /// Remembers that `name`, written at `place`, is `made`.
+    fn remember(&mut self, place: usize, name: &[u8], made: &HeaderName) {
+        // A name too long to keep keeps its place with no bytes, which `add` matches to
+        // no name.
+        let name = if name.len() <= LONGEST_REMEMBERED {
+            name
+        } else {
+            &[]
+        };
+        let remembered = self.names.len();
+        match self.names.get_mut(place) {
+            Some((written, known)) => {
+                written.clear();
+                written.extend_from_slice(name);
+                *known = made.clone();
+            }
+            // The places before it are remembered (each was, when it was read).
+            None if place == remembered && place < REMEMBERED => {
+                self.names.push((name.to_vec(), made.clone()));
+            }
+            None => {}
+        }
     }
 
     /// The fields as a map whose values are slices of `head` — the same bytes they were
     /// found in, taken out of the read buffer — in the order they came.
     pub fn take(&mut self, head: &Bytes) -> HeaderMap {
-        let mut map = HeaderMap::with_capacity(self.0.len());
-        for (name, at) in self.0.drain(..) {
+        let mut map = HeaderMap::with_capacity(self.found.len());
+        for (name, at) in self.found.drain(..) {
             // Valid: httparse admitted these very bytes, which `http` admits too.
             if let Ok(value) = HeaderValue::from_maybe_shared(head.slice(at)) {
                 map.append(name, value);
@@ -150,7 +198,61 @@ mod tests {
             head[24..].as_ptr(),
             "a slice of the head, not a copy"
         );
-        assert!(fields.0.is_empty(), "taken, ready for the next head");
+        assert!(fields.found.is_empty(), "taken, ready for the next head");
+    }
+
+    /// A head's names as `fields` makes them, heads read one after the other.
+    fn names_made(fields: &mut Fields, names: &[&str]) -> Vec<String> {
+        let head = Bytes::from(
+            names
+                .iter()
+                .map(|n| format!("{n}: v\r\n"))
+                .collect::<String>(),
+        );
+        fields.clear();
+        let mut at = 0;
+        for name in names {
+            let value = at + name.len() + 2;
+            let made = fields.add(&head, name, &head[value..value + 1]).cloned();
+            assert_eq!(made, HeaderName::from_bytes(name.as_bytes()).ok(), "{name}");
+            at = value + 3;
+        }
+        let map = fields.take(&head);
+        map.keys().map(|name| name.as_str().to_owned()).collect()
+    }
+
+    #[test]
+    fn names_written_again_at_their_place_are_taken_as_made_and_never_mistaken() {
+        let mut fields = Fields::default();
+        let long = format!("x-{}", "a".repeat(LONGEST_REMEMBERED));
+        let first = ["Host", "Mcp-Session-Id", "X-A", &long, "Accept"];
+        for _ in 0..2 {
+            assert_eq!(
+                names_made(&mut fields, &first),
+                ["host", "mcp-session-id", "x-a", long.as_str(), "accept"]
+            );
+        }
+        // Other names at the same places, other cases, more places, fewer.
+        assert_eq!(
+            names_made(
+                &mut fields,
+                &["host", "X-A", "Mcp-Session-Id", &long, "X-B", "x-c"]
+            ),
+            ["host", "x-a", "mcp-session-id", long.as_str(), "x-b", "x-c"]
+        );
+        assert_eq!(names_made(&mut fields, &["X-B"]), ["x-b"]);
+        assert_eq!(names_made(&mut fields, &["X-B", "X-A"]), ["x-b", "x-a"]);
+        // Bounded: a head of many fields leaves as many names as it may.
+        let many: Vec<String> = (0..REMEMBERED * 2).map(|i| format!("x-{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(names_made(&mut fields, &many).len(), many.len());
+        assert_eq!(fields.names.len(), REMEMBERED);
+        assert!(
+            fields
+                .names
+                .iter()
+                .all(|(written, _)| written.len() <= LONGEST_REMEMBERED)
+        );
     }
 
     /// `Fields::add` trusts httparse with the values: a byte httparse lets into a value

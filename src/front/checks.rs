@@ -35,15 +35,18 @@ pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
         json: false,
         sse: false,
     };
+    // A value that is not visible ASCII is left out; the others are split as bytes
+    // (their only spaces are spaces and tabs, which `trim_ascii` takes off).
     for range in values
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
+        .filter(|v| v.to_str().is_ok())
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
     {
-        let mut parts = range.split(';');
-        let media = parts.next().unwrap_or("").trim();
+        let mut parts = range.split(|&b| b == b';');
+        let media = parts.next().unwrap_or_default().trim_ascii();
         let refused = parts.any(|p| {
-            let p = p.trim();
-            p.strip_prefix("q=")
+            p.trim_ascii()
+                .strip_prefix(b"q=")
+                .and_then(|q| std::str::from_utf8(q).ok())
                 .and_then(|q| q.trim().parse::<f32>().ok())
                 .is_some_and(|q| q <= 0.0)
         });
@@ -52,7 +55,7 @@ pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
         }
         // Media types are case-insensitive (RFC 9110 §8.3.1): compared as such, with
         // no lowercased copy per range.
-        let is = |name: &str| media.eq_ignore_ascii_case(name);
+        let is = |name: &str| media.eq_ignore_ascii_case(name.as_bytes());
         if is("*/*") {
             accepts.json = true;
             accepts.sse = true;
@@ -176,6 +179,28 @@ mod tests {
         assert!(a("text/html").is_err());
         assert!(a("application/json;q=0, text/html").is_err());
         assert!(accept(&HeaderMap::new()).is_ok());
+        assert_eq!(
+            a("\tapplication/json\t;\tq= 0 ,\ttext/event-stream\t").unwrap(),
+            Accepts {
+                json: false,
+                sse: true
+            },
+            "spaces and tabs around ranges, parameters and weights"
+        );
+        // Every `Accept` field counts; one that is not visible ASCII is left out whole.
+        let mut fields = HeaderMap::new();
+        fields.append(
+            ACCEPT,
+            HeaderValue::from_bytes(b"application/json, caf\xc3\xa9/x").unwrap(),
+        );
+        fields.append(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        assert_eq!(
+            accept(&fields).unwrap(),
+            Accepts {
+                json: false,
+                sse: true
+            }
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::LazyLock;
 
 use serde_json::value::RawValue;
 
@@ -242,13 +243,18 @@ pub fn with_params_of_meta(message: &[u8], add: &[(&str, &[u8])]) -> Option<Vec<
 /// of `keys` — to be opened then ([`Payload`]). It has none when their names are not in
 /// its text and no `\u` escape could spell one.
 pub fn append_point(raw: &RawValue, keys: &[&str]) -> Option<(usize, bool)> {
-    use memchr::memmem;
+    use memchr::memmem::{self, Finder};
+    // Made once: a search made per call costs more than it finds in a small result.
+    static SEARCHES: LazyLock<[Finder<'static>; 2]> =
+        LazyLock::new(|| [Finder::new(META), Finder::new("\\u")]);
     let text = raw.get().as_bytes();
     let (b'{', b'}') = (*text.first()?, *text.last()?) else {
         return None;
     };
     let absent = |name: &str| memmem::find(text, name.as_bytes()).is_none();
-    if !(absent(META) && absent("\\u") && keys.iter().all(|key| absent(key))) {
+    if SEARCHES.iter().any(|search| search.find(text).is_some())
+        || !keys.iter().all(|key| absent(key))
+    {
         return None;
     }
     let close = text.len() - 1;

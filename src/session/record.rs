@@ -26,13 +26,35 @@ pub fn rfc3339(at: Millis) -> String {
 
 /// [`rfc3339`] written into `buffer` (it takes 20 bytes), without an allocation; one
 /// that does not fit is spelled by [`rfc3339`].
+///
+/// The text of a second is kept by the thread that wrote it last: a session call writes
+/// the expiry it renewed to, and the calls of one second on one worker write the same.
 pub fn rfc3339_in(buffer: &mut [u8; 32], at: Millis) -> Cow<'_, str> {
+    use std::cell::Cell;
     use std::io::Write;
-    let time = UNIX_EPOCH + Duration::from_millis(at);
-    let mut cursor = std::io::Cursor::new(&mut buffer[..]);
-    let written = match write!(cursor, "{}", humantime::format_rfc3339_seconds(time)) {
-        Ok(()) => usize::try_from(cursor.position()).ok(),
-        Err(_) => None,
+    thread_local! {
+        /// The last second written by this thread, its text and the text's length (0:
+        /// none yet).
+        static LAST: Cell<(u64, [u8; 32], usize)> = const { Cell::new((0, [0; 32], 0)) };
+    }
+    let second = at / 1000;
+    let written = match LAST.get() {
+        (last, text, n) if last == second && n > 0 => {
+            *buffer = text;
+            Some(n)
+        }
+        _ => {
+            let time = UNIX_EPOCH + Duration::from_millis(at);
+            let mut cursor = std::io::Cursor::new(&mut buffer[..]);
+            let n = match write!(cursor, "{}", humantime::format_rfc3339_seconds(time)) {
+                Ok(()) => usize::try_from(cursor.position()).ok(),
+                Err(_) => None,
+            };
+            if let Some(n) = n {
+                LAST.set((second, *buffer, n));
+            }
+            n
+        }
     };
     match written.and_then(|n| std::str::from_utf8(buffer.get(..n)?).ok()) {
         Some(text) => Cow::Borrowed(text),
@@ -105,7 +127,18 @@ mod tests {
     #[test]
     fn an_expiry_is_written_the_same_in_place_as_in_a_string() {
         let mut buffer = [0; 32];
-        for at in [0, 1_772_323_200_000, 1_772_323_200_999, 253_402_300_799_000] {
+        // The same second again (kept), another, back, and a buffer that held another
+        // text: each as written afresh.
+        for at in [
+            0,
+            1_772_323_200_000,
+            1_772_323_200_999,
+            1_772_323_201_000,
+            1_772_323_200_500,
+            253_402_300_799_000,
+            999,
+        ] {
+            buffer[..4].copy_from_slice(b"junk");
             assert_eq!(rfc3339_in(&mut buffer, at), rfc3339(at));
         }
         assert_eq!(rfc3339_in(&mut buffer, 0), "1970-01-01T00:00:00Z");

@@ -23,7 +23,7 @@
 //! through are never touched.
 
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,8 +55,30 @@ pub struct RenamedRequests {
     /// (2⁻⁶⁴) could only name another request's id in the *same* table, and the
     /// cancellation still goes to the client's own upstream session, where an id of
     /// another session names nothing.
-    table: DashMap<u64, u64>,
+    table: DashMap<u64, u64, BuildHasherDefault<KeyAsHash>>,
     keys: RandomState,
+}
+
+/// Hashes a key of [`RenamedRequests`]'s table as itself: the key is a keyed hash
+/// already, hashing it again would add nothing but the time.
+#[derive(Debug, Default)]
+struct KeyAsHash(u64);
+
+impl Hasher for KeyAsHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+
+    // The table hashes its `u64` keys with `write_u64` only; anything else is folded in.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
 }
 
 impl RenamedRequests {
