@@ -2,7 +2,7 @@
 # Instructions per `tools/call` in the proxy's user space, counted by callgrind
 # (benches/README.md, "Instructions per call"):
 #
-#   benches/instructions.sh BINARY [BINARY...] [--runs N]      (2 runs each unless told)
+#   benches/instructions.sh BINARY [BINARY...] [--runs N] [--keep]    (2 runs each unless told)
 #
 # Runs one saturation round of `cargo bench --bench proxy` per run with each proxy binary
 # in turn under `valgrind --tool=callgrind` (MCP_BENCH_PROXY_BIN is a wrapper that starts
@@ -12,7 +12,9 @@
 # instructions per call, and the same less SHA-256's compression function: under
 # valgrind the SHA extensions of the CPU are not offered, so sha2 runs its portable code,
 # which costs several times what the native build's does (the two HMACs of a session
-# call's `state`).
+# call's `state`). Each run's table from valgrind overwrites target/bench-results.md;
+# `--keep` keeps the dumps (`callgrind_annotate --inclusive=yes` on one: per function)
+# and prints where.
 #
 # An instruction count depends on the code and its input only, not on what else the
 # machine is doing: it tells two builds apart by a few hundred instructions per call
@@ -23,20 +25,22 @@ cd "$(dirname "$0")/.."
 
 binaries=()
 runs=2
+keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --runs) runs=$2; shift 2 ;;
+        --keep) keep=1; shift ;;
         *) binaries+=("$(realpath "$1")"); shift ;;
     esac
 done
 if [ ${#binaries[@]} -eq 0 ]; then
-    sed -n '2,20p' "$0" >&2
+    sed -n '2,22p' "$0" >&2
     exit 2
 fi
 for binary in "${binaries[@]}"; do
     [ -x "$binary" ] || { echo "benches/instructions.sh: $binary is not an executable" >&2; exit 2; }
 done
-for tool in valgrind callgrind_control callgrind_annotate nginx curl; do
+for tool in valgrind callgrind_control callgrind_annotate nginx curl pgrep ss; do
     command -v "$tool" >/dev/null || {
         echo "benches/instructions.sh: $tool is missing (valgrind: apt-get install valgrind; nginx: benches/run.sh installs it)" >&2
         exit 2
@@ -44,17 +48,32 @@ for tool in valgrind callgrind_control callgrind_annotate nginx curl; do
 done
 
 bench=$(cargo bench --bench proxy --no-run 2>&1 |
-    sed -n 's/^ *Executable benches\/proxy\.rs (\(.*\))$/\1/p')
+    sed -n 's/^ *Executable benches\/proxy\.rs (\(.*\))$/\1/p' || true)
 [ -x "$bench" ] || { echo "benches/instructions.sh: could not build the bench binary" >&2; exit 1; }
 out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+bench_pid=""
+# A run stopped halfway takes its bench (and the bench its children) with it.
+finish() {
+    if [ -n "$bench_pid" ]; then
+        kill "$bench_pid" 2>/dev/null || true
+        wait "$bench_pid" 2>/dev/null || true
+    fi
+    if [ "$keep" = 1 ]; then
+        echo "benches/instructions.sh: the dumps are in $out" >&2
+    else
+        rm -rf "$out"
+    fi
+}
+trap finish EXIT
+fail() { echo "benches/instructions.sh: $*" >&2; exit 1; }
 
-# The instructions of a dump: all, and those of SHA-256's compression function alone.
+# The instructions of a dump: all, and those of SHA-256's compression function with
+# what it calls (every copy of it the binary holds).
 counts() { # dump-file
     local all sha
     all=$(awk '/^(summary|totals):/ {print $2; exit}' "$1")
-    sha=$(callgrind_annotate --auto=no --threshold=100 "$1" 2>/dev/null |
-        awk '/sha2::sha256::compress256/ {gsub(",", "", $1); print $1; exit}')
+    sha=$(callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$1" 2>/dev/null |
+        awk '/sha2::sha256::compress256( |$)/ {gsub(",", "", $1); sum += $1} END {print sum + 0}')
     echo "${all:-0} ${sha:-0}"
 }
 
@@ -66,28 +85,33 @@ measure() { # binary label
 exec valgrind --tool=callgrind --callgrind-out-file=$out/callgrind.%p "$binary" "\$@"
 WRAP
     chmod +x "$wrap"
-    rm -f "$out"/callgrind.*
     MCP_BENCH_PROXY_BIN="$wrap" "$bench" --bench --only saturation --no-floor-variants \
         --rounds 1 --duration 12 --warmup 1 >/dev/null 2>"$log" &
-    local bench_pid=$!
+    bench_pid=$!
     for window in "proxy" "proxy pass-through"; do
         until grep -q "saturation round 1/1: $window (" "$log"; do
-            kill -0 "$bench_pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
+            kill -0 "$bench_pid" 2>/dev/null || { cat "$log" >&2; fail "the bench stopped"; }
             sleep 0.2
         done
         sleep 2
-        pid=$(pgrep -f -- "--callgrind-out-file=$out/" | head -1)
-        addr=$(ss -ltnp | grep "pid=$pid," | awk '{print $4}' | head -1)
+        pid=$(pgrep -f -- "--callgrind-out-file=$out/" | head -1 || true)
+        [ -n "$pid" ] || fail "the proxy under valgrind was not found"
+        addr=$(ss -ltnp | grep "pid=$pid," | awk '{print $4}' | head -1 || true)
+        [ -n "$addr" ] || fail "the proxy's listening address was not found"
         calls() {
             curl -s -m 5 "http://$addr/metrics" |
-                awk '/^mcp_proxy_requests_total\{method="tools\/call",outcome="ok"\}/ {print $2}'
+                awk '/^mcp_proxy_requests_total\{method="tools\/call",outcome="ok"\}/ {print $2}' ||
+                true
         }
-        callgrind_control -z "$pid" >/dev/null 2>&1
+        # Each count read just before the counters are zeroed and dumped: the calls
+        # and the instructions are counted over windows of the same length.
         a=$(calls)
+        callgrind_control -z "$pid" >/dev/null 2>&1 || fail "callgrind_control -z $pid failed"
         sleep 6
         b=$(calls)
-        callgrind_control -d "$pid" >/dev/null 2>&1
-        dump=$(ls -t "$out"/callgrind."$pid".* | head -1)
+        callgrind_control -d "$pid" >/dev/null 2>&1 || fail "callgrind_control -d $pid failed"
+        dump=$(ls -t "$out"/callgrind."$pid".* 2>/dev/null | head -1 || true)
+        [ -n "$dump" ] || fail "no dump of the proxy's counters"
         read -r all sha <<<"$(counts "$dump")"
         n=$((${b:-0} - ${a:-0}))
         [ "$n" -gt 0 ] || { echo "benches/instructions.sh: no calls counted ($window)" >&2; exit 1; }
@@ -95,7 +119,8 @@ WRAP
             printf "%-28s %-22s %6d calls  %7.0f instructions per call, %7.0f less SHA-256\n",
                 l, (w == "proxy" ? "sessions" : "hop alone"), n, all / n, (all - sha) / n }'
     done
-    wait "$bench_pid"
+    wait "$bench_pid" || true
+    bench_pid=""
 }
 
 for i in $(seq 1 "$runs"); do

@@ -201,6 +201,32 @@ mod tests {
         assert!(fields.found.is_empty(), "taken, ready for the next head");
     }
 
+    #[test]
+    fn a_name_written_again_at_its_place_is_the_one_made_before() {
+        let head = Bytes::from_static(b"X-Custom: 1\r\n");
+        let value = &head[10..11];
+        let mut fields = Fields::default();
+        let made = |fields: &mut Fields, name| {
+            fields.clear();
+            fields.add(&head, name, value).map(|n| n.as_str().as_ptr())
+        };
+        let first = made(&mut fields, "X-Custom");
+        assert!(first.is_some());
+        assert_eq!(
+            made(&mut fields, "X-Custom"),
+            first,
+            "taken as made, not made again"
+        );
+        assert_ne!(
+            made(&mut fields, "x-custom"),
+            first,
+            "another spelling is made anew"
+        );
+        // A refused name refuses its head; the next head is read as any other.
+        assert_eq!(made(&mut fields, "Bad Name"), None);
+        assert!(made(&mut fields, "X-Custom").is_some());
+    }
+
     /// A head's names as `fields` makes them, heads read one after the other.
     fn names_made(fields: &mut Fields, names: &[&str]) -> Vec<String> {
         let head = Bytes::from(

@@ -24,19 +24,20 @@ pub fn rfc3339(at: Millis) -> String {
     humantime::format_rfc3339_seconds(time).to_string()
 }
 
+thread_local! {
+    /// The last second [`rfc3339_in`] wrote on this thread, its text and the text's
+    /// length (0: none yet).
+    static LAST: std::cell::Cell<(u64, [u8; 32], usize)> =
+        const { std::cell::Cell::new((0, [0; 32], 0)) };
+}
+
 /// [`rfc3339`] written into `buffer` (it takes 20 bytes), without an allocation; one
 /// that does not fit is spelled by [`rfc3339`].
 ///
 /// The text of a second is kept by the thread that wrote it last: a session call writes
 /// the expiry it renewed to, and the calls of one second on one worker write the same.
 pub fn rfc3339_in(buffer: &mut [u8; 32], at: Millis) -> Cow<'_, str> {
-    use std::cell::Cell;
     use std::io::Write;
-    thread_local! {
-        /// The last second written by this thread, its text and the text's length (0:
-        /// none yet).
-        static LAST: Cell<(u64, [u8; 32], usize)> = const { Cell::new((0, [0; 32], 0)) };
-    }
     let second = at / 1000;
     let written = match LAST.get() {
         (last, text, n) if last == second && n > 0 => {
@@ -140,6 +141,7 @@ mod tests {
         ] {
             buffer[..4].copy_from_slice(b"junk");
             assert_eq!(rfc3339_in(&mut buffer, at), rfc3339(at));
+            assert_eq!(LAST.get().0, at / 1000, "the second kept");
         }
         assert_eq!(rfc3339_in(&mut buffer, 0), "1970-01-01T00:00:00Z");
     }

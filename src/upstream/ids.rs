@@ -371,6 +371,14 @@ pub fn cancellation(id: &[u8], reason: &str) -> Bytes {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_table_hashes_a_key_as_itself() {
+        let hashing = BuildHasherDefault::<KeyAsHash>::default();
+        for key in [0, 5, u64::MAX, 0x9e37_79b9_7f4a_7c15] {
+            assert_eq!(hashing.hash_one(key), key);
+        }
+    }
+
     fn text(bytes: &[u8]) -> &str {
         std::str::from_utf8(bytes).unwrap()
     }
