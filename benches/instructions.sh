@@ -114,7 +114,7 @@ WRAP
         [ -n "$dump" ] || fail "no dump of the proxy's counters"
         read -r all sha <<<"$(counts "$dump")"
         n=$((${b:-0} - ${a:-0}))
-        [ "$n" -gt 0 ] || { echo "benches/instructions.sh: no calls counted ($window)" >&2; exit 1; }
+        [ "$n" -gt 0 ] || fail "no calls counted ($window)"
         awk -v w="$window" -v l="$2" -v n="$n" -v all="$all" -v sha="$sha" 'BEGIN {
             printf "%-28s %-22s %6d calls  %7.0f instructions per call, %7.0f less SHA-256\n",
                 l, (w == "proxy" ? "sessions" : "hop alone"), n, all / n, (all - sha) / n }'
