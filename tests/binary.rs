@@ -967,7 +967,13 @@ async fn a_draining_proxy_closes_kept_alive_connections_after_their_next_answer(
     const GET: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: proxy\r\n\r\n";
 
     bounded(async {
-        let mut proxy = serve(WorkDir::new(), &["--listen", "127.0.0.1:0"], &[]).await;
+        // Two workers: a SO_REUSEPORT group of two listeners, whatever the machine.
+        let mut proxy = serve(
+            WorkDir::new(),
+            &["--listen", "127.0.0.1:0"],
+            &[("MCP_PROXY_WORKERS", "2")],
+        )
+        .await;
         proxy.sigterm_handled().await;
         // Served by the proxy's own loop.
         let mut lean = TcpStream::connect(proxy.listen).await.unwrap();
@@ -989,7 +995,11 @@ async fn a_draining_proxy_closes_kept_alive_connections_after_their_next_answer(
         assert!(!first.contains("connection: close"), "{first}");
 
         proxy.signal("TERM");
-        // Draining once the listener is let go: a new connection is refused.
+        // Draining once a listener is let go: a new connection fails. With a worker per
+        // core, the listeners of the SO_REUSEPORT group close one after another: a
+        // connection queued on the first to close is reset while another may still
+        // accept. Either failure must find every kept-alive connection draining, not only
+        // those of the listener that closed.
         let deadline = Instant::now() + Duration::from_secs(2);
         while TcpStream::connect(proxy.listen).await.is_ok() {
             assert!(

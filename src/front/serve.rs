@@ -85,6 +85,9 @@ pub struct Serving {
     local_addr: SocketAddr,
     /// Dropping it stops accepting, as [`Serving::stop_accepting`] does.
     phase: watch::Sender<Phase>,
+    /// Its connections' stage (the accept loop holds another sender: it closes them once
+    /// the grace period is over).
+    stage: watch::Sender<Stage>,
     /// Resolves once the accept loop has let go of the listener.
     accepting: Option<oneshot::Receiver<()>>,
     task: JoinHandle<()>,
@@ -104,6 +107,14 @@ impl Serving {
             }
             waiting
         });
+    }
+
+    /// Its connections drain from now on (each next HTTP/1.1 answer says `Connection:
+    /// close`, HTTP/2 sends GOAWAY) while it still accepts. The listeners of a
+    /// SO_REUSEPORT group stop one after another, so each is told this first: a client
+    /// that finds one gone finds every connection draining.
+    pub fn drain(&self) {
+        drain(&self.stage);
     }
 
     /// Stops accepting; resolves once this process no longer accepts on the socket.
@@ -162,11 +173,21 @@ pub fn serve(
 ) -> std::io::Result<Serving> {
     let local_addr = listener.local_addr()?;
     let (phase, phases) = watch::channel(start);
+    let (stage, staged) = watch::channel(Stage::Serving);
     let (let_go, accepting) = oneshot::channel();
-    let task = tokio::spawn(accept_loop(listener, front, role, grace, phases, let_go));
+    let task = tokio::spawn(accept_loop(
+        listener,
+        front,
+        role,
+        grace,
+        phases,
+        let_go,
+        (stage.clone(), staged),
+    ));
     Ok(Serving {
         local_addr,
         phase,
+        stage,
         accepting: Some(accepting),
         task,
     })
@@ -179,10 +200,10 @@ async fn accept_loop(
     grace: Duration,
     mut stopped: watch::Receiver<Phase>,
     let_go: oneshot::Sender<()>,
+    (stage, staged): (watch::Sender<Stage>, watch::Receiver<Stage>),
 ) {
     // Every connection task holds a sender; all are gone once every connection ended.
     let (open, mut all_closed) = mpsc::channel::<()>(1);
-    let (stage, staged) = watch::channel(Stage::Serving);
     let connections = Connections {
         builders: Builders::new(),
         front,
@@ -199,7 +220,7 @@ async fn accept_loop(
     }
     // Before the listener is let go: a connection's next answer says `Connection: close`
     // once stopping to accept has returned.
-    stage.send_replace(Stage::Draining);
+    drain(&stage);
     drop(listener);
     let _ = let_go.send(());
     drop(connections);
@@ -488,6 +509,18 @@ impl Connection {
             connection.as_mut().graceful_shutdown();
         }
     }
+}
+
+/// Serving → Draining, once: never back from Closing, and one change, so each
+/// connection's task wakes once.
+fn drain(stage: &watch::Sender<Stage>) {
+    stage.send_if_modified(|stage| {
+        let serving = *stage == Stage::Serving;
+        if serving {
+            *stage = Stage::Draining;
+        }
+        serving
+    });
 }
 
 /// Resolves when `watched` holds a value that is `done`, or its sender is gone (a
