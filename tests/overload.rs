@@ -288,12 +288,36 @@ async fn short_of_memory_the_proxy_sheds_new_work_serves_open_sessions_and_recov
             "still shedding at {} bytes resident (threshold {threshold})",
             resident(proxy.pid())
         );
-        // Below the recovery mark by itself, idle; back at the baseline once traffic has
-        // let the allocator collect its threads' caches too.
-        let recovered_at = resident(proxy.pid());
+        // Below the recovery mark by itself, idle, as the proxy measured it when it took
+        // new work again (its log line may come after the answer). Memory is not read
+        // again for that: the proxy gives memory back only while it is high, so it rests
+        // just under the mark, and the session just created may lift it into the band
+        // between the mark and the threshold, where hysteresis keeps it taking new work.
+        // So now it is below the threshold, and back at the baseline once traffic has let
+        // the allocator collect its threads' caches too.
+        assert!(
+            proxy
+                .eventually_logged("taking new work again", Duration::from_secs(2))
+                .await,
+            "{}",
+            proxy.log()
+        );
+        let recovery = proxy.logged("INFO", "taking new work again").remove(0);
+        assert_eq!(recovery["fields"]["resource"], "memory", "{recovery}");
+        assert_eq!(
+            recovery["fields"]["threshold"].as_u64(),
+            Some(threshold),
+            "{recovery}"
+        );
+        let recovered_at = recovery["fields"]["used"].as_u64().unwrap_or(u64::MAX);
         assert!(
             recovered_at < threshold / 10 * 9,
             "{recovered_at} bytes resident once recovered, threshold {threshold}"
+        );
+        let now = resident(proxy.pid());
+        assert!(
+            now < threshold,
+            "{now} bytes resident after recovering, threshold {threshold}"
         );
         // Connections of their own, so that every worker sees some.
         let traffic = common::http_builder()
