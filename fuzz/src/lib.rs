@@ -111,6 +111,7 @@ pub fn envelope(data: &[u8]) {
                 "an accepted object cannot be read as one"
             );
         }
+        read_as_serde_json_reads(raw);
         let Ok(Some(payload)) = Payload::open(raw) else {
             continue;
         };
@@ -365,6 +366,59 @@ fn parse_same<'a>(before: &[u8], after: &'a [u8], what: &str) -> Envelope<'a> {
         "{what} changed the id"
     );
     new
+}
+
+/// Every object in `raw`, at every depth, has the members `RawObject` finds (in order, keys
+/// decoded, values as written) that serde_json reads when it checks the text again.
+fn read_as_serde_json_reads(raw: &RawValue) {
+    struct Members(Vec<(String, String)>);
+    impl<'de> serde::Deserialize<'de> for Members {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Members;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Members, A::Error> {
+                    let mut members = Vec::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        let value: &RawValue = map.next_value()?;
+                        members.push((key, value.get().to_owned()));
+                    }
+                    Ok(Members(members))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    let text = raw.get();
+    if text.starts_with('[') {
+        for item in serde_json::from_str::<Vec<&RawValue>>(text).unwrap_or_default() {
+            read_as_serde_json_reads(item);
+        }
+        return;
+    }
+    if !text.starts_with('{') {
+        return;
+    }
+    let serde = serde_json::from_str::<Members>(text).ok().map(|m| m.0);
+    let ours = RawObject::parse(raw).map(|object| {
+        object
+            .entries()
+            .map(|(k, v)| (k.to_owned(), v.get().to_owned()))
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(
+        ours, serde,
+        "the object reader and serde_json read {text} differently"
+    );
+    for (_, value) in RawObject::parse(raw).iter().flat_map(|o| o.entries()) {
+        read_as_serde_json_reads(value);
+    }
 }
 
 /// The `_meta` object of a payload.

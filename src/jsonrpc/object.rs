@@ -5,11 +5,11 @@
 //! of them, and writes the others back byte for byte.
 
 use std::borrow::Cow;
-use std::fmt;
 use std::ops::Range;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
+
+mod read;
 
 /// The members of a JSON object, in order, values raw.
 #[derive(Debug, Clone, Default)]
@@ -21,14 +21,14 @@ pub struct RawObject<'a> {
 }
 
 impl<'a> RawObject<'a> {
-    /// Reads `raw` as an object; `None` when it is not one.
+    /// Reads `raw` as an object; `None` when it is not one. `raw` is JSON already checked
+    /// (a `RawValue` is), so its members are found without checking it again.
     pub fn parse(raw: &'a RawValue) -> Option<Self> {
-        if !raw.get().starts_with('{') {
-            return None;
-        }
-        let mut object: RawObject<'a> = serde_json::from_str(raw.get()).ok()?;
-        object.text = raw.get();
-        Some(object)
+        let text = raw.get();
+        Some(RawObject {
+            entries: read::members(text)?,
+            text,
+        })
     }
 
     /// The value of `key` (the last one, as JavaScript's `JSON.parse` would keep).
@@ -242,54 +242,6 @@ pub fn spliced(whole: &[u8], edits: &mut [(Range<usize>, &[&[u8]])]) -> Option<V
     }
     out.extend_from_slice(whole.get(at..)?);
     Some(out)
-}
-
-// === impl Deserialize for RawObject ===
-
-/// An object key, borrowed from the input unless it had escapes.
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(KeyVisitor)
-    }
-}
-
-impl<'de> Deserialize<'de> for RawObject<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct ObjectVisitor;
-        impl<'de> Visitor<'de> for ObjectVisitor {
-            type Value = RawObject<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4));
-                while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-                    let value: &'de RawValue = map.next_value()?;
-                    entries.push((key, value));
-                }
-                Ok(RawObject { entries, text: "" })
-            }
-        }
-        d.deserialize_map(ObjectVisitor)
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,243 @@
+//! The members of an object that is already known to be JSON, read without checking it
+//! again.
+//!
+//! A [`RawValue`] has been validated when it was made: serde_json checked every byte of
+//! the body it came from, or of the text it was made from. The object's members still have
+//! to be found when they are opened one level deep (`params`, then its `_meta`, then the
+//! session in it). serde_json would check every byte again, once for each level. This
+//! reader only follows the structure: it looks for the bytes that end a string, open or
+//! close an object or an array, or end a scalar. Keys are decoded as serde_json decodes
+//! them, and a key it refuses (an unpaired surrogate escape) makes the object unreadable,
+//! as it did before.
+//!
+//! Each member's value is handed out as a `&RawValue` that borrows the same text.
+//! serde_json makes one only by deserializing. [`Known`] is a deserializer that gives
+//! serde_json's `RawValue` visitor a slice it has already checked. If a serde_json release
+//! read raw values some other way, [`raw`] falls back to reading the slice with serde_json
+//! itself, which checks it again: slower, never wrong. A unit test fails in that case, so
+//! the slower path is noticed.
+
+use std::borrow::Cow;
+
+use serde::de::value::{BorrowedStrDeserializer, Error, MapDeserializer};
+use serde::de::{Deserialize, Deserializer, Visitor};
+use serde_json::value::RawValue;
+
+/// The members of `text`, in order. `text` is a [`RawValue`]'s text, starting with `{`.
+/// Returns `None` when a key cannot be decoded, or when `text` is not shaped as a valid
+/// object. That cannot happen for a `RawValue`, but the reader never indexes past what it
+/// was given.
+pub(super) fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+    let bytes = text.as_bytes();
+    if bytes.first() != Some(&b'{') {
+        return None;
+    }
+    let mut entries = Vec::with_capacity(4);
+    let mut at = skip_space(bytes, 1);
+    if bytes.get(at) == Some(&b'}') {
+        return Some(entries);
+    }
+    loop {
+        let (key_end, escaped) = string_end(bytes, at)?;
+        let key = key(text.get(at..key_end)?, escaped)?;
+        at = skip_space(bytes, key_end);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_space(bytes, at + 1);
+        let value_end = value_end(bytes, at)?;
+        entries.push((key, raw(text.get(at..value_end)?)?));
+        at = skip_space(bytes, value_end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_space(bytes, at + 1),
+            Some(b'}') => return Some(entries),
+            _ => return None,
+        }
+    }
+}
+
+/// `text` (a JSON value, whole) as a [`RawValue`] borrowing it.
+fn raw(text: &str) -> Option<&RawValue> {
+    <&RawValue>::deserialize(Known(text))
+        .ok()
+        .or_else(|| serde_json::from_str(text).ok())
+}
+
+/// The first byte at or after `at` that is not JSON whitespace (RFC 8259 §2).
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the string starting at `at` (its opening quote) ends: just past its closing
+/// quote; and whether it holds an escape.
+fn string_end(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut from = at + 1;
+    let mut escaped = false;
+    loop {
+        let found = from + memchr::memchr2(b'"', b'\\', bytes.get(from..)?)?;
+        if bytes[found] == b'"' {
+            return Some((found + 1, escaped));
+        }
+        escaped = true;
+        // An escape: the byte after the backslash is never the closing quote, and the four
+        // hex digits of a `\u` escape are neither a quote nor a backslash.
+        from = found + 2;
+    }
+}
+
+/// Where the value starting at `at` ends: just past its last byte.
+fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' => string_end(bytes, at).map(|(end, _)| end),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match bytes.get(i)? {
+                    b'"' => {
+                        i = string_end(bytes, i)?.0;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        // A number, `true`, `false` or `null`: up to what may follow a value.
+        _ => Some(
+            bytes[at..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .map_or(bytes.len(), |n| at + n),
+        ),
+    }
+}
+
+/// A key as written (quotes included), decoded: borrowed when it has no escape.
+fn key(quoted: &str, escaped: bool) -> Option<Cow<'_, str>> {
+    if escaped {
+        serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
+    } else {
+        quoted
+            .get(1..quoted.len().checked_sub(1)?)
+            .map(Cow::Borrowed)
+    }
+}
+
+/// A deserializer of one JSON value whose text is already known to be valid.
+///
+/// serde_json's `&RawValue` asks for a newtype struct and, through it, for a map of one
+/// member: a key equal to the struct's name, and the value's text as a borrowed string.
+/// This is what its own deserializers hand it once they have read a value. `Known` hands
+/// it the same without reading the text again. Anything else asked of it is an error.
+struct Known<'a>(&'a str);
+
+impl<'de> Deserializer<'de> for Known<'de> {
+    type Error = Error;
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        let member = (
+            BorrowedStrDeserializer::<Error>::new(name),
+            BorrowedStrDeserializer::<Error>::new(self.0),
+        );
+        visitor.visit_map(MapDeserializer::new(std::iter::once(member)))
+    }
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
+        Err(serde::de::Error::custom(
+            "only a raw JSON value is read from known text",
+        ))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_raw_value_is_made_of_known_text_without_reading_it() {
+        // Not JSON at all: only a deserializer that does not read the text returns it.
+        // serde_json's would refuse it. The reader relies on this. If a serde_json
+        // release made raw values another way, it would still be right but slower, and
+        // this test says so.
+        let made = <&RawValue>::deserialize(Known("not json")).expect(
+            "serde_json's RawValue no longer takes known text: the object reader falls back \
+             to checking every value again",
+        );
+        assert_eq!(made.get(), "not json");
+    }
+
+    #[test]
+    fn members_are_found_by_structure_and_borrow_the_text() {
+        let text = "{ \"a\" : [1, {\"b\": \"]}\\\"\"}] ,\"s\":\"x\\\\\",\"n\":-1.5e3,\"t\":true,\"z\":null,\"o\":{}}";
+        let found = members(text).unwrap();
+        let read: Vec<(&str, &str)> = found.iter().map(|(k, v)| (k.as_ref(), v.get())).collect();
+        assert_eq!(
+            read,
+            [
+                ("a", "[1, {\"b\": \"]}\\\"\"}]"),
+                ("s", "\"x\\\\\""),
+                ("n", "-1.5e3"),
+                ("t", "true"),
+                ("z", "null"),
+                ("o", "{}"),
+            ]
+        );
+        for (_, value) in &found {
+            let start = value.get().as_ptr() as usize - text.as_ptr() as usize;
+            assert_eq!(&text[start..start + value.get().len()], value.get());
+        }
+    }
+
+    #[test]
+    fn keys_are_decoded_as_serde_json_decodes_them() {
+        let found = members(r#"{"\u006b":1,"é":2,"a\"b":3}"#).unwrap();
+        let keys: Vec<&str> = found.iter().map(|(k, _)| k.as_ref()).collect();
+        assert_eq!(keys, ["k", "é", "a\"b"]);
+        assert!(matches!(found[1].0, Cow::Borrowed(_)));
+        // A key serde_json would not read as text makes the object unreadable.
+        assert!(members(r#"{"\ud800":1}"#).is_none());
+    }
+
+    #[test]
+    fn text_that_is_not_an_object_is_not_read_and_nothing_is_indexed_past_its_end() {
+        for text in [
+            "",
+            "{",
+            "{\"a\"",
+            "{\"a\":",
+            "{\"a\":1",
+            "{\"a\":1,",
+            "{\"a\" 1}",
+            "{\"a\":\"x",
+            "{\"a\":[1",
+            "[1]",
+            "{1:2}",
+        ] {
+            assert!(members(text).is_none(), "{text:?}");
+        }
+    }
+}
