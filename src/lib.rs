@@ -597,9 +597,10 @@ impl Running {
         // listeners of a SO_REUSEPORT group close one after another, and a client that
         // finds one gone (refused, or reset in its accept queue) must find every kept-alive
         // connection answering `Connection: close`, not only that listener's.
-        for serving in self.serving.iter().chain(self.operations.iter()) {
-            serving.drain();
-        }
+        self.serving
+            .iter()
+            .chain(self.operations.iter())
+            .for_each(Serving::drain);
         for serving in self.serving.iter_mut().chain(self.operations.iter_mut()) {
             serving.stop_accepting().await;
         }

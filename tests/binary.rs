@@ -995,11 +995,11 @@ async fn a_draining_proxy_closes_kept_alive_connections_after_their_next_answer(
         assert!(!first.contains("connection: close"), "{first}");
 
         proxy.signal("TERM");
-        // Draining once a listener is let go: a new connection fails. With a worker per
-        // core, the listeners of the SO_REUSEPORT group close one after another: a
-        // connection queued on the first to close is reset while another may still
-        // accept. Either failure must find every kept-alive connection draining, not only
-        // those of the listener that closed.
+        // Draining once a listener is let go: a new connection fails. The two workers'
+        // listeners (a SO_REUSEPORT group) close one after another: a connection queued
+        // on the first to close is reset, while the other may still accept; once both
+        // are gone, one is refused. Either failure must find every kept-alive connection
+        // draining, not only those of the listener that closed.
         let deadline = Instant::now() + Duration::from_secs(2);
         while TcpStream::connect(proxy.listen).await.is_ok() {
             assert!(

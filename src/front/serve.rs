@@ -69,9 +69,10 @@ pub enum Phase {
     Draining,
 }
 
-/// Where a listener's connections are: they serve until the listener stops accepting,
-/// then drain, and close what is left once the grace period is over. One signal, so a
-/// connection's task watches one thing besides its connection and its watchdog.
+/// Where a listener's connections are: they serve until told to drain (every listener of
+/// the process is told before the first stops accepting; at the latest when their own
+/// stops), then drain, and close what is left once the grace period is over. One signal,
+/// so a connection's task watches one thing besides its connection and its watchdog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stage {
     Serving,
@@ -109,10 +110,11 @@ impl Serving {
         });
     }
 
-    /// Its connections drain from now on (each next HTTP/1.1 answer says `Connection:
-    /// close`, HTTP/2 sends GOAWAY) while it still accepts. The listeners of a
-    /// SO_REUSEPORT group stop one after another, so each is told this first: a client
-    /// that finds one gone finds every connection draining.
+    /// Its connections drain from now on, those it still accepts too: HTTP/1.1 answers
+    /// say `Connection: close`, an HTTP/2 connection or one with a request under way is
+    /// shut down gracefully (GOAWAY), an idle one is closed after a second. The
+    /// listeners of a SO_REUSEPORT group stop one after another, so each is told this
+    /// first: a client that finds one gone finds every connection draining.
     pub fn drain(&self) {
         drain(&self.stage);
     }
@@ -173,6 +175,9 @@ pub fn serve(
 ) -> std::io::Result<Serving> {
     let local_addr = listener.local_addr()?;
     let (phase, phases) = watch::channel(start);
+    // The accept loop gets the receiver made with the channel, not a `subscribe()`d one:
+    // its clones, one per connection, have seen no value yet, so a connection accepted
+    // after the listener was told to drain still sees the change.
     let (stage, staged) = watch::channel(Stage::Serving);
     let (let_go, accepting) = oneshot::channel();
     let task = tokio::spawn(accept_loop(
@@ -218,8 +223,9 @@ async fn accept_loop(
     if matches!(opened, Ok(Phase::Accepting)) {
         accept(&listener, &connections, &mut stopped).await;
     }
-    // Before the listener is let go: a connection's next answer says `Connection: close`
-    // once stopping to accept has returned.
+    // Before the listener is let go (already so when every listener was told to drain
+    // first): a connection's next answer says `Connection: close` once stopping to
+    // accept has returned.
     drain(&stage);
     drop(listener);
     let _ = let_go.send(());

@@ -24,9 +24,9 @@ use serde::de::{Deserialize, Deserializer, Visitor};
 use serde_json::value::RawValue;
 
 /// The members of `text`, in order. `text` is a [`RawValue`]'s text, starting with `{`.
-/// Returns `None` when a key cannot be decoded, or when `text` is not shaped as a valid
-/// object. That cannot happen for a `RawValue`, but the reader never indexes past what it
-/// was given.
+/// Returns `None` when a key cannot be decoded or `text` is not an object. On text that
+/// is not JSON (never a `RawValue`'s) it returns `None` or members of no meaning, and
+/// never reads past the end of `text`.
 pub(super) fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
     let bytes = text.as_bytes();
     if bytes.first() != Some(&b'{') {
@@ -39,15 +39,15 @@ pub(super) fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
     }
     loop {
         let (key_end, escaped) = string_end(bytes, at)?;
-        let key = key(text.get(at..key_end)?, escaped)?;
+        let name = decoded_key(text.get(at..key_end)?, escaped)?;
         at = skip_space(bytes, key_end);
         if bytes.get(at) != Some(&b':') {
             return None;
         }
         at = skip_space(bytes, at + 1);
-        let value_end = value_end(bytes, at)?;
-        entries.push((key, raw(text.get(at..value_end)?)?));
-        at = skip_space(bytes, value_end);
+        let end = value_end(bytes, at)?;
+        entries.push((name, raw(text.get(at..end)?)?));
+        at = skip_space(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_space(bytes, at + 1),
             Some(b'}') => return Some(entries),
@@ -116,18 +116,20 @@ fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
                 i += 1;
             }
         }
-        // A number, `true`, `false` or `null`: up to what may follow a value.
-        _ => Some(
-            bytes[at..]
+        // A number, `true`, `false` or `null`: up to what may follow a value (never
+        // empty).
+        _ => {
+            let end = bytes[at..]
                 .iter()
                 .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
-                .map_or(bytes.len(), |n| at + n),
-        ),
+                .map_or(bytes.len(), |n| at + n);
+            (end > at).then_some(end)
+        }
     }
 }
 
 /// A key as written (quotes included), decoded: borrowed when it has no escape.
-fn key(quoted: &str, escaped: bool) -> Option<Cow<'_, str>> {
+fn decoded_key(quoted: &str, escaped: bool) -> Option<Cow<'_, str>> {
     if escaped {
         serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
     } else {
@@ -236,6 +238,8 @@ mod tests {
             "{\"a\":[1",
             "[1]",
             "{1:2}",
+            "{\"a\":}",
+            "{\"a\":,\"b\":1}",
         ] {
             assert!(members(text).is_none(), "{text:?}");
         }
