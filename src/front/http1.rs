@@ -17,7 +17,7 @@
 //!   dropped, which cancels what they hold), unless it already sent its next request
 //!   (then its end is found when that one is read);
 //! - writes the head and a body known whole in one write, and each frame of a body that
-//!   streams as it comes (chunked in HTTP/1.1);
+//!   streams as it comes (chunked in HTTP/1.1), with whatever else is ready with it;
 //! - closes after an answer that says `Connection: close`, after a client that asked
 //!   so, after an HTTP/1.0 client that did not ask to keep the connection, and when a
 //!   body fails mid-way (the client sees the answer cut).
@@ -49,8 +49,9 @@ const READ_SIZE: usize = 16 * 1024;
 /// The longest head the loop reads before it leaves the request to hyper (which takes
 /// heads up to ~400 KiB and answers 431 beyond).
 const MAX_HEAD: usize = 64 * 1024;
-/// A body written with its head in one copy when it is no longer than this; a longer
-/// one goes in writes of its own.
+/// A frame copied into the write it goes out with when it is no longer than this (a
+/// longer one is written from where it lies), and the most body bytes gathered into one
+/// write.
 const COPY_BODY: usize = 16 * 1024;
 
 /// How a connection left the loop.
@@ -218,6 +219,15 @@ fn try_read_more<T: AsyncRead + Unpin>(io: &mut T, buf: &mut BytesMut) {
 /// Writes the head in `out` and `body` as `framing` says; a client that closes the
 /// connection meanwhile (found while `watching`, see [`serve`]) or a body that fails
 /// ends it with an error.
+///
+/// What is ready goes out together: the head, the frames the body has at once and its
+/// end gather in `out` (at most [`COPY_BODY`] of body bytes) and are written when the
+/// body has no more ready — before waiting for the next frame, never after. An answer
+/// that is all there (a JSON body; an event stream whose last event came with its end)
+/// is one write, as nginx's is, and a stream's event still goes out as soon as it comes.
+/// A body that fails or ends short still sends the data that came before (the client
+/// sees the answer cut, as when each frame was written at once), but not a head alone
+/// that no data followed.
 async fn write_body<T, B>(
     io: &mut T,
     buf: &mut BytesMut,
@@ -234,19 +244,20 @@ where
     if framing == Framing::Empty || framing == Framing::Length(0) {
         return write_watching(io, buf, out, watching).await;
     }
+    let chunked = framing == Framing::Chunked;
     let mut written: u64 = 0;
-    let mut head_sent = false;
+    // Body bytes in `out`, not yet written.
+    let mut gathered = 0;
     loop {
-        // The next frame, while watching the connection: as soon as one is ready, and
-        // the head (with the first frame when it is ready at once) written before
+        // The next frame as soon as it is ready; what is gathered is written before
         // waiting for one that is not.
         let frame = match poll_now(body.as_mut().frame()) {
             Some(frame) => frame,
             None => {
-                if !head_sent {
+                if !out.is_empty() {
                     write_watching(io, buf, out, watching).await?;
                     out.clear();
-                    head_sent = true;
+                    gathered = 0;
                 }
                 next_frame(io, buf, body.as_mut(), watching).await?
             }
@@ -258,7 +269,10 @@ where
                 // Trailers are not sent.
                 Err(_) => continue,
             },
-            Some(Err(_)) => return Err(io::Error::other("the response body failed")),
+            Some(Err(_)) => {
+                write_cut(io, buf, out, gathered, watching).await?;
+                return Err(io::Error::other("the response body failed"));
+            }
         };
         if data.is_empty() {
             continue;
@@ -275,32 +289,42 @@ where
             }
             written += data.len() as u64;
         }
-        let chunked = framing == Framing::Chunked;
-        if chunked {
-            response::chunk_head(data.len(), out);
-        }
         if data.len() <= COPY_BODY {
+            // What is gathered goes first if this frame would take it past the bound.
+            if gathered > 0 && gathered + data.len() > COPY_BODY {
+                write_watching(io, buf, out, watching).await?;
+                out.clear();
+                gathered = 0;
+            }
+            if chunked {
+                response::chunk_head(data.len(), out);
+            }
             out.extend_from_slice(&data);
             if chunked {
                 out.extend_from_slice(b"\r\n");
             }
-            write_watching(io, buf, out, watching).await?;
+            gathered += data.len();
         } else {
+            // A large frame is written from where it lies, after what was gathered.
+            if chunked {
+                response::chunk_head(data.len(), out);
+            }
             write_watching(io, buf, out, watching).await?;
             write_watching(io, buf, &data, watching).await?;
+            out.clear();
+            gathered = 0;
             if chunked {
-                write_watching(io, buf, b"\r\n", watching).await?;
+                out.extend_from_slice(b"\r\n");
             }
         }
-        out.clear();
-        head_sent = true;
         if full {
-            return Ok(());
+            break;
         }
     }
     match framing {
         Framing::Chunked => out.extend_from_slice(response::LAST_CHUNK),
         Framing::Length(length) if written < length => {
+            write_cut(io, buf, out, gathered, watching).await?;
             return Err(io::Error::other(
                 "the response body is shorter than it said",
             ));
@@ -310,6 +334,22 @@ where
     if !out.is_empty() {
         write_watching(io, buf, out, watching).await?;
         out.clear();
+    }
+    Ok(())
+}
+
+/// Writes what was gathered of a body that failed or ended short, if it holds any of
+/// the body: the client gets the data that came (and sees the answer cut), not a head
+/// alone that would pass for a whole empty answer on a connection its close delimits.
+async fn write_cut<T: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    out: &[u8],
+    gathered: usize,
+    watching: &mut bool,
+) -> io::Result<()> {
+    if gathered > 0 {
+        write_watching(io, buf, out, watching).await?;
     }
     Ok(())
 }

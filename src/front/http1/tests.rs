@@ -211,6 +211,112 @@ async fn a_body_that_streams_is_sent_chunked_frame_by_frame() {
     assert!(matches!(served.await.unwrap(), Ended::Closed));
 }
 
+/// A connection that counts the writes that took bytes.
+struct CountedWrites {
+    inner: DuplexStream,
+    writes: Arc<AtomicUsize>,
+}
+
+impl tokio::io::AsyncRead for CountedWrites {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for CountedWrites {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let written = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[tokio::test]
+async fn an_answer_that_is_all_there_goes_out_in_one_write() {
+    // An event stream whose events and end are ready when its head is: one write, the
+    // last chunk with them (as nginx writes it), not a write per frame.
+    let answer = |_request: ClientRequest| {
+        let frames: Frames = Box::pin(futures_util::stream::iter([
+            Ok(Frame::data(Bytes::from_static(b"data: 1\n\n"))),
+            Ok(Frame::data(Bytes::from_static(b"data: 2\n\n"))),
+        ]));
+        let mut response = Response::new(StreamBody::new(frames));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/event-stream"),
+        );
+        std::future::ready((Box::new(response), ()))
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let writes = Arc::new(AtomicUsize::new(0));
+    let server = CountedWrites {
+        inner: server,
+        writes: writes.clone(),
+    };
+    let served = tokio::spawn(serve(server, answer, || false));
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_until(&mut client, "0\r\n\r\n").await,
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\ndate: …\r\n\r\n\
+         9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n"
+    );
+    assert_eq!(writes.load(Ordering::SeqCst), 1, "one write for all of it");
+    drop(client);
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
+}
+
+#[tokio::test]
+async fn frames_ready_together_are_gathered_within_the_bound() {
+    // Three ready frames of 10 KiB: gathering two would pass COPY_BODY, so each goes
+    // out with what was gathered before it reached the bound — three writes, none
+    // holding more than one frame's body.
+    let frame = Bytes::from(vec![b'x'; 10 * 1024]);
+    let frames = [frame.clone(), frame.clone(), frame];
+    let answer = move |_request: ClientRequest| {
+        let frames: Frames = Box::pin(futures_util::stream::iter(
+            frames.clone().map(|data| Ok(Frame::data(data))),
+        ));
+        std::future::ready((Box::new(Response::new(StreamBody::new(frames))), ()))
+    };
+    let (mut client, server) = tokio::io::duplex(256 * 1024);
+    let writes = Arc::new(AtomicUsize::new(0));
+    let server = CountedWrites {
+        inner: server,
+        writes: writes.clone(),
+    };
+    let served = tokio::spawn(serve(server, answer, || false));
+    client
+        .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    let text = read_until(&mut client, "\r\n0\r\n\r\n").await;
+    assert_eq!(text.matches(&"x".repeat(10 * 1024)).count(), 3);
+    assert_eq!(writes.load(Ordering::SeqCst), 3);
+    drop(client);
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
+}
+
 /// A stream of `receiver`'s items.
 fn tokio_stream_of<T>(mut receiver: mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> {
     futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
@@ -340,6 +446,42 @@ async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on
         "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: …\r\n\r\nhello\
          HTTP/1.1 200 OK\r\ncontent-length: 5\r\ndate: …\r\n\r\nhello"
     );
+}
+
+#[tokio::test]
+async fn a_body_that_ends_short_or_fails_sends_what_came_and_no_head_alone() {
+    // Shorter than its length: the data that came, then the connection's end (the
+    // client sees the answer cut).
+    let short = |_request: ClientRequest| async move {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"hello")));
+        response.headers_mut().insert(
+            http::header::CONTENT_LENGTH,
+            http::HeaderValue::from_static("10"),
+        );
+        response
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, answered(short), || false));
+    client.write_all(b"GET /a HTTP/1.1\r\n\r\n").await.unwrap();
+    assert_eq!(
+        read_until(&mut client, "never written").await,
+        "HTTP/1.1 200 OK\r\ncontent-length: 10\r\ndate: …\r\n\r\nhello"
+    );
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
+
+    // Failing before any data, to an HTTP/1.0 client whose answer the connection's close
+    // delimits: nothing, not a head that would pass for a whole empty answer.
+    let failing = |_request: ClientRequest| {
+        let frames = futures_util::stream::iter([Err::<Frame<Bytes>, std::io::Error>(
+            std::io::Error::other("the upstream went away"),
+        )]);
+        std::future::ready((Box::new(Response::new(StreamBody::new(frames))), ()))
+    };
+    let (mut client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve(server, failing, || false));
+    client.write_all(b"GET /a HTTP/1.0\r\n\r\n").await.unwrap();
+    assert_eq!(read_until(&mut client, "never written").await, "");
+    assert!(matches!(served.await.unwrap(), Ended::Closed));
 }
 
 #[tokio::test]
