@@ -26,19 +26,35 @@
 #            inferno, installed into target/tools on first use), and each hop's samples
 #            shared out by component (the kernel, hyper, tokio, memcpy, mimalloc…).
 #
+#   benches/profile.sh [PROXY_BINARY] --paced
+#
+# Instead of the rounds above: the paced runs of `run.sh` (2,000 req/s, 8 connections,
+# JSON and SSE) and, in nginx's and the proxy's windows, the kernel's events per call
+# over 5 s — task-clock, context switches, CPU migrations, page faults, and the system
+# calls by kind (epoll_wait, recvfrom, sendto, writev, others): what each hop asks of
+# the kernel per call at the same pace, where a hop pays a wake-up for every call. The
+# calls are the rate times the 5 s (the load is an open loop at that rate; each window's
+# measured rate, printed at the end, says whether the hop kept up with it).
+#
 # The machine must be quiet: another build beside it changes every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 binary=""
 record=0
+paced=0
 for arg in "$@"; do
     case "$arg" in
         --record) record=1 ;;
+        --paced) paced=1 ;;
         *) binary=$(realpath "$arg") ;;
     esac
 done
 command -v perf >/dev/null || { echo "profile.sh: perf is not installed (apt-get install linux-perf)" >&2; exit 2; }
+if [ "$paced" = 1 ] && [ "$record" = 1 ]; then
+    echo "profile.sh: --paced and --record are separate runs" >&2
+    exit 2
+fi
 out=target/profile
 mkdir -p "$out"
 if [ "$record" = 1 ] && ! [ -x target/tools/bin/inferno-flamegraph ]; then
@@ -64,9 +80,15 @@ cleanup() {
 trap cleanup EXIT
 # Probes a killed run left behind would make adding them fail.
 perf probe -q -d 'mcpprofile:*' 2>/dev/null || true
-env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
-    --only saturation --no-floor-variants --rounds "$rounds" --duration 10 --warmup 1 \
-    >/dev/null 2>"$log" &
+rate=2000
+if [ "$paced" = 1 ]; then
+    env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
+        --only paced --rate "$rate" --duration 8 --warmup 1 >/dev/null 2>"$log" &
+else
+    env ${binary:+MCP_BENCH_PROXY_BIN="$binary"} cargo bench --bench proxy -- \
+        --only saturation --no-floor-variants --rounds "$rounds" --duration 10 --warmup 1 \
+        >/dev/null 2>"$log" &
+fi
 bench=$!
 
 # Waits until the bench's log says round $1 of hop $2 has started, then 1.5 s more (its
@@ -119,6 +141,39 @@ proc_totals() {
     echo "$user $system $wchar"
 }
 ticks=$(getconf CLK_TCK)
+
+# The paced profile: per call, what each hop asks of the kernel at the same pace.
+if [ "$paced" = 1 ]; then
+    kinds="epoll_wait epoll_pwait recvfrom read sendto writev write futex"
+    paced_events=task-clock,context-switches,cpu-migrations,page-faults,raw_syscalls:sys_enter
+    for kind in $kinds; do paced_events+=",syscalls:sys_enter_$kind"; done
+    for tool in JSON SSE; do
+        for hop in nginx proxy; do
+            until grep -q "paced $rate req/s, $tool: $hop (" "$log"; do
+                kill -0 "$bench" 2>/dev/null || { cat "$log" >&2; exit 1; }
+                sleep 0.1
+            done
+            sleep 2 # past the window's warm-up
+            if [ "$hop" = nginx ]; then pids=$(nginx_pids || true); else pids=$(proxy_pid); fi
+            [ -n "$pids" ] || { echo "profile.sh: no $hop process found" >&2; cat "$log" >&2; exit 1; }
+            stat=$(perf stat -x, -e "$paced_events" -p "$pids" -- sleep 5 2>&1) ||
+                { echo "profile.sh: perf stat failed: $stat" >&2; exit 1; }
+            echo "$hop, $tool at $rate req/s: per call ($((rate * 5)) calls in 5 s)"
+            echo "$stat" | awk -F, -v n=$((rate * 5)) '
+                $3 == "task-clock" { printf "  %-24s %6.1f us (slowed by the tracepoints below)\n", "task-clock", $1 * 1000 / n }
+                $3 == "raw_syscalls:sys_enter" { all = $1 }
+                $3 ~ /^syscalls:sys_enter_/ { sub(/.*sys_enter_/, "", $3); if ($1 > 0) { printf "  %-24s %6.2f\n", $3, $1 / n }; named += $1 }
+                $3 ~ /^(context-switches|cpu-migrations|page-faults)$/ { printf "  %-24s %6.2f\n", $3, $1 / n }
+                END { printf "  %-24s %6.2f\n  %-24s %6.2f\n", "system calls, all", all / n, "… others", (all - named) / n }'
+        done
+    done
+    wait "$bench" || { cat "$log" >&2; exit 1; }
+    bench=""
+    # Each window's rate as the load generator measured it: the calls counted above
+    # are the rate times the 5 s only if the hop kept up with it.
+    grep -A1 "paced $rate req/s" "$log" | grep -v '^--$'
+    exit 0
+fi
 
 # Prints the per-call figures of `n` calls: CPU split and bytes written (from two
 # proc_totals readings) and perf stat's counts.
