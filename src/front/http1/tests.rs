@@ -217,6 +217,20 @@ struct CountedWrites {
     writes: Arc<AtomicUsize>,
 }
 
+impl CountedWrites {
+    /// A client's end and the loop's, which counts its writes, of a pipe of `capacity`
+    /// bytes; and the count.
+    fn pipe(capacity: usize) -> (DuplexStream, CountedWrites, Arc<AtomicUsize>) {
+        let (client, server) = tokio::io::duplex(capacity);
+        let writes = Arc::new(AtomicUsize::new(0));
+        let server = CountedWrites {
+            inner: server,
+            writes: writes.clone(),
+        };
+        (client, server, writes)
+    }
+}
+
 impl tokio::io::AsyncRead for CountedWrites {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -265,12 +279,7 @@ async fn an_answer_that_is_all_there_goes_out_in_one_write() {
         );
         std::future::ready((Box::new(response), ()))
     };
-    let (mut client, server) = tokio::io::duplex(64 * 1024);
-    let writes = Arc::new(AtomicUsize::new(0));
-    let server = CountedWrites {
-        inner: server,
-        writes: writes.clone(),
-    };
+    let (mut client, server, writes) = CountedWrites::pipe(64 * 1024);
     let served = tokio::spawn(serve(server, answer, || false));
     client
         .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
@@ -299,12 +308,7 @@ async fn frames_ready_together_are_gathered_within_the_bound() {
         ));
         std::future::ready((Box::new(Response::new(StreamBody::new(frames))), ()))
     };
-    let (mut client, server) = tokio::io::duplex(256 * 1024);
-    let writes = Arc::new(AtomicUsize::new(0));
-    let server = CountedWrites {
-        inner: server,
-        writes: writes.clone(),
-    };
+    let (mut client, server, writes) = CountedWrites::pipe(256 * 1024);
     let served = tokio::spawn(serve(server, answer, || false));
     client
         .write_all(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
@@ -419,16 +423,19 @@ async fn http_1_0_and_bodiless_answers() {
     );
 }
 
+/// An answer of `body` whose head says it is `length` bytes long.
+fn said_length(body: &'static [u8], length: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body)));
+    response.headers_mut().insert(
+        http::header::CONTENT_LENGTH,
+        http::HeaderValue::from_static(length),
+    );
+    response
+}
+
 #[tokio::test]
 async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on() {
-    let answer = |_request: ClientRequest| async move {
-        let mut response = Response::new(Full::new(Bytes::from_static(b"hello world")));
-        response.headers_mut().insert(
-            http::header::CONTENT_LENGTH,
-            http::HeaderValue::from_static("5"),
-        );
-        response
-    };
+    let answer = |_request: ClientRequest| std::future::ready(said_length(b"hello world", "5"));
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let _served = tokio::spawn(serve(server, answered(answer), || false));
     client
@@ -452,14 +459,7 @@ async fn a_body_longer_than_its_length_is_cut_there_and_the_connection_serves_on
 async fn a_body_that_ends_short_or_fails_sends_what_came_and_no_head_alone() {
     // Shorter than its length: the data that came, then the connection's end (the
     // client sees the answer cut).
-    let short = |_request: ClientRequest| async move {
-        let mut response = Response::new(Full::new(Bytes::from_static(b"hello")));
-        response.headers_mut().insert(
-            http::header::CONTENT_LENGTH,
-            http::HeaderValue::from_static("10"),
-        );
-        response
-    };
+    let short = |_request: ClientRequest| std::future::ready(said_length(b"hello", "10"));
     let (mut client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve(server, answered(short), || false));
     client.write_all(b"GET /a HTTP/1.1\r\n\r\n").await.unwrap();
