@@ -695,11 +695,24 @@ async fn shutdown_also_ends_a_pooled_child_still_starting() {
     let mut config = stdio_config(misbehaving(&marker, &["--slow-start=2000"]));
     config.upstream.pool_size = 1;
     let proxy = StdioProxy::start(config, &marker).await;
+    // The child the proxy spawned, from the reading that found it: while it starts,
+    // `python3` may still be a wrapper (a pyenv shim) that execs and forks helpers of its
+    // own, so its marked processes come and go, but the spawned one keeps its pid.
+    let mut spawned = None;
     assert!(
-        eventually(Duration::from_secs(5), || proxy.children().len() == 1).await,
+        eventually(Duration::from_secs(5), || {
+            let own: Vec<Proc> = proxy
+                .children()
+                .into_iter()
+                .filter(|p| p.ppid == this_process())
+                .collect();
+            spawned = (own.len() == 1).then(|| own[0]);
+            spawned.is_some()
+        })
+        .await,
         "the pool starts a child"
     );
-    let starting = proxy.children()[0];
+    let starting = spawned.expect("found by the reading above");
     assert_eq!(proxy.gauge(POOLED).await, Some(0), "still initializing");
     proxy.shutdown().await;
     assert!(
