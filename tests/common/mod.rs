@@ -64,8 +64,11 @@ pub fn config_for(upstream: &str) -> Config {
     let mut config = Config::defaults();
     config.listen = "127.0.0.1:0".parse().unwrap();
     config.upstream.target = Target::Http(vec![upstream.parse().unwrap()]);
-    // Open event streams hold a graceful shutdown for this long at most.
-    config.shutdown_grace = Duration::from_secs(2);
+    // Open event streams hold a graceful shutdown for this long at most, and so does a
+    // test client's idle kept-alive connection (the proxy would otherwise give it its
+    // `DRAIN_IDLE`, a second, in every test that stops its proxy). A test of the drain
+    // itself sets its own.
+    config.shutdown_grace = Duration::from_millis(100);
     // A replica probe opens (and ends) an upstream session of its own: hourly, so that
     // no test counting the upstream's sessions meets one (probe tests set their own).
     config.upstream.health_interval = Duration::from_secs(3600);
