@@ -18,7 +18,7 @@ setup=$!
 trap 'kill "$setup" 2>/dev/null || true' EXIT
 
 cargo fmt --all -- --check
-cargo clippy --locked --all-targets -- -D warnings
+cargo clippy --locked --workspace --all-targets -- -D warnings
 if ! wait "$setup"; then
     cat "$setup_log"
     echo "tests/interop/setup.sh failed (above)" >&2

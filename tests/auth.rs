@@ -10,8 +10,6 @@
     reason = "tests: a failure must stop the test loudly"
 )]
 
-mod common;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{Harness, SessionClient, StatelessClient, assert, listener_url, post_json};

@@ -8,8 +8,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use common::*;
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};

@@ -14,8 +14,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::future::Future;
 use std::path::Path;
 use std::process::{Output, Stdio};

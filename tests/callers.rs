@@ -13,8 +13,6 @@
     reason = "tests: a failure must stop the test loudly"
 )]
 
-mod common;
-
 use common::{Harness, Reply, SessionClient, assert, gauge, in_session, post_json};
 use mcp_session_proxy::config::{Secret, StoreConfig};
 use reqwest::header::HeaderMap;

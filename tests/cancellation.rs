@@ -16,8 +16,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::Duration;
 
 use common::rogue::{Rogue, Step};

@@ -7,8 +7,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::collections::HashSet;
 
 use common::*;

@@ -16,8 +16,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

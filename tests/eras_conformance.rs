@@ -19,8 +19,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use common::config_for;
 use common::conformance::{Results, run_suite};
 use common::interop::ServerProcess;

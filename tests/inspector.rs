@@ -22,8 +22,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::Duration;
 
 use common::inspector::Mcpdo;

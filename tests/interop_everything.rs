@@ -8,8 +8,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::assert::{assert_session_not_found, check_progress, check_session_meta, tool_names};

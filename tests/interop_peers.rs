@@ -23,8 +23,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::Duration;
 
 use common::interop::{Interop, Sdk2Client, Sdk2Options, conformance_fixture, everything, fastmcp};

@@ -14,8 +14,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 

@@ -9,8 +9,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::Duration;
 
 use common::interop::{Interop, run_to_success, tools_dir};

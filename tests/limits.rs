@@ -14,8 +14,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 

@@ -13,8 +13,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::Output;

@@ -10,8 +10,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use common::*;
 use serde_json::json;
 

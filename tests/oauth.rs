@@ -14,8 +14,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::Duration;
 
 use common::binary::ProxyProcess;

@@ -15,8 +15,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -20,8 +20,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::convert::Infallible;
 use std::sync::Arc;
 

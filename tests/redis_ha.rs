@@ -20,8 +20,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -17,8 +17,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::future::Future;
 use std::time::Duration;
 

@@ -9,8 +9,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use common::*;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};

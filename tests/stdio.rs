@@ -22,8 +22,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::assert::{assert_session_not_found, text_of, tool_names};

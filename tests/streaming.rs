@@ -10,8 +10,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::*;

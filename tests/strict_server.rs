@@ -9,8 +9,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use common::*;
 use mcp_session_proxy::demo::{DemoOptions, DemoServer};
 use reqwest::header::{HeaderMap, HeaderValue};

@@ -13,8 +13,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::time::Duration;
 
 use common::binary::ProxyProcess;

@@ -21,8 +21,6 @@
     reason = "tests fail loudly"
 )]
 
-mod common;
-
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -15,8 +15,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -29,8 +29,23 @@ use tokio::task::JoinHandle;
 
 use super::{Reply, http_client, post_json};
 
-/// The proxy binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_mcp-session-proxy");
+/// The proxy binary under test. Cargo builds it for the integration tests, in the
+/// profile's directory (`target/debug/`), whose `deps/` holds the test binaries: it is
+/// found from the running one (this harness is a crate of its own, which cargo's
+/// `CARGO_BIN_EXE_*` does not reach).
+pub fn bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let test = std::env::current_exe().expect("the test binary's path");
+        let profile = test
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary is in target/<profile>/deps/");
+        let bin = profile.join("mcp-session-proxy");
+        assert!(bin.is_file(), "{} is missing", bin.display());
+        bin
+    })
+}
 /// How the start-up line's message begins.
 pub const SERVING: &str = "mcp-session-proxy is serving";
 
@@ -55,6 +70,10 @@ pub struct WorkDir(PathBuf);
 
 impl WorkDir {
     /// A fresh, empty one.
+    #[allow(
+        clippy::new_without_default,
+        reason = "each makes a directory: a default would hide that"
+    )]
     pub fn new() -> WorkDir {
         WorkDir(scratch_dir("work"))
     }
@@ -92,7 +111,7 @@ impl Drop for WorkDir {
 /// The binary in `dir` with `args` and `env`, and nothing of the test's own configuration
 /// environment: stdin closed, stdout and stderr piped, killed when dropped.
 pub fn command(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(BIN);
+    let mut command = Command::new(bin());
     command.args(args);
     prepare(&mut command, dir, env);
     command
@@ -232,10 +251,13 @@ impl Launch {
         let mut command = match self.nofile {
             Some(n) => {
                 let mut command = Command::new("prlimit");
-                command.arg(format!("--nofile={n}:{n}")).arg("--").arg(BIN);
+                command
+                    .arg(format!("--nofile={n}:{n}"))
+                    .arg("--")
+                    .arg(bin());
                 command
             }
-            None => Command::new(BIN),
+            None => Command::new(bin()),
         };
         command.args(&self.args);
         let mut env = vec![("MCP_PROXY_LOG__FORMAT", "json")];

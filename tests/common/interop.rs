@@ -22,9 +22,10 @@ pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How much of a server's output is kept for failure messages.
 const LOG_TAIL: usize = 16 * 1024;
 
-/// The repository root as `setup.sh` computes it (git top level, else the crate dir).
+/// The repository root as `setup.sh` computes it (git top level, else the proxy's crate
+/// directory, two above this harness's).
 pub fn repo_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     std::process::Command::new("git")
         .arg("-C")
         .arg(manifest)

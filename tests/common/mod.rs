@@ -15,10 +15,6 @@
 //! server never would).
 
 #![allow(
-    dead_code,
-    reason = "each test binary uses a different part of the harness"
-)]
-#![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,

@@ -23,8 +23,8 @@ use std::time::Duration;
 use mcp_session_proxy::config::{ENV_PREFIX, RawConfig};
 use serde_json::{Value, json};
 
-use crate::common::binary::{WorkDir, command};
 use crate::pages;
+use common::binary::{WorkDir, command};
 
 /// The reference's page, from the repository's root.
 const PAGE: &str = "docs/src/reference/configuration.md";

@@ -39,10 +39,10 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use super::common::binary::ProxyProcess;
-use super::common::fleet::Redis;
-use super::common::{bearer, eventually_async, http_client, post_json};
 use super::pages;
+use common::binary::ProxyProcess;
+use common::fleet::Redis;
+use common::{bearer, eventually_async, http_client, post_json};
 
 const DASHBOARD: &str = "docs/grafana/mcp-session-proxy.json";
 const REFERENCE: &str = "docs/src/reference/metrics.md";

@@ -33,10 +33,10 @@ use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use crate::common::binary::{BIN, ProxyProcess, without_proxy_settings};
-use crate::common::fleet::{free_port, which};
-use crate::common::interop::{ensure_installed, tools_dir};
 use crate::pages::{self, Page};
+use common::binary::{ProxyProcess, bin, without_proxy_settings};
+use common::fleet::{free_port, which};
+use common::interop::{ensure_installed, tools_dir};
 
 /// How long one example may take, everything it starts included.
 const WITHIN: Duration = Duration::from_secs(40);
@@ -310,7 +310,7 @@ fn renumber(text: &str, ports: &BTreeMap<u16, u16>) -> String {
 
 /// The directories put before `PATH`: the binary's, the interop tools' npm programs.
 fn search_path() -> String {
-    let bin = Path::new(BIN).parent().expect("the binary's directory");
+    let bin = bin().parent().expect("the binary's directory");
     let npm = tools_dir().join("npm/node_modules/.bin");
     let path = std::env::var("PATH").unwrap_or_default();
     format!("{}:{}:{path}", bin.display(), npm.display())

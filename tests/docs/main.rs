@@ -16,9 +16,6 @@
     reason = "tests fail loudly"
 )]
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod pages;
 
 mod config_reference;
