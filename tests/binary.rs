@@ -1368,3 +1368,60 @@ async fn a_wildcard_listen_sharing_sessions_needs_the_address_other_replicas_rea
     })
     .await;
 }
+
+/// The container image's build stage copies what cargo reads of the workspace: with
+/// only the files its `COPY` lines name, the manifests load (the workspace's members
+/// included) and name the binary the stage builds. No Docker here: `cargo metadata`,
+/// offline, reads exactly what `cargo build` would read first.
+#[tokio::test]
+async fn the_container_build_copies_every_manifest_cargo_reads() {
+    bounded(async {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dockerfile = std::fs::read_to_string(repo.join("Dockerfile")).unwrap();
+        // The first stage (after the comments before it) builds; the second runs.
+        let build_stage = dockerfile.split("\nFROM ").nth(1).unwrap();
+        let copied: Vec<&str> = build_stage
+            .lines()
+            .filter_map(|line| line.strip_prefix("COPY "))
+            .flat_map(|copy| {
+                let words: Vec<&str> = copy.split_whitespace().collect();
+                words[..words.len() - 1].to_vec()
+            })
+            .collect();
+        assert!(copied.contains(&"Cargo.toml"), "{copied:?}");
+        let context = WorkDir::new();
+        for source in &copied {
+            let to = context.path().join(source);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            let status = tokio::process::Command::new("cp")
+                .arg("-r")
+                .arg(repo.join(source))
+                .arg(&to)
+                .status()
+                .await
+                .unwrap();
+            assert!(status.success(), "cp {source}");
+        }
+        let metadata = tokio::process::Command::new(env!("CARGO"))
+            .args(["metadata", "--no-deps", "--offline", "--locked"])
+            .args(["--format-version", "1"])
+            .current_dir(context.path())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&metadata.stderr);
+        assert!(metadata.status.success(), "{stderr}");
+        let metadata: Value = serde_json::from_slice(&metadata.stdout).unwrap();
+        let binaries: Vec<&str> = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|package| package["targets"].as_array().unwrap())
+            .filter(|target| target["kind"] == json!(["bin"]))
+            .filter_map(|target| target["name"].as_str())
+            .collect();
+        assert_eq!(binaries, ["mcp-session-proxy"], "{metadata}");
+    })
+    .await;
+}
