@@ -14,9 +14,9 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY benches ./benches
-# The tests' harness is a member of the workspace: cargo reads its manifest (it builds none
-# of it here).
-COPY tests/common ./tests/common
+# The tests' harness is a member of the workspace: cargo reads its manifest, and builds
+# none of it here.
+COPY tests/common/Cargo.toml ./tests/common/
 RUN cargo build --release --locked --bin mcp-session-proxy
 
 FROM debian:bookworm-slim

@@ -1370,42 +1370,87 @@ async fn a_wildcard_listen_sharing_sessions_needs_the_address_other_replicas_rea
 }
 
 /// The container image's build stage copies what cargo reads of the workspace: with
-/// only the files its `COPY` lines name, the manifests load (the workspace's members
-/// included) and name the binary the stage builds. No Docker here: `cargo metadata`,
-/// offline, reads exactly what `cargo build` would read first.
+/// only the files its `COPY` lines put in its `WORKDIR`, where they put them, the
+/// manifests load (the workspace's members included) and name the binary the stage
+/// builds. No Docker here: `cargo metadata --no-deps` reads the manifests as `cargo
+/// build` does first. The `COPY` forms the Dockerfile uses are modelled: sources and a
+/// destination, flags left out, a destination ending in `/` (or several sources) a
+/// directory; a source `.dockerignore` leaves out, or the whole context, fails the test.
 #[tokio::test]
 async fn the_container_build_copies_every_manifest_cargo_reads() {
     bounded(async {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
         let dockerfile = std::fs::read_to_string(repo.join("Dockerfile")).unwrap();
-        // The first stage (after the comments before it) builds; the second runs.
-        let build_stage = dockerfile.split("\nFROM ").nth(1).unwrap();
-        let copied: Vec<&str> = build_stage
+        let ignored: Vec<String> = std::fs::read_to_string(repo.join(".dockerignore"))
+            .unwrap_or_default()
             .lines()
-            .filter_map(|line| line.strip_prefix("COPY "))
-            .flat_map(|copy| {
-                let words: Vec<&str> = copy.split_whitespace().collect();
-                words[..words.len() - 1].to_vec()
-            })
+            .map(|line| line.trim().trim_end_matches('/').to_owned())
+            .filter(|line| !line.is_empty() && !line.starts_with('#'))
             .collect();
-        assert!(copied.contains(&"Cargo.toml"), "{copied:?}");
+        let build_stage: Vec<&str> = dockerfile
+            .lines()
+            .skip_while(|line| !(line.starts_with("FROM ") && line.ends_with(" AS build")))
+            .skip(1)
+            .take_while(|line| !line.starts_with("FROM "))
+            .collect();
+        let mut workdir = "/".to_owned();
         let context = WorkDir::new();
-        for source in &copied {
-            let to = context.path().join(source);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            let status = tokio::process::Command::new("cp")
-                .arg("-r")
-                .arg(repo.join(source))
-                .arg(&to)
-                .status()
-                .await
-                .unwrap();
-            assert!(status.success(), "cp {source}");
+        let mut copies = 0;
+        for line in &build_stage {
+            if let Some(dir) = line.strip_prefix("WORKDIR ") {
+                workdir = dir.trim().to_owned();
+            }
+            let Some(copy) = line.strip_prefix("COPY ") else {
+                continue;
+            };
+            let words: Vec<&str> = copy
+                .split_whitespace()
+                .filter(|word| !word.starts_with("--"))
+                .collect();
+            let (destination, sources) = words.split_last().unwrap();
+            let into = Path::new(&workdir).join(destination);
+            let into = into.strip_prefix("/").unwrap();
+            let into_a_directory = destination.ends_with('/') || sources.len() > 1;
+            for source in sources {
+                assert!(
+                    *source != "." && !ignored.iter().any(|i| source.starts_with(i.as_str())),
+                    "COPY {source}: the whole context, or what .dockerignore leaves out"
+                );
+                let to = if into_a_directory {
+                    context
+                        .path()
+                        .join(into)
+                        .join(source.rsplit('/').next().unwrap())
+                } else {
+                    context.path().join(into)
+                };
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                let status = tokio::process::Command::new("cp")
+                    .arg("-r")
+                    .arg(repo.join(source))
+                    .arg(&to)
+                    .status()
+                    .await
+                    .unwrap();
+                assert!(status.success(), "cp {source}");
+                copies += 1;
+            }
         }
-        let metadata = tokio::process::Command::new(env!("CARGO"))
-            .args(["metadata", "--no-deps", "--offline", "--locked"])
-            .args(["--format-version", "1"])
-            .current_dir(context.path())
+        assert!(copies > 0, "no COPY in the stage `AS build`");
+        let root = context
+            .path()
+            .join(Path::new(&workdir).strip_prefix("/").unwrap());
+        // Cargo as the test's build ran it (its own variable at run time, when set).
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+        let metadata = tokio::process::Command::new(cargo)
+            .args([
+                "metadata",
+                "--no-deps",
+                "--offline",
+                "--format-version",
+                "1",
+            ])
+            .current_dir(&root)
             .stdin(Stdio::null())
             .output()
             .await
