@@ -29,13 +29,23 @@ use tokio::task::JoinHandle;
 
 use super::{Reply, http_client, post_json};
 
-/// The proxy binary under test. Cargo builds it for the integration tests, in the
-/// profile's directory (`target/debug/`), whose `deps/` holds the test binaries: it is
-/// found from the running one (this harness is a crate of its own, which cargo's
-/// `CARGO_BIN_EXE_*` does not reach).
+/// The proxy binary under test. This harness is a crate of its own, which cargo's
+/// compile-time `CARGO_BIN_EXE_*` does not reach: the path comes from the run's
+/// environment when the runner gives it (nextest's `NEXTEST_BIN_EXE_*`, or cargo's own
+/// variable at run time), else from where cargo builds it, the profile's directory
+/// (`target/debug/`), one above the `deps/` that holds the running test binary.
 pub fn bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        let named = [
+            "NEXTEST_BIN_EXE_mcp-session-proxy",
+            "CARGO_BIN_EXE_mcp-session-proxy",
+        ]
+        .into_iter()
+        .find_map(std::env::var_os);
+        if let Some(bin) = named {
+            return PathBuf::from(bin);
+        }
         let test = std::env::current_exe().expect("the test binary's path");
         let profile = test
             .parent()

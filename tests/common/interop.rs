@@ -26,9 +26,12 @@ const LOG_TAIL: usize = 16 * 1024;
 /// directory, two above this harness's).
 pub fn repo_root() -> PathBuf {
     let manifest = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let manifest = manifest
+        .canonicalize()
+        .unwrap_or_else(|_| manifest.to_path_buf());
     std::process::Command::new("git")
         .arg("-C")
-        .arg(manifest)
+        .arg(&manifest)
         .args(["rev-parse", "--show-toplevel"])
         .stderr(Stdio::null())
         .output()
@@ -36,7 +39,7 @@ pub fn repo_root() -> PathBuf {
         .filter(|out| out.status.success())
         .map(|out| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
         .filter(|dir| dir.join("tests/interop/setup.sh").is_file())
-        .unwrap_or_else(|| manifest.to_path_buf())
+        .unwrap_or(manifest)
 }
 
 /// Where `setup.sh` installs the servers.
