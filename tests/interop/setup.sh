@@ -295,8 +295,10 @@ install_mdbook() {
   # Only the search index besides the HTML renderer: no `serve` or `watch` (a web server
   # and a file watcher the check does not use, and most of the build time). Unoptimised
   # (--debug): it builds in about half the time and still renders this book in a second.
-  # Its own target directory, removed after: the binary is all that is kept.
-  CARGO_TARGET_DIR="$TOOLS/mdbook-build" cargo install --quiet --locked --debug \
+  # Without debug info: 76 CPU-seconds to build instead of 88 (it shares the cores with
+  # clippy in .ci/test.sh) and a 25 MB binary instead of 87. Its own target directory,
+  # removed after: the binary is all that is kept.
+  CARGO_PROFILE_DEV_DEBUG=0 CARGO_TARGET_DIR="$TOOLS/mdbook-build" cargo install --quiet --locked --debug \
     --version "$MDBOOK_VERSION" --no-default-features --features search \
     --root "$TOOLS/mdbook" mdbook
   rm -rf "${TOOLS:?}/mdbook-build"
