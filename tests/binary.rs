@@ -1373,9 +1373,10 @@ async fn a_wildcard_listen_sharing_sessions_needs_the_address_other_replicas_rea
 /// only the files its `COPY` lines put in its `WORKDIR`, where they put them, the
 /// manifests load (the workspace's members included) and name the binary the stage
 /// builds. No Docker here: `cargo metadata --no-deps` reads the manifests as `cargo
-/// build` does first. The `COPY` forms the Dockerfile uses are modelled: sources and a
-/// destination, flags left out, a destination ending in `/` (or several sources) a
-/// directory; a source `.dockerignore` leaves out, or the whole context, fails the test.
+/// build` does first. `COPY` is modelled as Docker reads it: sources and a destination,
+/// flags left out; a directory's contents go to the destination, a file into it when it
+/// ends in `/` (or there are several sources), else to it; a source `.dockerignore`
+/// leaves out, or the whole context, fails the test.
 #[tokio::test]
 async fn the_container_build_copies_every_manifest_cargo_reads() {
     bounded(async {
@@ -1413,25 +1414,33 @@ async fn the_container_build_copies_every_manifest_cargo_reads() {
             let into_a_directory = destination.ends_with('/') || sources.len() > 1;
             for source in sources {
                 assert!(
-                    *source != "." && !ignored.iter().any(|i| source.starts_with(i.as_str())),
+                    *source != "." && !ignored.iter().any(|i| Path::new(source).starts_with(i)),
                     "COPY {source}: the whole context, or what .dockerignore leaves out"
                 );
-                let to = if into_a_directory {
-                    context
-                        .path()
-                        .join(into)
-                        .join(source.rsplit('/').next().unwrap())
+                let from = repo.join(source);
+                let mut to = context.path().join(into);
+                let status = if from.is_dir() {
+                    // `cp -r DIR/. TO`: the directory's contents, into TO.
+                    std::fs::create_dir_all(&to).unwrap();
+                    tokio::process::Command::new("cp")
+                        .arg("-r")
+                        .arg(format!("{}/.", from.display()))
+                        .arg(&to)
+                        .status()
+                        .await
+                        .unwrap()
                 } else {
-                    context.path().join(into)
+                    if into_a_directory {
+                        to.push(Path::new(source).file_name().unwrap());
+                    }
+                    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                    tokio::process::Command::new("cp")
+                        .arg(&from)
+                        .arg(&to)
+                        .status()
+                        .await
+                        .unwrap()
                 };
-                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-                let status = tokio::process::Command::new("cp")
-                    .arg("-r")
-                    .arg(repo.join(source))
-                    .arg(&to)
-                    .status()
-                    .await
-                    .unwrap();
                 assert!(status.success(), "cp {source}");
                 copies += 1;
             }
