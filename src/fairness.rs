@@ -31,13 +31,13 @@ mod in_flight;
 
 pub use in_flight::{Held, InFlight};
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 
 use crate::mcp::caller::CallerKey;
+use crate::minted;
 use crate::throttle::Throttle;
 
 /// The longest `Retry-After` hinted to a caller at its cap on sessions: a place comes
@@ -144,7 +144,7 @@ pub struct Fairness {
     by_expiry: bool,
     accounts: DashMap<CallerKey, Account>,
     /// Whose each counted session is (to find its account when it ends or is renewed).
-    owners: DashMap<Box<str>, CallerKey>,
+    owners: minted::SharedMap<Box<str>, CallerKey>,
 }
 
 #[derive(Debug)]
@@ -156,7 +156,7 @@ struct Account {
     held: Vec<Option<Arc<str>>>,
     /// Sessions admitted and counted: their expiry as last seen here, and the upstream
     /// they are bound at, if any.
-    live: HashMap<Box<str>, Live>,
+    live: minted::Map<Box<str>, Live>,
 }
 
 #[derive(Debug)]
@@ -214,7 +214,7 @@ impl Fairness {
             limits,
             by_expiry,
             accounts: DashMap::new(),
-            owners: DashMap::new(),
+            owners: minted::SharedMap::default(),
         })
     }
 
@@ -261,7 +261,7 @@ impl Fairness {
                 bucket: (self.limits.per_minute > 0)
                     .then(|| Throttle::per_minute(self.limits.per_minute)),
                 held: Vec::new(),
-                live: HashMap::new(),
+                live: minted::Map::default(),
             });
             let expired = if self.by_expiry {
                 account.expire(now.ms)

@@ -19,6 +19,7 @@ pub mod jsonrpc;
 pub mod listeners;
 pub mod mcp;
 pub mod metrics;
+pub mod minted;
 pub mod overload;
 pub mod paths;
 pub mod response;

@@ -1,15 +1,14 @@
 //! The default store: a sharded concurrent map in this process.
 
-use dashmap::DashMap;
-
 use super::id;
 use super::record::{Millis, SessionRecord};
 use super::store::{Renewal, Reroute, SessionStore, StoreError};
+use crate::minted;
 
 /// Sessions in memory; they live as long as the process.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    map: DashMap<Box<str>, SessionRecord>,
+    map: minted::SharedMap<Box<str>, SessionRecord>,
 }
 
 impl MemoryStore {

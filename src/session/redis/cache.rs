@@ -26,7 +26,6 @@
 //! was reported for that session between the question and the answer ([`Ticket`]): an
 //! answer that crossed a deletion is not kept.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -35,6 +34,7 @@ use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 
 use super::tracking::{Changed, Tracker};
+use crate::minted;
 use crate::session::record::{Millis, SessionRecord};
 use crate::session::store::Renewal;
 use crate::workers::PerWorker;
@@ -83,7 +83,7 @@ pub struct Cache {
     margin: Duration,
     /// The records' key prefix, as reports name them.
     prefix: String,
-    hasher: std::collections::hash_map::RandomState,
+    hasher: minted::Hasher,
 }
 
 impl std::fmt::Debug for Cache {
@@ -96,7 +96,7 @@ impl std::fmt::Debug for Cache {
 
 /// One worker's part.
 struct Slot {
-    entries: HashMap<Box<str>, SessionRecord>,
+    entries: minted::Map<Box<str>, SessionRecord>,
     tracking: Tracking,
     /// Reports seen, by group of ids.
     reported: [u64; SHARDS],
@@ -116,7 +116,7 @@ struct Slot {
 impl Default for Slot {
     fn default() -> Slot {
         Slot {
-            entries: HashMap::new(),
+            entries: minted::Map::default(),
             tracking: Tracking::Off { retry_at: None },
             reported: [0; SHARDS],
             epoch: 0,
@@ -191,7 +191,7 @@ impl Cache {
             margin: CLOCKS_APART + WRITE_BEHIND + timeout * 2,
             capacity,
             prefix,
-            hasher: std::collections::hash_map::RandomState::new(),
+            hasher: minted::Hasher::default(),
         }
     }
 
