@@ -123,10 +123,13 @@ fn field_name(name: &[u8]) -> Option<HeaderName> {
 /// A `Content-Length` value: decimal digits and nothing else.
 pub fn length(value: &[u8]) -> Option<u64> {
     let value = value.trim_ascii();
-    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+    if value.is_empty() {
         return None;
     }
-    std::str::from_utf8(value).ok()?.parse().ok()
+    value.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// The tokens of a `Connection` (or any comma-separated) value, trimmed.
@@ -323,6 +326,9 @@ mod tests {
     fn lengths_tokens_and_numbers() {
         assert_eq!(length(b"12"), Some(12));
         assert_eq!(length(b" 7 "), Some(7));
+        assert_eq!(length(b"007"), Some(7));
+        assert_eq!(length(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(length(b"18446744073709551616"), None);
         for bad in [&b""[..], b"+1", b"1,1", b"0x1", b"99999999999999999999999"] {
             assert_eq!(length(bad), None, "{bad:?}");
         }

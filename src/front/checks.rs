@@ -5,6 +5,7 @@ use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
 
 use crate::error::ProxyError;
+use crate::mcp::headers::ACCEPT_BOTH;
 pub use crate::mcp::headers::Accepts;
 use crate::wire::{self, body::Unread};
 
@@ -24,12 +25,18 @@ pub fn content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
 /// Reads `Accept` (RFC 9110 §12.5.1). No header means anything is acceptable; a header
 /// that allows neither JSON nor an event stream is refused.
 pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
-    let mut values = headers.get_all(ACCEPT).iter().peekable();
-    if values.peek().is_none() {
-        return Ok(Accepts {
-            json: true,
-            sse: true,
-        });
+    const BOTH: Accepts = Accepts {
+        json: true,
+        sse: true,
+    };
+    let values = headers.get_all(ACCEPT);
+    let mut first_two = values.iter();
+    match (first_two.next(), first_two.next()) {
+        (None, _) => return Ok(BOTH),
+        // What the Streamable HTTP transport asks every client to send, as they send it:
+        // read at a glance.
+        (Some(only), None) if only.as_bytes() == ACCEPT_BOTH.as_bytes() => return Ok(BOTH),
+        _ => {}
     }
     let mut accepts = Accepts {
         json: false,
@@ -38,6 +45,7 @@ pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
     // A value that is not visible ASCII is left out; the others are split as bytes
     // (their only spaces are spaces and tabs, which `trim_ascii` takes off).
     for range in values
+        .iter()
         .filter(|v| v.to_str().is_ok())
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
     {
@@ -201,6 +209,12 @@ mod tests {
                 sse: true
             }
         );
+        // The transport's own value is read at a glance alone, and the long way in
+        // company: the same answer either way.
+        let mut fields = HeaderMap::new();
+        fields.append(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
+        fields.append(ACCEPT, HeaderValue::from_static("text/html"));
+        assert_eq!(accept(&fields).unwrap(), a(ACCEPT_BOTH).unwrap());
     }
 
     #[test]
