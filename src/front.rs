@@ -242,8 +242,7 @@ async fn mcp(
     let latency = started.elapsed();
     span.record("latency_us", latency.as_micros() as u64);
     let outcome = Outcome::of_status(status);
-    front.metrics.request(method, outcome);
-    front.metrics.operation(method, outcome, latency);
+    front.metrics.served(method, outcome, latency);
     span.in_scope(|| tracing::debug!("request served"));
     response
 }
