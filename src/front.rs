@@ -54,7 +54,7 @@ use crate::error::ProxyError;
 use crate::fleet::{Exchange, Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::meta::Payload;
-use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, method_label};
+use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, labels, method_label};
 use crate::overload::Overload;
 use crate::paths::Cluster;
 use crate::paths::cluster::{CLUSTER_PATH, Signed};
@@ -219,19 +219,19 @@ async fn mcp(
             // into place.
             Method::POST => boxed_in_place(|| endpoint.post(request, peer, &front.metrics)).await,
             Method::GET | Method::DELETE => {
-                let label = if request.method() == Method::GET {
-                    "GET"
+                let named = if request.method() == Method::GET {
+                    labels::GET
                 } else {
-                    "DELETE"
+                    labels::DELETE
                 };
                 // Boxed: a GET (a stream opened) or DELETE is rarer than a POST, and its
                 // future larger.
                 let response = boxed_in_place(|| endpoint.bare(request, peer, &front.metrics))
                     .await
                     .unwrap_or_else(|e| response::error(&e, None));
-                (Box::new(response), label)
+                (Box::new(response), named)
             }
-            _ => (Box::new(not_allowed("GET, POST, DELETE")), "other"),
+            _ => (Box::new(not_allowed("GET, POST, DELETE")), labels::OTHER),
         }
     }
     .instrument(span.clone())
@@ -303,17 +303,17 @@ impl Endpoint<'_> {
         };
         let (identity, accepts) = match checked {
             Ok(checked) => checked,
-            Err(e) => return (boxed_error(&e, None), "other"),
+            Err(e) => return (boxed_error(&e, None), labels::OTHER),
         };
         let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
         let body = match within(self.limits.body_timeout, read).await {
             Ok(Ok(body)) => body,
-            Ok(Err(e)) => return (boxed_error(&e, None), "other"),
+            Ok(Err(e)) => return (boxed_error(&e, None), labels::OTHER),
             Err(_) => {
                 let e = ProxyError::BodyTimeout {
                     after: self.limits.body_timeout,
                 };
-                return (boxed_error(&e, None), "other");
+                return (boxed_error(&e, None), labels::OTHER);
             }
         };
         // Forwarded by another replica: signed by it, or refused before anything else.
@@ -326,14 +326,14 @@ impl Endpoint<'_> {
         let (peer, from_peer) = match forwarded {
             Ok(None) => (Some(client), false),
             Ok(Some(from)) => (from.client, true),
-            Err(e) => return (boxed_error(&e, None), "other"),
+            Err(e) => return (boxed_error(&e, None), labels::OTHER),
         };
         let envelope = match Envelope::parse(&body) {
             Ok(envelope) => envelope,
-            Err(e) => return (boxed_error(&e.into(), None), "other"),
+            Err(e) => return (boxed_error(&e.into(), None), labels::OTHER),
         };
         let label = match envelope.kind {
-            Kind::Response => "response",
+            Kind::Response => labels::RESPONSE,
             Kind::Request | Kind::Notification => method_label(envelope.method()),
         };
         // Only a request has an id to answer; a failed notification or response gets the

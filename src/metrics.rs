@@ -614,9 +614,22 @@ impl Drop for StreamGuard {
     }
 }
 
+/// The `method` labels of what is not a known MCP method ([`method_label`] gives a known
+/// one its name): the whole set with the known names, which `served` keeps a place for.
+pub mod labels {
+    /// A JSON-RPC response a client sent.
+    pub const RESPONSE: &str = "response";
+    /// Any other message, and a request refused before its method was read.
+    pub const OTHER: &str = "other";
+    /// The transport's GET (an event stream opened).
+    pub const GET: &str = "GET";
+    /// The transport's DELETE (a session ended).
+    pub const DELETE: &str = "DELETE";
+}
+
 /// The method label for `method`: itself when it is a known MCP method, else `other`.
 pub fn method_label(method: &str) -> &'static str {
-    crate::mcp::Method::parse(method).map_or("other", crate::mcp::Method::as_str)
+    crate::mcp::Method::parse(method).map_or(labels::OTHER, crate::mcp::Method::as_str)
 }
 
 #[cfg(test)]

@@ -16,12 +16,11 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::{OperationLabels, Outcome, RequestLabels};
+use super::{OperationLabels, Outcome, RequestLabels, labels};
 use crate::mcp::Method;
 
-/// The method labels that are not a known method's name: a JSON-RPC response, any other
-/// message, and the GET and DELETE of the transport.
-const OTHER_LABELS: [&str; 4] = ["response", "other", "GET", "DELETE"];
+/// The method labels that are not a known method's name.
+const OTHER_LABELS: [&str; 4] = [labels::RESPONSE, labels::OTHER, labels::GET, labels::DELETE];
 const METHOD_LABELS: usize = Method::ALL.len() + OTHER_LABELS.len();
 const OUTCOMES: usize = Outcome::ALL.len();
 
