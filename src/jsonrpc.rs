@@ -8,6 +8,7 @@ mod envelope;
 mod error;
 mod id;
 mod object;
+mod raw;
 pub mod write;
 
 pub use envelope::{Envelope, EnvelopeError, Kind, raw_str};

@@ -4,9 +4,10 @@
 //! inputs kept as regressions included — is checked by `cargo test` on stable Rust.
 //!
 //! - [`envelope`]: the JSON-RPC envelope and `_meta` parser (`Envelope::parse`,
-//!   `Payload`): what it accepts is JSON (UTF-8), of the kind it says, its raw parts are
-//!   slices of the input, an object in it can be read as an object, and `_meta` edits
-//!   give JSON objects.
+//!   `Payload`): it reads every body as serde_json alone does (the envelope's one pass
+//!   is held to `Envelope::parse_by_serde_json`), what it accepts is JSON (UTF-8), of
+//!   the kind it says, its raw parts are slices of the input, an object in it can be read
+//!   as an object, and `_meta` edits give JSON objects.
 //! - [`rewrite`]: the rewrites — the session `_meta` off (to the upstream), the session
 //!   stamped into a response (to the client, with SEP-1364's top-level `sessionId`), the
 //!   2026-07-28 `_meta` off (stateless), the top-level `sessionId` off: the output is
@@ -38,7 +39,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use mcp_session_proxy::jsonrpc::{Envelope, Kind, RawObject, range_in, same_id};
+use mcp_session_proxy::jsonrpc::{Envelope, EnvelopeError, Kind, RawObject, range_in, same_id};
 use mcp_session_proxy::mcp::meta::{self, Payload};
 use mcp_session_proxy::response::EventRewrite;
 use mcp_session_proxy::rewrite::stateless;
@@ -69,7 +70,15 @@ const SESSION_STAMP: &[u8] =
 
 /// The envelope and `_meta` parser.
 pub fn envelope(data: &[u8]) {
-    let Ok(envelope) = Envelope::parse(data) else {
+    let parsed = Envelope::parse(data);
+    // The proxy's one pass reads every body as serde_json alone does: the same result,
+    // the same raw parts at the same places, or the same error.
+    assert_eq!(
+        reading(data, &parsed),
+        reading(data, &Envelope::parse_by_serde_json(data)),
+        "the envelope's one pass and serde_json read a body differently"
+    );
+    let Ok(envelope) = parsed else {
         return;
     };
     // Valid JSON by the grammar, in UTF-8 (a number beyond f64's range is valid JSON,
@@ -138,6 +147,23 @@ pub fn envelope(data: &[u8]) {
             "edited",
         );
     }
+}
+
+/// What a parse of `data` gave: each raw part as its place in `data` and its text, or
+/// the error.
+fn reading(data: &[u8], parsed: &Result<Envelope<'_>, EnvelopeError>) -> String {
+    let Ok(envelope) = parsed else {
+        return format!("{parsed:?}");
+    };
+    let parts = [
+        envelope.id,
+        envelope.params,
+        envelope.result,
+        envelope.error,
+        envelope.session_id,
+    ]
+    .map(|raw| raw.map(|raw| (range_in(data, raw), raw.get())));
+    format!("{:?} {:?} {parts:?}", envelope.kind, envelope.method)
 }
 
 // === rewrite ===

@@ -1,8 +1,11 @@
 //! The envelope of one JSON-RPC 2.0 message (<https://www.jsonrpc.org/specification>).
 //!
-//! Parsing validates the whole document (serde_json scans every byte), but keeps `id`,
-//! `params`, `result` and `error` as raw slices of the input, so a rewrite can splice new
-//! bytes into the original body instead of serializing it again.
+//! Parsing validates the whole document (every byte is checked, in one pass of the
+//! proxy's own — [`one_pass`] — or, for what that pass leaves to it, by serde_json), but
+//! keeps `id`, `params`, `result` and `error` as raw slices of the input, so a rewrite can
+//! splice new bytes into the original body instead of serializing it again.
+
+mod one_pass;
 
 use std::borrow::Cow;
 
@@ -72,7 +75,8 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
-#[derive(Deserialize)]
+/// The envelope's members as found in the body, before they are judged.
+#[derive(Deserialize, Default)]
 struct Wire<'a> {
     #[serde(borrow, default, deserialize_with = "present")]
     jsonrpc: Option<&'a RawValue>,
@@ -93,25 +97,25 @@ struct Wire<'a> {
 impl<'a> Envelope<'a> {
     /// Parses and validates one JSON-RPC 2.0 message.
     pub fn parse(body: &'a [u8]) -> Result<Self, EnvelopeError> {
-        // JSON is UTF-8 (RFC 8259 §8.1). serde_json checks it in the values it reads, but
-        // not in those it skips (an unknown member), so the whole body is checked first:
-        // nothing that is not JSON reaches the other side.
-        let text = std::str::from_utf8(body).map_err(|e| {
-            EnvelopeError::Parse(format!(
-                "the body is not UTF-8 (invalid byte at offset {})",
-                e.valid_up_to()
-            ))
-        })?;
-        // serde would read an array as a struct with positional fields: shapes other than
-        // an object are told apart before it runs.
-        let first = body.iter().find(|b| !b.is_ascii_whitespace());
-        if first != Some(&b'{') {
-            return Err(not_an_object(body, first));
-        }
-        let wire: Wire<'a> = match serde_json::from_str(text) {
-            Ok(wire) => wire,
-            Err(e) => return Err(classify_failure(&e)),
+        let text = object_text(body)?;
+        let wire = match one_pass::read(text) {
+            Some(wire) => wire,
+            None => read_by_serde_json(text)?,
         };
+        Self::judge(body, wire)
+    }
+
+    /// [`parse`](Self::parse) with serde_json reading every body: the reference the
+    /// proxy's one pass is held to (its unit tests and the `envelope` fuzz target compare
+    /// the two on every input). Not for the request path.
+    #[doc(hidden)]
+    pub fn parse_by_serde_json(body: &'a [u8]) -> Result<Self, EnvelopeError> {
+        let text = object_text(body)?;
+        Self::judge(body, read_by_serde_json(text)?)
+    }
+
+    /// The message the members read from `body` make, if they make one.
+    fn judge(body: &'a [u8], wire: Wire<'a>) -> Result<Self, EnvelopeError> {
         if let Some(at) = lone_surrogate(body) {
             return Err(EnvelopeError::Parse(format!(
                 "the body holds an unpaired UTF-16 surrogate escape at offset {at}, which \
@@ -186,6 +190,31 @@ impl<'a> Envelope<'a> {
             Kind::Request | Kind::Notification => self.params,
         }
     }
+}
+
+/// `body` as text, when it is UTF-8 and starts (after whitespace) with `{`.
+fn object_text(body: &[u8]) -> Result<&str, EnvelopeError> {
+    // JSON is UTF-8 (RFC 8259 §8.1). serde_json checks it in the values it reads, but
+    // not in those it skips (an unknown member), so the whole body is checked first:
+    // nothing that is not JSON reaches the other side.
+    let text = std::str::from_utf8(body).map_err(|e| {
+        EnvelopeError::Parse(format!(
+            "the body is not UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
+    })?;
+    // serde would read an array as a struct with positional fields: shapes other than
+    // an object are told apart before it runs.
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(not_an_object(body, first));
+    }
+    Ok(text)
+}
+
+/// The envelope's members of `text` as serde_json reads them.
+fn read_by_serde_json(text: &str) -> Result<Wire<'_>, EnvelopeError> {
+    serde_json::from_str(text).map_err(|e| classify_failure(&e))
 }
 
 fn is_string_or_number(raw: &RawValue) -> bool {

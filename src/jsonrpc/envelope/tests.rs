@@ -1,7 +1,38 @@
 use super::*;
+use crate::jsonrpc::range_in;
 
 fn parse(body: &str) -> Result<Envelope<'_>, EnvelopeError> {
-    Envelope::parse(body.as_bytes())
+    parse_bytes(body.as_bytes())
+}
+
+/// `Envelope::parse`, held to serde_json's reading of the same body.
+fn parse_bytes(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
+    let parsed = Envelope::parse(body);
+    assert_eq!(
+        read(body, &parsed),
+        read(body, &Envelope::parse_by_serde_json(body)),
+        "the one pass and serde_json read {:?} differently",
+        String::from_utf8_lossy(body)
+    );
+    parsed
+}
+
+/// What a parse gave, each raw part as its place in `body` and its text.
+fn read(body: &[u8], parsed: &Result<Envelope<'_>, EnvelopeError>) -> String {
+    let Ok(envelope) = parsed else {
+        return format!("{parsed:?}");
+    };
+    let place = |raw: Option<&RawValue>| raw.map(|raw| (range_in(body, raw), raw.get().to_owned()));
+    format!(
+        "{:?} id={:?} method={:?} params={:?} result={:?} error={:?} sessionId={:?}",
+        envelope.kind,
+        place(envelope.id),
+        envelope.method,
+        place(envelope.params),
+        place(envelope.result),
+        place(envelope.error),
+        place(envelope.session_id),
+    )
 }
 
 #[test]
@@ -142,17 +173,11 @@ fn invalid_utf8_anywhere_is_a_parse_error() {
     let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"ping","x":"a"#.to_vec();
     body.extend_from_slice(&[0xfe, 0xff]);
     body.extend_from_slice(br#""}"#);
-    assert!(matches!(
-        Envelope::parse(&body),
-        Err(EnvelopeError::Parse(_))
-    ));
+    assert!(matches!(parse_bytes(&body), Err(EnvelopeError::Parse(_))));
     let mut params = br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{"k":""#.to_vec();
     params.extend_from_slice(&[0xc3]);
     params.extend_from_slice(br#""}}"#);
-    assert!(matches!(
-        Envelope::parse(&params),
-        Err(EnvelopeError::Parse(_))
-    ));
+    assert!(matches!(parse_bytes(&params), Err(EnvelopeError::Parse(_))));
 }
 
 #[test]
@@ -166,10 +191,7 @@ fn unpaired_surrogate_escapes_are_a_parse_error() {
         r#"{"jsonrpc":"2.0","id":1,"method":"m","x":"\udc00"}"#,
     ] {
         assert!(
-            matches!(
-                Envelope::parse(body.as_bytes()),
-                Err(EnvelopeError::Parse(_))
-            ),
+            matches!(parse(body), Err(EnvelopeError::Parse(_))),
             "{body}"
         );
     }
@@ -178,6 +200,93 @@ fn unpaired_surrogate_escapes_are_a_parse_error() {
         r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k\uD83D\uDE00":"\\uDDDD"}}"#,
         r#"{"jsonrpc":"2.0","id":"\u00e9\/x\n","method":"m"}"#,
     ] {
-        assert!(Envelope::parse(body.as_bytes()).is_ok(), "{body}");
+        assert!(parse(body).is_ok(), "{body}");
     }
+}
+
+/// Bodies the mutation test starts from: the shapes the proxy reads, and JSON's corners.
+const SEEDS: [&str; 8] = [
+    r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"io.modelcontextprotocol/session":{"sessionId":"mcps_x","state":"AbC-_9"}}}}"#,
+    r#"{"jsonrpc":"2.0","id":"a\"b","result":{"content":[{"type":"text","text":"hi\u00e9\n"}],"isError":false}}"#,
+    r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x","data":[1.5e-3,-0,true,null]}}"#,
+    r#" { "jsonrpc" : "2.0" , "method" : "notifications/cancelled" , "params" : [ 1 , { } , [ ] ] } "#,
+    r#"{"jsonrpc":"2.0","id":7,"method":"m","sessionId":"s","params":{"a":{"b":{"c":[0.25E+2]}}}}"#,
+    r#"{"jsonrpc":"2.0","id":-12.5e7,"method":"ping","x":"\ud83d\ude00","y":"\/\b\f\r\t"}"#,
+    r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"k\u0041":1},"\u0069d":2}"#,
+    r#"{}"#,
+];
+
+/// Bytes put at each place of a seed: JSON's structure, its escapes and numbers, and
+/// bytes it refuses.
+const MUTATIONS: &[u8] = b"\"\\{}[],: \t\r\n\x0b\x0c0159-+.eEutfnlx/\x00\x1f\x7f";
+
+#[test]
+fn the_one_pass_reads_every_body_as_serde_json_does() {
+    // Each seed, and each seed with one byte replaced, inserted or taken out, or cut
+    // short, at every place: `parse_bytes` holds the two readings equal (the result,
+    // each raw part's place and text, or the error).
+    let mut bodies = 0;
+    for seed in SEEDS {
+        let seed = seed.as_bytes();
+        for at in 0..=seed.len() {
+            let _ = parse_bytes(&seed[..at]);
+            bodies += 1;
+            if at < seed.len() {
+                let mut without = seed.to_vec();
+                without.remove(at);
+                let _ = parse_bytes(&without);
+                bodies += 1;
+            }
+            for &byte in MUTATIONS {
+                let mut with = seed.to_vec();
+                with.insert(at, byte);
+                let _ = parse_bytes(&with);
+                if at < seed.len() {
+                    with.remove(at);
+                    with[at] = byte;
+                    let _ = parse_bytes(&with);
+                    bodies += 2;
+                }
+            }
+        }
+    }
+    assert!(bodies > 10_000, "{bodies}");
+}
+
+#[test]
+fn the_one_pass_reads_what_the_proxy_is_sent_and_leaves_the_rest_to_serde_json() {
+    // What the proxy is sent is read by the one pass (else it would only cost time).
+    for body in &SEEDS[..6] {
+        assert!(one_pass::read(body).is_some(), "{body}");
+    }
+    // An escaped top-level key (it could spell a member's name), a member named twice,
+    // nesting deeper than the pass follows, and JSON it refuses go to serde_json.
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{}1{}}}"#,
+        "[".repeat(70),
+        "]".repeat(70)
+    );
+    for body in [
+        SEEDS[6],
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#,
+        deep.as_str(),
+        r#"{"jsonrpc":"2.0","id":01,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m"} x"#,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"x\":\"\t\"}",
+    ] {
+        assert!(one_pass::read(body).is_none(), "{body}");
+    }
+    // As deep as it follows (63 arrays in the envelope's object), and one deeper, which
+    // serde_json reads.
+    let nested = |depth: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{}1{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        )
+    };
+    assert!(one_pass::read(&nested(63)).is_some());
+    assert!(one_pass::read(&nested(64)).is_none());
+    assert!(parse(&nested(64)).is_ok());
+    assert!(parse(&deep).is_ok());
 }

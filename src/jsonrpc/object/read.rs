@@ -1,27 +1,21 @@
 //! The members of an object that is already known to be JSON, read without checking it
 //! again.
 //!
-//! A [`RawValue`] has been validated when it was made: serde_json checked every byte of
-//! the body it came from, or of the text it was made from. The object's members still have
-//! to be found when they are opened one level deep (`params`, then its `_meta`, then the
-//! session in it). serde_json would check every byte again, once for each level. This
-//! reader only follows the structure: it looks for the bytes that end a string, open or
-//! close an object or an array, or end a scalar. Keys are decoded as serde_json decodes
-//! them, and a key it refuses (an unpaired surrogate escape) makes the object unreadable,
-//! as it did before.
-//!
-//! Each member's value is handed out as a `&RawValue` that borrows the same text.
-//! serde_json makes one only by deserializing. [`Known`] is a deserializer that gives
-//! serde_json's `RawValue` visitor a slice it has already checked. If a serde_json release
-//! read raw values some other way, [`raw`] falls back to reading the slice with serde_json
-//! itself, which checks it again: slower, never wrong. A unit test fails in that case, so
-//! the slower path is noticed.
+//! A [`RawValue`] has been validated when it was made: every byte of the body it came
+//! from was checked (by the envelope's one pass or by serde_json), or of the text it was
+//! made from. The object's members still have to be found when they are opened one level
+//! deep (`params`, then its `_meta`, then the session in it). serde_json would check every
+//! byte again, once for each level. This reader only follows the structure: it looks for
+//! the bytes that end a string, open or close an object or an array, or end a scalar. Keys
+//! are decoded as serde_json decodes them, and a key it refuses (an unpaired surrogate
+//! escape) makes the object unreadable, as it did before. Each member's value is handed
+//! out as a `&RawValue` that borrows the same text ([`super::super::raw`]).
 
 use std::borrow::Cow;
 
-use serde::de::value::{BorrowedStrDeserializer, Error, MapDeserializer};
-use serde::de::{Deserialize, Deserializer, Visitor};
 use serde_json::value::RawValue;
+
+use crate::jsonrpc::raw::{known, skip_space};
 
 /// The members of `text`, in order. `text` is a [`RawValue`]'s text, starting with `{`.
 /// Returns `None` when a key cannot be decoded or `text` is not an object. On text that
@@ -46,7 +40,7 @@ pub(super) fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
         }
         at = skip_space(bytes, at + 1);
         let end = value_end(bytes, at)?;
-        entries.push((name, raw(text.get(at..end)?)?));
+        entries.push((name, known(text.get(at..end)?)?));
         at = skip_space(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_space(bytes, at + 1),
@@ -54,21 +48,6 @@ pub(super) fn members(text: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
             _ => return None,
         }
     }
-}
-
-/// `text` (a JSON value, whole) as a [`RawValue`] borrowing it.
-fn raw(text: &str) -> Option<&RawValue> {
-    <&RawValue>::deserialize(Known(text))
-        .ok()
-        .or_else(|| serde_json::from_str(text).ok())
-}
-
-/// The first byte at or after `at` that is not JSON whitespace (RFC 8259 §2).
-fn skip_space(bytes: &[u8], mut at: usize) -> usize {
-    while matches!(bytes.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-        at += 1;
-    }
-    at
 }
 
 /// Where the string starting at `at` (its opening quote) ends: just past its closing
@@ -139,58 +118,9 @@ fn decoded_key(quoted: &str, escaped: bool) -> Option<Cow<'_, str>> {
     }
 }
 
-/// A deserializer of one JSON value whose text is already known to be valid.
-///
-/// serde_json's `&RawValue` asks for a newtype struct and, through it, for a map of one
-/// member: a key equal to the struct's name, and the value's text as a borrowed string.
-/// This is what its own deserializers hand it once they have read a value. `Known` hands
-/// it the same without reading the text again. Anything else asked of it is an error.
-struct Known<'a>(&'a str);
-
-impl<'de> Deserializer<'de> for Known<'de> {
-    type Error = Error;
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, Error> {
-        let member = (
-            BorrowedStrDeserializer::<Error>::new(name),
-            BorrowedStrDeserializer::<Error>::new(self.0),
-        );
-        visitor.visit_map(MapDeserializer::new(std::iter::once(member)))
-    }
-
-    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Error> {
-        Err(serde::de::Error::custom(
-            "only a raw JSON value is read from known text",
-        ))
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
-        byte_buf option unit unit_struct seq tuple tuple_struct map struct enum
-        identifier ignored_any
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_raw_value_is_made_of_known_text_without_reading_it() {
-        // Not JSON at all: only a deserializer that does not read the text returns it.
-        // serde_json's would refuse it. The reader relies on this. If a serde_json
-        // release made raw values another way, it would still be right but slower, and
-        // this test says so.
-        let made = <&RawValue>::deserialize(Known("not json")).expect(
-            "serde_json's RawValue no longer takes known text: the object reader falls back \
-             to checking every value again",
-        );
-        assert_eq!(made.get(), "not json");
-    }
 
     #[test]
     fn members_are_found_by_structure_and_borrow_the_text() {
