@@ -132,6 +132,16 @@ pub fn length(value: &[u8]) -> Option<u64> {
     })
 }
 
+/// A media type field's essence (`Content-Type`, RFC 9110 §8.3.1): up to its first
+/// `;` (found by `memchr`: an ASCII byte, so a boundary of the text), trimmed.
+pub fn essence(value: &str) -> &str {
+    match memchr::memchr(b';', value.as_bytes()) {
+        Some(at) => value.get(..at).unwrap_or(value),
+        None => value,
+    }
+    .trim()
+}
+
 /// The tokens of a `Connection` (or any comma-separated) value, trimmed.
 pub fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
@@ -172,6 +182,20 @@ pub fn write_hex(out: &mut Vec<u8>, mut n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_media_type_is_read_up_to_its_parameters() {
+        for (value, essence) in [
+            ("application/json", "application/json"),
+            ("application/json; charset=utf-8", "application/json"),
+            (" text/event-stream ;a=b;c=d", "text/event-stream"),
+            ("é/x;y", "é/x"),
+            (";", ""),
+            ("", ""),
+        ] {
+            assert_eq!(super::essence(value), essence, "{value:?}");
+        }
+    }
 
     #[test]
     fn fields_become_slices_of_the_head_in_order() {

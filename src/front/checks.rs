@@ -14,8 +14,7 @@ pub fn content_type(headers: &HeaderMap) -> Result<(), ProxyError> {
     let essence = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(str::trim);
+        .map(wire::essence);
     match essence {
         Some(t) if t.eq_ignore_ascii_case("application/json") => Ok(()),
         _ => Err(ProxyError::UnsupportedMediaType),

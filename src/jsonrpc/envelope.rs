@@ -228,7 +228,8 @@ fn is_string_or_number(raw: &RawValue) -> bool {
 pub fn raw_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     let text = raw.get();
     let inner = text.strip_prefix('"')?.strip_suffix('"')?;
-    if inner.contains('\\') {
+    // `memchr` itself, not `str::contains`'s character searcher around it.
+    if memchr::memchr(b'\\', inner.as_bytes()).is_some() {
         serde_json::from_str::<String>(text).ok().map(Cow::Owned)
     } else {
         Some(Cow::Borrowed(inner))

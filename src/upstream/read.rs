@@ -10,7 +10,10 @@ use http::header::CONTENT_TYPE;
 use super::connections::UpstreamBody;
 use super::error::UpstreamError;
 use crate::mcp::headers::{JSON, SSE};
-use crate::wire::body::{Unread, whole};
+use crate::wire::{
+    self,
+    body::{Unread, whole},
+};
 use crate::within::within;
 
 /// The media type of a Streamable HTTP response body.
@@ -26,7 +29,7 @@ pub fn media_type(headers: &HeaderMap) -> Media {
     let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
         return Media::Other;
     };
-    let essence = value.split(';').next().unwrap_or("").trim();
+    let essence = wire::essence(value);
     if essence.eq_ignore_ascii_case(JSON) {
         Media::Json
     } else if essence.eq_ignore_ascii_case(SSE) {
