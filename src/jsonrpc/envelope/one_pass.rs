@@ -3,16 +3,16 @@
 //! serde_json reads an envelope through the visitor its derive makes: each member's key
 //! read and matched, each value skipped by a reader that checks it and then handed to the
 //! `RawValue` visitor. This reader checks the body against JSON's grammar (RFC 8259 §2–7)
-//! byte by byte, inside strings eight bytes at a time, and keeps the slices of
-//! the envelope's members as it passes them.
+//! byte by byte, inside strings eight bytes at a time, and keeps the slices of the
+//! envelope's members as it passes them.
 //!
 //! It is stricter than serde_json, never looser. Whatever it does not read plainly — a
-//! top-level key with an escape (it could spell a member's name), a member named twice,
-//! nesting deeper than [`DEEPEST`], anything that is not JSON — it leaves to serde_json
-//! (`None`), whose reading, and whose error, then stands. So a body it reads is read as
-//! serde_json reads it: the same members, the same slices. The unit tests hold it to that
-//! over every body of the envelope's tests and a corpus of their mutations, and the
-//! `envelope` fuzz target over whatever it finds.
+//! top-level key with an escape (it could spell a member's name), one of the envelope's
+//! members named twice, nesting deeper than [`DEEPEST`], anything that is not JSON — it
+//! leaves to serde_json (`None`), whose reading, and whose error, then stands. So a body
+//! it reads is read as serde_json reads it: the same members, the same slices. The unit
+//! tests hold it to that over every body of the envelope's tests, mutations of them and
+//! generated envelopes, and the `envelope` fuzz target over whatever it finds.
 
 use super::Wire;
 use crate::jsonrpc::raw::{known, skip_space};
@@ -22,7 +22,7 @@ use crate::jsonrpc::raw::{known, skip_space};
 /// limit; a body nested deeper than this is left to it.
 const DEEPEST: usize = 64;
 
-/// The envelope's members of `text`, when `text` is one JSON object with no member
+/// The envelope's members of `text`, when `text` is one JSON object with none of them
 /// named twice, nothing after it but whitespace, and no escape in its own keys; `None`
 /// for anything else, which is serde_json's to read.
 pub(super) fn read(text: &str) -> Option<Wire<'_>> {

@@ -317,7 +317,7 @@ impl Draw {
         }
     }
 
-    /// A JSON value (or, rarely, something that only looks like one).
+    /// A JSON value.
     fn value(&mut self, out: &mut String, depth: usize) {
         let kind = if depth > 4 {
             self.below(3)
@@ -430,12 +430,13 @@ impl Draw {
 
 #[test]
 fn the_one_pass_reads_generated_bodies_as_serde_json_does() {
-    // Envelopes of random shape (members in any order, named twice, escaped; nested
-    // values of every kind, escapes, numbers and whitespace), half of them then broken
+    // Envelopes of random shape (`jsonrpc`, `id` and `method` first, then members of
+    // any name, the envelope's own among them — so named twice — and an escaped one;
+    // nested values of every kind, escapes, numbers and whitespace), half of them broken
     // by one to three bytes put in, replaced or taken out: `parse_bytes` holds the two
     // readings equal on each.
     let mut draw = Draw(0x9e37_79b9_7f4a_7c15);
-    let (mut read, mut accepted) = (0, 0);
+    let (mut by_one_pass, mut accepted) = (0, 0);
     for _ in 0..20_000 {
         let mut body = String::new();
         draw.object(&mut body, 1, true);
@@ -455,7 +456,7 @@ fn the_one_pass_reads_generated_bodies_as_serde_json_does() {
             }
         }
         if std::str::from_utf8(&body).is_ok_and(|text| one_pass::read(text).is_some()) {
-            read += 1;
+            by_one_pass += 1;
         }
         if parse_bytes(&body).is_ok() {
             accepted += 1;
@@ -463,5 +464,8 @@ fn the_one_pass_reads_generated_bodies_as_serde_json_does() {
     }
     // Enough of them read by the one pass, and accepted, for the comparison to mean
     // something.
-    assert!(read > 5_000 && accepted > 1_000, "{read} {accepted}");
+    assert!(
+        by_one_pass > 5_000 && accepted > 1_000,
+        "{by_one_pass} {accepted}"
+    );
 }
