@@ -415,9 +415,7 @@ fn session_header(headers: &HeaderMap) -> Result<Option<&HeaderValue>, ProxyErro
     match first {
         Some(value)
             if !value.is_empty()
-                && !value
-                    .to_str()
-                    .is_ok_and(crate::mcp::headers::is_visible_ascii) =>
+                && !crate::mcp::headers::is_visible_ascii_bytes(value.as_bytes()) =>
         {
             Err(ProxyError::SessionHeaderNotVisibleAscii)
         }

@@ -41,7 +41,17 @@ pub struct Accepts {
 /// the 2025-11-25 transport (`Mcp-Session-Id`) and the data-layer sessions draft
 /// (`sessionId`) require.
 pub fn is_visible_ascii(id: &str) -> bool {
-    !id.is_empty() && id.bytes().all(|b| (0x21..=0x7e).contains(&b))
+    is_visible_ascii_bytes(id.as_bytes())
+}
+
+/// [`is_visible_ascii`] of a header value's bytes.
+pub fn is_visible_ascii_bytes(id: &[u8]) -> bool {
+    // Looked at whole, without stopping at the first byte that is not (which lets the
+    // compiler look at many bytes at once): ids are checked on every call.
+    !id.is_empty()
+        && id
+            .iter()
+            .fold(true, |visible, b| visible & (0x21..=0x7e).contains(b))
 }
 
 /// `Mcp-Method` (SEP-2243, 2026-07-28): the JSON-RPC method of the request.
@@ -312,6 +322,31 @@ fn param_value(value: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_id_is_visible_ascii_at_every_place_of_every_length() {
+        for b in 0..=255u8 {
+            let visible = (0x21..=0x7e).contains(&b);
+            // The byte alone, first, last and inside ids long enough for any vector
+            // width the compiler picks.
+            for len in [1, 2, 15, 16, 17, 31, 32, 33, 45, 64, 65] {
+                for at in [0, len / 2, len - 1] {
+                    let mut id = vec![b'a'; len];
+                    id[at] = b;
+                    assert_eq!(
+                        is_visible_ascii_bytes(&id),
+                        visible,
+                        "{b:#04x} at {at} of {len}"
+                    );
+                    if let Ok(text) = std::str::from_utf8(&id) {
+                        assert_eq!(is_visible_ascii(text), visible);
+                    }
+                }
+            }
+        }
+        assert!(!is_visible_ascii_bytes(b""));
+        assert!(!is_visible_ascii(""));
+    }
 
     #[test]
     fn values_are_mirrored_plain_or_encoded_and_decode_back() {
