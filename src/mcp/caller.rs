@@ -63,8 +63,9 @@ impl Caller {
     /// The caller behind `headers` (the client's, or those forwarded from them): not
     /// verified.
     pub fn of(headers: &HeaderMap) -> Caller {
-        // Most requests carry none: the few names a request has, looked at once, tell
-        // so without a lookup by name for each of the three.
+        // A request without credentials (every one, where none are used) is told so by
+        // one look at its few names instead of a lookup by name for each of the three;
+        // one with credentials pays that look on top.
         if !headers.keys().any(|name| CREDENTIALS.contains(name)) {
             return Caller::ANONYMOUS;
         }
@@ -269,11 +270,23 @@ mod tests {
         assert_eq!(Caller::of(&among), alone);
         among.remove(AUTHORIZATION);
         assert!(Caller::of(&among).is_anonymous());
-        // Every credential header makes a caller wherever it comes, the others none.
+        // Every credential header makes a caller, first, among the others or last; the
+        // others none.
         for name in &CREDENTIALS {
-            let mut headers = among.clone();
-            headers.insert(name.clone(), "k".parse().unwrap());
-            assert!(!Caller::of(&headers).is_anonymous(), "{name}");
+            for at in 0..=among.len() {
+                let mut headers = HeaderMap::new();
+                let mut others = among.iter();
+                for _ in 0..at {
+                    let (n, v) = others.next().unwrap();
+                    headers.insert(n.clone(), v.clone());
+                }
+                headers.insert(name.clone(), "k".parse().unwrap());
+                for (n, v) in others {
+                    headers.insert(n.clone(), v.clone());
+                }
+                assert_eq!(headers.keys().position(|n| n == name), Some(at));
+                assert!(!Caller::of(&headers).is_anonymous(), "{name} at {at}");
+            }
         }
     }
 
