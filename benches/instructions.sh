@@ -2,7 +2,7 @@
 # Instructions per `tools/call` in the proxy's user space, counted by callgrind
 # (benches/README.md, "Instructions per call"):
 #
-#   benches/instructions.sh BINARY [BINARY...] [--runs N] [--keep]    (2 runs each unless told)
+#   benches/instructions.sh BINARY [BINARY...] [--runs N] [--keep] [--create]    (2 runs each unless told)
 #
 # Runs one saturation round of `cargo bench --bench proxy` per run with each proxy binary
 # in turn under `valgrind --tool=callgrind` (MCP_BENCH_PROXY_BIN is a wrapper that starts
@@ -14,7 +14,8 @@
 # which costs several times what the native build's does (the two HMACs of a session
 # call's `state`). Each run's table from valgrind overwrites target/bench-results.md;
 # `--keep` keeps the dumps (`callgrind_annotate --inclusive=yes` on one: per function)
-# and prints where.
+# and prints where. `--create` counts `sessions/create` instead: the bench's create run,
+# the window of 16 connections, divided by the creates `/metrics` counted.
 #
 # An instruction count depends on the code and its input only, not on what else the
 # machine is doing: it tells two builds apart by a few hundred instructions per call
@@ -26,15 +27,17 @@ cd "$(dirname "$0")/.."
 binaries=()
 runs=2
 keep=0
+create=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --runs) runs=$2; shift 2 ;;
         --keep) keep=1; shift ;;
+        --create) create=1; shift ;;
         *) binaries+=("$(realpath "$1")"); shift ;;
     esac
 done
 if [ ${#binaries[@]} -eq 0 ]; then
-    sed -n '2,22p' "$0" >&2
+    sed -n '2,23p' "$0" >&2
     exit 2
 fi
 for binary in "${binaries[@]}"; do
@@ -85,11 +88,21 @@ measure() { # binary label
 exec valgrind --tool=callgrind --callgrind-out-file=$out/callgrind.%p "$binary" "\$@"
 WRAP
     chmod +x "$wrap"
-    MCP_BENCH_PROXY_BIN="$wrap" "$bench" --bench --only saturation --no-floor-variants \
-        --rounds 1 --duration 12 --warmup 1 >/dev/null 2>"$log" &
+    # The windows: the line the bench logs as each starts, and what each counts.
+    local scenario windows method
+    if [ "$create" = 1 ]; then
+        scenario=(--only create --create-duration 12)
+        windows=("sessions/create: proxy (16 ")
+        method='sessions\/create'
+    else
+        scenario=(--only saturation --no-floor-variants --rounds 1 --duration 12 --warmup 1)
+        windows=("saturation round 1/1: proxy (" "saturation round 1/1: proxy pass-through (")
+        method='tools\/call'
+    fi
+    MCP_BENCH_PROXY_BIN="$wrap" "$bench" --bench "${scenario[@]}" >/dev/null 2>"$log" &
     bench_pid=$!
-    for window in "proxy" "proxy pass-through"; do
-        until grep -q "saturation round 1/1: $window (" "$log"; do
+    for window in "${windows[@]}"; do
+        until grep -qF "$window" "$log"; do
             kill -0 "$bench_pid" 2>/dev/null || { cat "$log" >&2; fail "the bench stopped"; }
             sleep 0.2
         done
@@ -100,7 +113,7 @@ WRAP
         [ -n "$addr" ] || fail "the proxy's listening address was not found"
         calls() {
             curl -s -m 5 "http://$addr/metrics" |
-                awk '/^mcp_proxy_requests_total\{method="tools\/call",outcome="ok"\}/ {print $2}' ||
+                awk "/^mcp_proxy_requests_total\\{method=\"$method\",outcome=\"ok\"\\}/ {print \$2}" ||
                 true
         }
         # Each count read just before the counters are zeroed and dumped: the calls
@@ -116,8 +129,9 @@ WRAP
         n=$((${b:-0} - ${a:-0}))
         [ "$n" -gt 0 ] || fail "no calls counted ($window)"
         awk -v w="$window" -v l="$2" -v n="$n" -v all="$all" -v sha="$sha" 'BEGIN {
+            what = w ~ /create/ ? "sessions/create, 16" : w ~ /pass-through/ ? "hop alone" : "sessions"
             printf "%-28s %-22s %6d calls  %7.0f instructions per call, %7.0f less SHA-256\n",
-                l, (w == "proxy" ? "sessions" : "hop alone"), n, all / n, (all - sha) / n }'
+                l, what, n, all / n, (all - sha) / n }'
     done
     wait "$bench_pid" || true
     bench_pid=""
