@@ -171,6 +171,22 @@ pub const MASTER_NAME: &str = "sessions";
 pub const REPLICATOR: &str = "replicator";
 const REPLICATOR_PASSWORD: &str = "replica-secret";
 
+/// Whether a Redis server answers `PING` at `port` (within a second).
+async fn answers_ping(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ping = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream.write_all(b"PING\r\n").await?;
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer == *b"+PONG\r\n")
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), ping).await,
+        Ok(Ok(true))
+    )
+}
+
 // === impl Redis ===
 
 impl Redis {
@@ -216,23 +232,41 @@ impl Redis {
     }
 
     async fn start_as(role: RedisRole) -> Redis {
-        let port = free_port();
         let dir = scratch_dir("redis");
         let mut redis = Redis {
-            port,
+            port: free_port(),
             child: None,
             dir,
             role,
         };
-        redis.up().await;
-        redis
+        // A free port is free when it is picked, not when the server binds it: a process
+        // of another test may take it in between (its own port 0 landing there), and
+        // the server then exits. Another port is tried.
+        for _ in 0..5 {
+            if redis.try_up().await {
+                return redis;
+            }
+            redis.port = free_port();
+        }
+        panic!("redis-server found no free port in 5 tries");
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// Starts the server again on its port (the clients' configuration names it).
     async fn up(&mut self) {
+        assert!(
+            self.try_up().await,
+            "redis-server could not listen on port {} again: another process has it",
+            self.port
+        );
+    }
+
+    /// Starts the server on its port and waits until it answers there; `false` when it
+    /// exits first (the port was taken).
+    async fn try_up(&mut self) -> bool {
         let binary = which("redis-server").unwrap_or_else(|| {
             panic!("redis-server is not installed: run .ci/test.sh (or tests/interop/setup.sh), which installs Debian's redis-server")
         });
@@ -288,15 +322,21 @@ impl Redis {
             .kill_on_drop(true)
             .spawn()
             .expect("redis-server starts");
-        self.child = Some(child);
+        let child = self.child.insert(child);
+        // Listening is not enough: whatever took the port listens too. The server is up
+        // when a PING there is answered with PONG.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
+        loop {
+            if answers_ping(self.port).await {
+                return true;
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return false;
+            }
             assert!(
                 Instant::now() < deadline,
-                "redis-server did not listen within 10 s"
+                "redis-server did not answer a PING within 10 s"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
