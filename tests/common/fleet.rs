@@ -173,17 +173,10 @@ const REPLICATOR_PASSWORD: &str = "replica-secret";
 
 /// Whether a Redis server answers `PING` at `port` (within a second).
 async fn answers_ping(port: u16) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let ping = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        stream.write_all(b"PING\r\n").await?;
-        let mut answer = [0u8; 7];
-        stream.read_exact(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer == *b"+PONG\r\n")
-    };
+    let ping = query_at::<String>(port, &["PING"]);
     matches!(
         tokio::time::timeout(Duration::from_secs(1), ping).await,
-        Ok(Ok(true))
+        Ok(Ok(pong)) if pong == "PONG"
     )
 }
 
