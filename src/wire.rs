@@ -1,8 +1,8 @@
 //! HTTP/1.1 heads as both of the proxy's own loops read and write them — the client's
 //! (`front::http1`) and the upstream's (`upstream::connections`): header fields kept as
-//! slices of the bytes read (no copy per value, as hyper keeps them), a `Content-Length`
-//! read, `Connection` tokens, fields and numbers written without formatting; and a body
-//! read whole ([`body`]).
+//! slices of the bytes read (no copy per value, as hyper keeps them), a field seldom sent
+//! told absent at a glance ([`holds`]), a `Content-Length` read, `Connection` tokens,
+//! fields and numbers written without formatting; and a body read whole ([`body`]).
 
 pub mod body;
 
@@ -118,6 +118,15 @@ fn field_name(name: &[u8]) -> Option<HeaderName> {
         }
     }
     HeaderName::from_bytes(name).ok()
+}
+
+/// Whether `headers` has a field `name`, told by a look over its names (a head the proxy
+/// reads has a handful) instead of a lookup, which hashes `name` first: for the fields
+/// most heads do not have and every call asks about. A look that finds the name is paid
+/// on top of the lookup that follows, so not for the fields most heads have. (A look at
+/// each value rather than each name, `HeaderMap::iter`, costs more than the lookup.)
+pub fn holds(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers.keys().any(|field| field == name)
 }
 
 /// A `Content-Length` value: decimal digits and nothing else.
@@ -344,6 +353,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_field_is_held_when_the_map_finds_it() {
+        let mut map = HeaderMap::new();
+        let names = [
+            http::header::HOST,
+            http::header::ORIGIN,
+            MCP_SESSION_ID.clone(),
+            HeaderName::from_static("x-a"),
+        ];
+        for name in &names {
+            for held in &names {
+                assert_eq!(holds(&map, held), map.contains_key(held), "{held}");
+            }
+            map.append(name.clone(), HeaderValue::from_static("v"));
+            map.append(name.clone(), HeaderValue::from_static("w"));
+        }
+        assert!(names.iter().all(|name| holds(&map, name)));
+        assert!(!holds(&map, &http::header::CONNECTION));
     }
 
     #[test]

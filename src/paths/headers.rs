@@ -27,6 +27,11 @@ fn is_hop_by_hop(name: &HeaderName, connection_listed: &[HeaderName]) -> bool {
 }
 
 fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
+    // HTTP/1.1 keeps a connection open without it, and many clients send none (some
+    // send `keep-alive` anyway, and pay the look on top of the lookup).
+    if !crate::wire::holds(headers, &header::CONNECTION) {
+        return Vec::new();
+    }
     headers
         .get_all(header::CONNECTION)
         .iter()
