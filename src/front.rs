@@ -53,7 +53,7 @@ use crate::config::HEALTH_PATH;
 use crate::error::ProxyError;
 use crate::fleet::{Exchange, Fleet, Served};
 use crate::jsonrpc::{Envelope, Kind};
-use crate::mcp::meta::Payload;
+use crate::mcp::meta::{self, Payload};
 use crate::metrics::{AuthLabels, Metrics, Outcome, Rejection, labels, method_label};
 use crate::overload::Overload;
 use crate::paths::Cluster;
@@ -328,8 +328,10 @@ impl Endpoint<'_> {
             Ok(Some(from)) => (from.client, true),
             Err(e) => return (boxed_error(&e, None), labels::OTHER),
         };
-        let envelope = match Envelope::parse(&body) {
-            Ok(envelope) => envelope,
+        // What every message's `params` is opened to (its `_meta` and the session in
+        // it) is kept as the envelope is checked, not read again below.
+        let (envelope, mut kept) = match Envelope::parse_keeping(&body, &meta::OPENED) {
+            Ok(parsed) => parsed,
             Err(e) => return (boxed_error(&e.into(), None), labels::OTHER),
         };
         let label = match envelope.kind {
@@ -343,7 +345,10 @@ impl Endpoint<'_> {
             .filter(|_| envelope.kind == Kind::Request)
             .map(|id| id.get().as_bytes());
         let raw = envelope.params_or_result();
-        let payload = match raw.map(Payload::open).transpose() {
+        let payload = match raw
+            .map(|raw| Payload::open_kept(raw, &mut kept))
+            .transpose()
+        {
             Ok(payload) => payload.flatten(),
             Err(e) => return (boxed_error(&e.into(), answer_id), label),
         };

@@ -11,7 +11,7 @@ mod object;
 mod raw;
 pub mod write;
 
-pub use envelope::{Envelope, EnvelopeError, Kind, raw_str};
+pub use envelope::{Envelope, EnvelopeError, KeptObjects, Kind, raw_str};
 pub use error::ErrorObject;
 pub use id::{IdValue, same_id};
 pub use object::{

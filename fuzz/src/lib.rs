@@ -7,7 +7,8 @@
 //!   `Payload`): it reads every body as serde_json alone does (the envelope's one pass
 //!   is held to `Envelope::parse_by_serde_json`), what it accepts is JSON (UTF-8), of
 //!   the kind it says, its raw parts are slices of the input, an object in it can be read
-//!   as an object, and `_meta` edits give JSON objects.
+//!   as an object, `params` opened from what the check kept (`Envelope::parse_keeping`)
+//!   is the payload read again, and `_meta` edits give JSON objects.
 //! - [`rewrite`]: the rewrites — the session `_meta` off (to the upstream), the session
 //!   stamped into a response (to the client, with SEP-1364's top-level `sessionId`), the
 //!   2026-07-28 `_meta` off (stateless), the top-level `sessionId` off: the output is
@@ -78,6 +79,20 @@ pub fn envelope(data: &[u8]) {
         reading(data, &Envelope::parse_by_serde_json(data)),
         "the envelope's one pass and serde_json read a body differently"
     );
+    // What the front keeps of `params` as it checks the envelope (`_meta`, the session
+    // in it) opens the payload as reading it again does.
+    let keeping = Envelope::parse_keeping(data, &meta::OPENED);
+    let kept_envelope = keeping.as_ref().map(|(envelope, _)| envelope.clone());
+    assert_eq!(
+        reading(data, &kept_envelope.map_err(Clone::clone)),
+        reading(data, &parsed),
+        "the envelope read while keeping params differs"
+    );
+    if let Ok((envelope, mut kept)) = keeping
+        && let Some(params) = envelope.params
+    {
+        same_payload(Payload::open_kept(params, &mut kept), Payload::open(params));
+    }
     let Ok(envelope) = parsed else {
         return;
     };
@@ -147,6 +162,36 @@ pub fn envelope(data: &[u8]) {
             "edited",
         );
     }
+}
+
+/// A payload opened from what the envelope's check kept and one read again: the same
+/// session, `_meta` and members (as written back), or the same refusal.
+fn same_payload(
+    from_kept: Result<Option<Payload<'_>>, meta::MetaError>,
+    read_again: Result<Option<Payload<'_>>, meta::MetaError>,
+) {
+    assert_eq!(
+        from_kept.as_ref().map(Option::is_some),
+        read_again.as_ref().map(Option::is_some),
+        "a payload opened from what was kept differs"
+    );
+    let (Ok(Some(from_kept)), Ok(Some(read_again))) = (from_kept, read_again) else {
+        return;
+    };
+    assert_eq!(from_kept.session(), read_again.session());
+    assert_eq!(from_kept.check_typed_meta(), read_again.check_typed_meta());
+    assert_eq!(
+        from_kept.with_meta(meta::SESSION, SESSION_STAMP),
+        read_again.with_meta(meta::SESSION, SESSION_STAMP)
+    );
+    assert_eq!(
+        from_kept.without_meta(meta::SESSION),
+        read_again.without_meta(meta::SESSION)
+    );
+    assert_eq!(
+        from_kept.sole_meta_cut(meta::SESSION),
+        read_again.sole_meta_cut(meta::SESSION)
+    );
 }
 
 /// What a parse of `data` gave: each raw part as its place in `data` and its text, or

@@ -12,6 +12,8 @@ use std::borrow::Cow;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::RawObject;
+
 /// What a message is, decided from which envelope fields it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -94,15 +96,72 @@ struct Wire<'a> {
     session_id: Option<&'a RawValue>,
 }
 
+/// Objects of a message's `params` that [`Envelope::parse_keeping`] found with their
+/// members as it checked them — `params` itself and the objects at a path in it — to be
+/// opened without reading their bytes again ([`KeptObjects::take`]).
+#[derive(Debug, Default)]
+pub struct KeptObjects<'a> {
+    objects: [Option<RawObject<'a>>; KEPT_LEVELS],
+}
+
+/// `params`, and two steps of a path in it.
+const KEPT_LEVELS: usize = 3;
+
+impl<'a> KeptObjects<'a> {
+    /// Keeps `object` at `level`, in place of the one kept there before. Which of a
+    /// level's objects is the one a reader opens (the last member of a name, which may
+    /// not be an object, or have an escaped key, and so not be kept) is not decided
+    /// here: [`take`](Self::take) hands out an object only for its very text.
+    fn keep(&mut self, level: usize, object: RawObject<'a>) {
+        if let Some(slot) = self.objects.get_mut(level) {
+            *slot = Some(object);
+        }
+    }
+
+    /// The object kept at `level` (0: `params`; 1 and 2: the path's steps), if it is
+    /// `raw` — the same text, not only the same bytes — taken.
+    pub(crate) fn take(&mut self, level: usize, raw: &RawValue) -> Option<RawObject<'a>> {
+        let slot = self.objects.get_mut(level)?;
+        match slot {
+            Some(object) if object.is_read_from(raw) => slot.take(),
+            _ => None,
+        }
+    }
+}
+
 impl<'a> Envelope<'a> {
     /// Parses and validates one JSON-RPC 2.0 message.
     pub fn parse(body: &'a [u8]) -> Result<Self, EnvelopeError> {
         let text = object_text(body)?;
-        let wire = match one_pass::read(text) {
+        let wire = match one_pass::read(text, None) {
             Some(wire) => wire,
             None => read_by_serde_json(text)?,
         };
         Self::judge(body, wire)
+    }
+
+    /// [`parse`](Self::parse), keeping what the check found of `params` — the object and
+    /// those at `path` in it (its first two steps), each with its members, unless one of
+    /// its keys has an escape — for the message to be opened without reading them again.
+    /// Nothing is kept of a body the proxy's one pass leaves to serde_json.
+    pub fn parse_keeping(
+        body: &'a [u8],
+        path: &[&str],
+    ) -> Result<(Self, KeptObjects<'a>), EnvelopeError> {
+        let text = object_text(body)?;
+        let mut kept = KeptObjects::default();
+        let keep = one_pass::Keep {
+            path: &path[..path.len().min(KEPT_LEVELS - 1)],
+            kept: &mut kept,
+        };
+        let wire = match one_pass::read(text, Some(keep)) {
+            Some(wire) => wire,
+            None => {
+                kept = KeptObjects::default();
+                read_by_serde_json(text)?
+            }
+        };
+        Ok((Self::judge(body, wire)?, kept))
     }
 
     /// [`parse`](Self::parse) with serde_json reading every body: the reference the

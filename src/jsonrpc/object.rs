@@ -15,8 +15,9 @@ mod read;
 #[derive(Debug, Clone, Default)]
 pub struct RawObject<'a> {
     entries: Vec<(Cow<'a, str>, &'a RawValue)>,
-    /// The text [`parse`](Self::parse) read the object from (empty when it was made
-    /// otherwise): what [`cut`](Self::cut)'s ranges are in.
+    /// The text the object was read from ([`parse`](Self::parse), or the envelope's
+    /// check: [`found`](Self::found)); empty when it was made otherwise: what
+    /// [`cut`](Self::cut)'s ranges are in.
     text: &'a str,
 }
 
@@ -29,6 +30,24 @@ impl<'a> RawObject<'a> {
             entries: read::members(text)?,
             text,
         })
+    }
+
+    /// An object whose members were found as its text was checked (the envelope's one
+    /// pass, which finds them as [`parse`](Self::parse) does).
+    pub(super) fn found(text: &'a str, entries: Vec<(Cow<'a, str>, &'a RawValue)>) -> Self {
+        RawObject { entries, text }
+    }
+
+    /// The text it was read from.
+    #[cfg(test)]
+    pub(crate) fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// Whether this object was read from `raw`: its very text (the same place and
+    /// length), not only the same bytes.
+    pub fn is_read_from(&self, raw: &RawValue) -> bool {
+        std::ptr::eq(self.text, raw.get())
     }
 
     /// The value of `key` (the last one, as JavaScript's `JSON.parse` would keep).
@@ -49,11 +68,10 @@ impl<'a> RawObject<'a> {
         found
     }
 
-    /// Where to cut the text [`parse`](Self::parse) read this object from to drop its
-    /// member `key` as it was written, with the comma that separates it from another:
-    /// what is left is the object without `key`, every other byte as it came. `None` when
-    /// `key` is not a member once (absent, or named twice), or when the object was not
-    /// made by `parse`.
+    /// Where to cut the text this object was read from to drop its member `key` as it
+    /// was written, with the comma that separates it from another: what is left is the
+    /// object without `key`, every other byte as it came. `None` when `key` is not a
+    /// member once (absent, or named twice), or when the object was not read from a text.
     pub fn cut(&self, key: &str) -> Option<Range<usize>> {
         let mut named = self
             .entries

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{RawObject, string_object};
+use crate::jsonrpc::{KeptObjects, RawObject, string_object};
 
 /// Data-layer session metadata (the data-layer sessions draft): `{sessionId, state?, expiresAt?}`.
 pub const SESSION: &str = "io.modelcontextprotocol/session";
@@ -60,7 +60,14 @@ pub enum MetaError {
 pub struct Payload<'a> {
     members: RawObject<'a>,
     meta: Option<RawObject<'a>>,
+    /// The session's object in `_meta`, when the envelope's check kept it opened.
+    session: Option<RawObject<'a>>,
 }
+
+/// The objects of a request's `params` opened on every call, below `params` itself:
+/// what [`Envelope::parse_keeping`](crate::jsonrpc::Envelope::parse_keeping) is asked
+/// to keep for [`Payload::open_kept`].
+pub const OPENED: [&str; 2] = [META, SESSION];
 
 /// The session a message names in its `_meta`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,14 +80,35 @@ impl<'a> Payload<'a> {
     /// Opens `raw`; `Ok(None)` when it is not an object (positional params, a scalar
     /// result): such payloads have no `_meta` to read or write.
     pub fn open(raw: &'a RawValue) -> Result<Option<Self>, MetaError> {
-        let Some(members) = RawObject::parse(raw) else {
+        Self::open_kept(raw, &mut KeptObjects::default())
+    }
+
+    /// [`open`](Self::open), taking what the envelope's check `kept` opened already
+    /// (the path [`OPENED`]) rather than reading it again: the same payload.
+    pub fn open_kept(
+        raw: &'a RawValue,
+        kept: &mut KeptObjects<'a>,
+    ) -> Result<Option<Self>, MetaError> {
+        let Some(members) = kept.take(0, raw).or_else(|| RawObject::parse(raw)) else {
             return Ok(None);
         };
         let meta = match members.get(META) {
-            Some(meta) => Some(RawObject::parse(meta).ok_or(MetaError::MetaNotObject)?),
+            Some(meta) => Some(
+                kept.take(1, meta)
+                    .or_else(|| RawObject::parse(meta))
+                    .ok_or(MetaError::MetaNotObject)?,
+            ),
             None => None,
         };
-        Ok(Some(Payload { members, meta }))
+        let session = meta
+            .as_ref()
+            .and_then(|meta| meta.get(SESSION))
+            .and_then(|session| kept.take(2, session));
+        Ok(Some(Payload {
+            members,
+            meta,
+            session,
+        }))
     }
 
     /// The raw value of a top-level member of the payload.
@@ -98,7 +126,14 @@ impl<'a> Payload<'a> {
         let Some(raw) = self.meta(SESSION) else {
             return Ok(None);
         };
-        let object = RawObject::parse(raw).ok_or(MetaError::MalformedSession)?;
+        let read;
+        let object = match &self.session {
+            Some(kept) if kept.is_read_from(raw) => kept,
+            _ => {
+                read = RawObject::parse(raw).ok_or(MetaError::MalformedSession)?;
+                &read
+            }
+        };
         let session_id = object
             .get("sessionId")
             .and_then(crate::jsonrpc::raw_str)

@@ -6,6 +6,11 @@
 //! byte by byte, inside strings eight bytes at a time, and keeps the slices of the
 //! envelope's members as it passes them.
 //!
+//! Asked to ([`Keep`]), it also keeps the members of `params` and of the objects at a path
+//! in it (`_meta`, then the session in that), found as it checks them: they are opened on
+//! every request, and would otherwise be found by reading the same bytes again, once for
+//! each level ([`crate::jsonrpc::RawObject::parse`]).
+//!
 //! It is stricter than serde_json, never looser. Whatever it does not read plainly — a
 //! top-level key with an escape (it could spell a member's name), one of the envelope's
 //! members named twice, nesting deeper than [`DEEPEST`], anything that is not JSON — it
@@ -14,7 +19,10 @@
 //! tests hold it to that over every body of the envelope's tests, mutations of them and
 //! generated envelopes, and the `envelope` fuzz target over whatever it finds.
 
-use super::Wire;
+use std::borrow::Cow;
+
+use super::{KeptObjects, Wire};
+use crate::jsonrpc::RawObject;
 use crate::jsonrpc::raw::{known, skip_space};
 
 /// The deepest nesting this reader follows (the envelope's object is 1): a bound on its
@@ -22,10 +30,20 @@ use crate::jsonrpc::raw::{known, skip_space};
 /// limit; a body nested deeper than this is left to it.
 const DEEPEST: usize = 64;
 
+/// What [`read`] keeps of `params` besides checking it: the object (level 0), and the
+/// object at each step of `path` in it (level 1 the member `path[0]` of `params`, level 2
+/// the member `path[1]` of that).
+pub(super) struct Keep<'k, 'a> {
+    pub path: &'k [&'k str],
+    pub kept: &'k mut KeptObjects<'a>,
+}
+
 /// The envelope's members of `text`, when `text` is one JSON object with none of them
 /// named twice, nothing after it but whitespace, and no escape in its own keys; `None`
-/// for anything else, which is serde_json's to read.
-pub(super) fn read(text: &str) -> Option<Wire<'_>> {
+/// for anything else, which is serde_json's to read. With `keep`, the objects it asks for
+/// are kept as they are passed: each whose keys have no escape (one with an escaped key
+/// is left to be opened as before).
+pub(super) fn read<'a>(text: &'a str, mut keep: Option<Keep<'_, 'a>>) -> Option<Wire<'a>> {
     let bytes = text.as_bytes();
     let mut at = skip_space(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
@@ -47,7 +65,12 @@ pub(super) fn read(text: &str) -> Option<Wire<'_>> {
                 return None;
             }
             let start = skip_space(bytes, at + 1);
-            at = value_end(bytes, start, 1)?;
+            at = match keep.as_mut() {
+                Some(keep) if key == b"params" && bytes.get(start) == Some(&b'{') => {
+                    kept_object_end(text, start, 1, 0, keep)?
+                }
+                _ => value_end(bytes, start, 1)?,
+            };
             let slot = match key {
                 b"jsonrpc" => Some(&mut wire.jsonrpc),
                 b"id" => Some(&mut wire.id),
@@ -122,6 +145,60 @@ fn value_end(bytes: &[u8], at: usize, depth: usize) -> Option<usize> {
         b'-' | b'0'..=b'9' => number_end(bytes, at),
         _ => None,
     }
+}
+
+/// [`value_end`] of the object at `at` (its `{`, `depth` containers deep), kept at
+/// `level` of `keep.kept` with the members the object reader finds
+/// (`RawObject::parse`: keys decoded, values as written) unless a key has an escape;
+/// the object a member named `keep.path[level]` holds is kept at the next level.
+fn kept_object_end<'a>(
+    text: &'a str,
+    at: usize,
+    depth: usize,
+    level: usize,
+    keep: &mut Keep<'_, 'a>,
+) -> Option<usize> {
+    if depth >= DEEPEST {
+        return None;
+    }
+    let bytes = text.as_bytes();
+    let open = at;
+    let mut members = Vec::with_capacity(4);
+    let mut plain = true;
+    let mut at = skip_space(bytes, at + 1);
+    if bytes.get(at) != Some(&b'}') {
+        loop {
+            let (key_end, escaped) = string_end(bytes, at)?;
+            plain &= !escaped;
+            let key = text.get(at + 1..key_end - 1)?;
+            at = skip_space(bytes, key_end);
+            if bytes.get(at) != Some(&b':') {
+                return None;
+            }
+            let start = skip_space(bytes, at + 1);
+            at = match keep.path.get(level) {
+                Some(next) if !escaped && key == *next && bytes.get(start) == Some(&b'{') => {
+                    kept_object_end(text, start, depth + 1, level + 1, keep)?
+                }
+                _ => value_end(bytes, start, depth + 1)?,
+            };
+            if plain {
+                members.push((Cow::Borrowed(key), known(text.get(start..at)?)?));
+            }
+            at = skip_space(bytes, at);
+            match bytes.get(at)? {
+                b',' => at = skip_space(bytes, at + 1),
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    let end = at + 1;
+    if plain {
+        keep.kept
+            .keep(level, RawObject::found(text.get(open..end)?, members));
+    }
+    Some(end)
 }
 
 /// Where the string starting at `at` (its opening quote) ends: just past its closing

@@ -5,7 +5,8 @@ fn parse(body: &str) -> Result<Envelope<'_>, EnvelopeError> {
     parse_bytes(body.as_bytes())
 }
 
-/// `Envelope::parse`, held to serde_json's reading of the same body.
+/// `Envelope::parse`, held to serde_json's reading of the same body; and what
+/// `parse_keeping` keeps, held to what reading it again finds.
 fn parse_bytes(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
     let parsed = Envelope::parse(body);
     assert_eq!(
@@ -14,7 +15,64 @@ fn parse_bytes(body: &[u8]) -> Result<Envelope<'_>, EnvelopeError> {
         "the one pass and serde_json read {:?} differently",
         String::from_utf8_lossy(body)
     );
+    // The proxy's path (`_meta`, then the session), and one of the keys the generated
+    // bodies have (`_meta`, then `x`).
+    for path in [
+        &["_meta", "io.modelcontextprotocol/session"],
+        &["_meta", "x"],
+    ] {
+        kept_as_read(body, path, &parsed);
+    }
     parsed
+}
+
+/// `Envelope::parse_keeping(body, path)` reads `body` as `parse` does (`parsed`), and
+/// each object it keeps is a slice of `body` with the members the object reader finds
+/// in it, `params` (when kept) the envelope's own.
+fn kept_as_read(body: &[u8], path: &[&str], parsed: &Result<Envelope<'_>, EnvelopeError>) {
+    let keeping = Envelope::parse_keeping(body, path);
+    let envelope = keeping.as_ref().map(|(envelope, _)| envelope.clone());
+    assert_eq!(
+        read(body, &envelope.map_err(Clone::clone)),
+        read(body, parsed),
+        "kept and not: {:?} read differently",
+        String::from_utf8_lossy(body)
+    );
+    let Ok((envelope, kept)) = keeping else {
+        return;
+    };
+    for (level, object) in kept.objects.iter().enumerate() {
+        let Some(object) = object else {
+            continue;
+        };
+        let raw = crate::jsonrpc::raw::known(object.text());
+        assert!(
+            raw.is_some_and(|raw| range_in(body, raw).is_some()),
+            "not a slice of the body"
+        );
+        let again = raw.and_then(RawObject::parse);
+        assert_eq!(
+            format!("{:?}", Some(object)),
+            format!("{:?}", again.as_ref()),
+            "level {level} of {:?}",
+            String::from_utf8_lossy(body)
+        );
+        // Each value at the same place of the body, not only with the same bytes.
+        let places = |object: &RawObject<'_>| -> Vec<_> {
+            object
+                .entries()
+                .map(|(key, value)| (key.to_owned(), range_in(body, value)))
+                .collect()
+        };
+        assert_eq!(Some(places(object)), again.as_ref().map(places));
+        if level == 0 {
+            assert!(
+                envelope
+                    .params
+                    .is_some_and(|params| object.is_read_from(params))
+            );
+        }
+    }
 }
 
 /// What a parse gave, each raw part as its place in `body` and its text.
@@ -257,7 +315,7 @@ fn the_one_pass_reads_every_body_as_serde_json_does() {
 fn the_one_pass_reads_what_the_proxy_is_sent_and_leaves_the_rest_to_serde_json() {
     // What the proxy is sent is read by the one pass (else it would only cost time).
     for body in &SEEDS[..6] {
-        assert!(one_pass::read(body).is_some(), "{body}");
+        assert!(one_pass::read(body, None).is_some(), "{body}");
     }
     // An escaped top-level key (it could spell a member's name), a member named twice,
     // nesting deeper than the pass follows, and JSON it refuses go to serde_json.
@@ -274,7 +332,7 @@ fn the_one_pass_reads_what_the_proxy_is_sent_and_leaves_the_rest_to_serde_json()
         r#"{"jsonrpc":"2.0","id":1,"method":"m"} x"#,
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\",\"x\":\"\t\"}",
     ] {
-        assert!(one_pass::read(body).is_none(), "{body}");
+        assert!(one_pass::read(body, None).is_none(), "{body}");
     }
     // As deep as it follows (63 arrays in the envelope's object), and one deeper, which
     // serde_json reads.
@@ -285,8 +343,8 @@ fn the_one_pass_reads_what_the_proxy_is_sent_and_leaves_the_rest_to_serde_json()
             "]".repeat(depth)
         )
     };
-    assert!(one_pass::read(&nested(63)).is_some());
-    assert!(one_pass::read(&nested(64)).is_none());
+    assert!(one_pass::read(&nested(63), None).is_some());
+    assert!(one_pass::read(&nested(64), None).is_none());
     assert!(parse(&nested(64)).is_ok());
     assert!(parse(&deep).is_ok());
 }
@@ -408,6 +466,11 @@ impl Draw {
             self.space(out);
             let key = if envelope && i < 3 {
                 ["jsonrpc", "id", "method"][i]
+            } else if envelope && i == 3 && self.below(2) == 0 {
+                "params"
+            } else if !envelope && self.below(2) == 0 {
+                // The keys of the path the proxy keeps objects at, often.
+                self.pick(&["_meta", "x"])
             } else {
                 self.pick(&KEYS)
             };
@@ -420,6 +483,9 @@ impl Draw {
             match key {
                 "jsonrpc" if self.below(8) > 0 => out.push_str("\"2.0\""),
                 "method" if self.below(8) > 0 => out.push_str("\"tools/call\""),
+                // Objects where the proxy opens them (`params`, `_meta` in it, and
+                // the `x` the kept path names in that).
+                "params" | "_meta" | "x" if self.below(4) > 0 => self.object(out, depth + 1, false),
                 _ => self.value(out, depth),
             }
             self.space(out);
@@ -432,11 +498,13 @@ impl Draw {
 fn the_one_pass_reads_generated_bodies_as_serde_json_does() {
     // Envelopes of random shape (`jsonrpc`, `id` and `method` first, then members of
     // any name, the envelope's own among them — so named twice — and an escaped one;
-    // nested values of every kind, escapes, numbers and whitespace), half of them broken
-    // by one to three bytes put in, replaced or taken out: `parse_bytes` holds the two
-    // readings equal on each.
+    // `params` often, with objects in it at the keys of the path kept; nested values of
+    // every kind, escapes, numbers and whitespace), half of them broken by one to three
+    // bytes put in, replaced or taken out: `parse_bytes` holds the two readings equal on
+    // each, and what `parse_keeping` kept to what reading it again finds.
     let mut draw = Draw(0x9e37_79b9_7f4a_7c15);
     let (mut by_one_pass, mut accepted) = (0, 0);
+    let mut kept_at = [0; KEPT_LEVELS];
     for _ in 0..20_000 {
         let mut body = String::new();
         draw.object(&mut body, 1, true);
@@ -455,8 +523,13 @@ fn the_one_pass_reads_generated_bodies_as_serde_json_does() {
                 }
             }
         }
-        if std::str::from_utf8(&body).is_ok_and(|text| one_pass::read(text).is_some()) {
+        if std::str::from_utf8(&body).is_ok_and(|text| one_pass::read(text, None).is_some()) {
             by_one_pass += 1;
+        }
+        if let Ok((_, kept)) = Envelope::parse_keeping(&body, &["_meta", "x"]) {
+            for (level, object) in kept.objects.iter().enumerate() {
+                kept_at[level] += usize::from(object.is_some());
+            }
         }
         if parse_bytes(&body).is_ok() {
             accepted += 1;
@@ -468,4 +541,8 @@ fn the_one_pass_reads_generated_bodies_as_serde_json_does() {
         by_one_pass > 5_000 && accepted > 1_000,
         "{by_one_pass} {accepted}"
     );
+    // And enough objects kept at each level (`params`, its `_meta`, the `x` in that)
+    // for `kept_as_read` to have held something to what reading it again finds.
+    let [params, meta, x] = kept_at;
+    assert!(params > 200 && meta > 50 && x > 20, "{kept_at:?}");
 }

@@ -158,3 +158,88 @@ fn members_are_appended_only_to_an_object_that_cannot_have_them() {
     assert_eq!(point("[1]", &[]), None);
     assert_eq!(point(r#""{}""#, &[]), None);
 }
+
+/// `params` opened from what the envelope's check kept (`OPENED`) and by reading it again
+/// give the same payload: the same session, `_meta` and members written back, or the
+/// same refusal.
+#[test]
+fn what_the_envelope_kept_opens_as_reading_again_does() {
+    use crate::jsonrpc::Envelope;
+    const SESSION_OBJECT: &str =
+        r#"{"io.modelcontextprotocol/session":{"sessionId":"s-1","state":"st"},"progressToken":7}"#;
+    let bodies = [
+        // Kept whole: `params`, its `_meta` and the session.
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"e","arguments":{{"_meta":1}},"_meta":{SESSION_OBJECT}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params": {{ "_meta" : {SESSION_OBJECT} , "x":[{{}}] }} }}"#),
+        // An escape in a key at each level: that object is read again, the others kept.
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"n\u0061me":"e","_meta":{SESSION_OBJECT}}}}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"},"k\u0065y":1}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionI\u0064":"s"}}}}"#.to_owned(),
+        // An escaped key that spells the path, and `_meta` twice (the last is read).
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"a":1},"\u005fmeta":{"b":2}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"a"}},"_meta":{"io.modelcontextprotocol/session":{"sessionId":"b"}}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"a"},"io.modelcontextprotocol/session":"b"}}}"#.to_owned(),
+        // `_meta` that holds the session alone (cut out whole), and a last `_meta` that
+        // is no object after one that is.
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1, "_meta" :{"io.modelcontextprotocol/session":{"sessionId":"s"}} }}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s"}},"_meta":1}}"#.to_owned(),
+        // Shapes refused, or with nothing to open.
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":[1]}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"state":null}}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/session":{"sessionId":"s","state":null}}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[{"_meta":{}}]}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{}}"#.to_owned(),
+    ];
+    for body in &bodies {
+        let (envelope, mut kept) = Envelope::parse_keeping(body.as_bytes(), &OPENED).unwrap();
+        let params = envelope.params.unwrap();
+        let (from_kept, read_again) =
+            (Payload::open_kept(params, &mut kept), Payload::open(params));
+        assert_eq!(
+            from_kept.as_ref().map(Option::is_some),
+            read_again.as_ref().map(Option::is_some),
+            "{body}"
+        );
+        let (Ok(Some(from_kept)), Ok(Some(read_again))) = (from_kept, read_again) else {
+            continue;
+        };
+        assert_eq!(from_kept.session(), read_again.session(), "{body}");
+        assert_eq!(
+            from_kept.check_typed_meta(),
+            read_again.check_typed_meta(),
+            "{body}"
+        );
+        assert_eq!(
+            from_kept.with_meta(SESSION, br#"{"sessionId":"t"}"#),
+            read_again.with_meta(SESSION, br#"{"sessionId":"t"}"#),
+            "{body}"
+        );
+        assert_eq!(
+            from_kept.without_meta(SESSION),
+            read_again.without_meta(SESSION),
+            "{body}"
+        );
+        assert_eq!(
+            from_kept.sole_meta_cut(SESSION),
+            read_again.sole_meta_cut(SESSION),
+            "{body}"
+        );
+    }
+    // The first body's three objects are kept, and its payload is opened from them.
+    let (envelope, mut kept) = Envelope::parse_keeping(bodies[0].as_bytes(), &OPENED).unwrap();
+    let params = envelope.params.unwrap();
+    let members = kept.take(0, params).expect("params kept");
+    let meta = kept
+        .take(1, members.get(META).unwrap())
+        .expect("_meta kept");
+    assert!(
+        kept.take(2, meta.get(SESSION).unwrap()).is_some(),
+        "the session kept"
+    );
+    let (_, mut kept) = Envelope::parse_keeping(bodies[0].as_bytes(), &OPENED).unwrap();
+    let payload = Payload::open_kept(params, &mut kept).unwrap().unwrap();
+    assert!(
+        payload.session.is_some(),
+        "the session's object taken from what was kept"
+    );
+}
