@@ -83,7 +83,7 @@ pub fn accept(headers: &HeaderMap) -> Result<Accepts, ProxyError> {
 /// DNS rebinding. Loopback origins and the configured ones pass; requests without
 /// `Origin` (non-browser clients) pass.
 pub fn origin(headers: &HeaderMap, allowed: &[String]) -> Result<(), ProxyError> {
-    // Only a browser's requests have one.
+    // Most requests have none (a browser sends one).
     if !wire::holds(headers, &ORIGIN) {
         return Ok(());
     }

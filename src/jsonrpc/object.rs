@@ -46,7 +46,7 @@ impl<'a> RawObject<'a> {
 
     /// Whether this object was read from `raw`: its very text (the same place and
     /// length), not only the same bytes.
-    pub fn is_read_from(&self, raw: &RawValue) -> bool {
+    pub(crate) fn is_read_from(&self, raw: &RawValue) -> bool {
         std::ptr::eq(self.text, raw.get())
     }
 
