@@ -97,7 +97,16 @@ async fn upstream_gets_its_own_host_whatever_the_client_sent() {
         direct.text
     );
 
-    // Through the proxy the same Host works: the upstream gets its own authority.
+    // Through the proxy the same Host works: the upstream gets its own authority — on
+    // an old client's way through, untouched otherwise, ...
+    let passed = post_json(&c.http, &c.url, &initialize, &headers).await;
+    assert_eq!(passed.status, 200, "{}", passed.text);
+    assert!(
+        passed.header("mcp-session-id").is_some(),
+        "the old client's initialize reached FastMCP: {}",
+        passed.text
+    );
+    // ... and in a data-layer session.
     headers.insert(
         "mcp-session-id",
         HeaderValue::from_str(c.session_id()).unwrap(),

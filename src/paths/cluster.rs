@@ -234,7 +234,7 @@ impl Cluster {
         let body = to.body;
         let mut request = Request::new(Full::new(body.clone()));
         *request.method_mut() = to.method;
-        *request.headers_mut() = headers::to_upstream_passthrough(to.headers);
+        *request.headers_mut() = headers::to_replica_passthrough(to.headers);
         // With traces on, the hop is a span of the request being served, and its context
         // goes to the owner in the headers (signed with them).
         let span = crate::telemetry::active()

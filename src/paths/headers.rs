@@ -89,20 +89,37 @@ pub fn to_legacy_for_stateless(headers: &HeaderMap) -> HeaderMap {
     })
 }
 
-/// Client headers to pass upstream unchanged (legacy pass-through): all end-to-end
-/// headers but `Host` (the upstream gets its own authority, which DNS-rebinding
-/// protections check), `Origin` (already checked by the proxy) and the replicas' own
+/// What never passes through besides the hop-by-hop headers: `Host` (the upstream gets
+/// its own authority, which DNS-rebinding protections check), the body's length (the
+/// sender's to write), `Origin` (already checked by the proxy) and the replicas' own
 /// signature (checked by the front; never the upstream's business).
+const NOT_PASSED: [&HeaderName; 4] = [
+    &header::HOST,
+    &header::CONTENT_LENGTH,
+    &header::ORIGIN,
+    &FORWARDED,
+];
+
+/// Client headers to pass to another replica unchanged (legacy pass-through): all
+/// end-to-end headers but those [`NOT_PASSED`].
+pub fn to_replica_passthrough(headers: &HeaderMap) -> HeaderMap {
+    copy_except(headers, &NOT_PASSED)
+}
+
+/// Client headers to pass upstream unchanged (legacy pass-through), for the upstream's
+/// own request (`crate::upstream`), which sets the upstream's `Host` where the client's
+/// lies and writes the body's length itself, whatever the map says. So when the client
+/// sent nothing else to leave out — no hop-by-hop header, no `Origin`, no signature, as
+/// most requests — its map goes as it is: cloned (no name hashed again, where the copy
+/// hashes each), in the client's order, `Host` included. Otherwise
+/// [`to_replica_passthrough`]'s copy.
 pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
-    copy_except(
-        headers,
-        &[
-            &header::HOST,
-            &header::CONTENT_LENGTH,
-            &header::ORIGIN,
-            &FORWARDED,
-        ],
-    )
+    let to_leave_out =
+        |name: &HeaderName| is_hop_by_hop(name, &[]) || name == header::ORIGIN || name == FORWARDED;
+    if headers.keys().any(to_leave_out) {
+        return to_replica_passthrough(headers);
+    }
+    headers.clone()
 }
 
 /// Upstream headers to pass to the client on the session path, taken off where they
@@ -161,6 +178,50 @@ mod tests {
         ]);
         let out = to_upstream_passthrough(&h);
         only(&out, header::AUTHORIZATION, "Bearer t");
+    }
+
+    #[test]
+    fn a_request_with_nothing_else_to_leave_out_goes_upstream_as_it_is() {
+        let h = map(&[
+            ("host", "proxy:8080"),
+            ("content-type", "application/json"),
+            ("x-b", "2"),
+            ("content-length", "7"),
+            ("x-a", "1"),
+            ("x-b", "3"),
+        ]);
+        let out = to_upstream_passthrough(&h);
+        assert_eq!(out, h);
+        // In the client's order, repeated names in theirs: the upstream's own request
+        // replaces `Host` where it lies and writes its own length.
+        let order = |h: &HeaderMap| -> Vec<(String, String)> {
+            h.iter()
+                .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+                .collect()
+        };
+        assert_eq!(order(&out), order(&h));
+        // Another replica's request gets neither.
+        let copied = to_replica_passthrough(&h);
+        assert!(!copied.contains_key(header::HOST) && !copied.contains_key(header::CONTENT_LENGTH));
+        assert_eq!(copied.len(), 4);
+    }
+
+    #[test]
+    fn a_request_with_anything_else_to_leave_out_is_copied_without_it() {
+        let hop_by_hop = HOP_BY_HOP;
+        let leave_out = hop_by_hop
+            .iter()
+            .chain([&header::UPGRADE, &header::ORIGIN, &FORWARDED])
+            .map(HeaderName::as_str);
+        for name in leave_out {
+            let h = map(&[
+                ("host", "proxy:8080"),
+                (name, "x"),
+                ("authorization", "Bearer t"),
+            ]);
+            let out = to_upstream_passthrough(&h);
+            only(&out, header::AUTHORIZATION, "Bearer t");
+        }
     }
 
     #[test]

@@ -331,9 +331,10 @@ impl HttpUpstream {
         body: Bytes,
     ) -> UpstreamRequest {
         let settings = &self.settings;
-        // Room for what the transport adds (`Host`, the session's and the message's
-        // headers, a trace context) without growing the map again.
-        forwarded.reserve(6);
+        // No room reserved here: a copy of the client's headers has room made for what
+        // the transport adds (`Host`, the session's and the message's headers, a trace
+        // context), and a client's map passed as it is has its own `Host` replaced where
+        // it lies (reserving would grow it: a larger table, every entry placed in it again).
         let presented = match (&settings.exchange, settings.withhold_authorization) {
             (None, false) => None,
             _ => forwarded.remove(AUTHORIZATION),
