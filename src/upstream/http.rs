@@ -334,7 +334,8 @@ impl HttpUpstream {
         // No room reserved here: a copy of the client's headers has room made for what
         // the transport adds (`Host`, the session's and the message's headers, a trace
         // context), and a client's map passed as it is has its own `Host` replaced where
-        // it lies (reserving would grow it: a larger table, every entry placed in it again).
+        // it lies (reserving would grow it: a larger table, every entry placed in it
+        // again).
         let presented = match (&settings.exchange, settings.withhold_authorization) {
             (None, false) => None,
             _ => forwarded.remove(AUTHORIZATION),
@@ -346,7 +347,7 @@ impl HttpUpstream {
             forwarded.insert(AUTHORIZATION, exchanged);
         }
         settings.credentials.apply(&mut forwarded);
-        forwarded.insert(HOST, self.host.clone());
+        set_host(&mut forwarded, &self.host);
         let mut request = Box::new(Request::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = target;
@@ -450,5 +451,72 @@ impl HttpUpstream {
             headers.insert(MCP_PROTOCOL_VERSION.clone(), version);
         }
         Ok(request)
+    }
+}
+
+/// `host` as the only `Host` of `headers`: where the client's lies when it sent one and
+/// no name of the map has two values (then the one value found is the only `Host`), set
+/// in place, which neither moves the field nor grows a map that is full (`insert` makes
+/// room before it looks); otherwise inserted.
+fn set_host(headers: &mut HeaderMap, host: &HeaderValue) {
+    let one_value_each = headers.len() == headers.keys_len();
+    match headers.get_mut(HOST).filter(|_| one_value_each) {
+        Some(there) => *there = host.clone(),
+        None => {
+            headers.insert(HOST, host.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(headers: &HeaderMap) -> Vec<(String, String)> {
+        headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn the_upstreams_host_is_the_only_one_and_replaces_the_clients_where_it_lies() {
+        let upstream = HeaderValue::from_static("127.0.0.1:9");
+        let mut full = HeaderMap::with_capacity(3);
+        full.append(HOST, HeaderValue::from_static("proxy.example"));
+        full.append("x-a", HeaderValue::from_static("1"));
+        full.append("x-b", HeaderValue::from_static("2"));
+        let room = full.capacity();
+        assert_eq!(full.len(), room, "the premise: a map with no room left");
+        set_host(&mut full, &upstream);
+        assert_eq!(
+            fields(&full),
+            [("host", "127.0.0.1:9"), ("x-a", "1"), ("x-b", "2")]
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+        );
+        assert_eq!(full.capacity(), room, "set in place, the map did not grow");
+
+        // Two `Host`s (or two values of any name): one, the upstream's.
+        let mut twice = HeaderMap::new();
+        twice.append(HOST, HeaderValue::from_static("a.example"));
+        twice.append(HOST, HeaderValue::from_static("b.example"));
+        set_host(&mut twice, &upstream);
+        let hosts: Vec<_> = twice.get_all(HOST).iter().collect();
+        assert_eq!(hosts, [&upstream]);
+        let mut repeated = HeaderMap::new();
+        repeated.append(HOST, HeaderValue::from_static("a.example"));
+        repeated.append("x-a", HeaderValue::from_static("1"));
+        repeated.append("x-a", HeaderValue::from_static("2"));
+        set_host(&mut repeated, &upstream);
+        assert_eq!(
+            repeated.get_all(HOST).iter().collect::<Vec<_>>(),
+            [&upstream]
+        );
+        assert_eq!(repeated.len(), 3);
+
+        // None sent: added.
+        let mut none = HeaderMap::new();
+        set_host(&mut none, &upstream);
+        assert_eq!(none.get_all(HOST).iter().collect::<Vec<_>>(), [&upstream]);
     }
 }
