@@ -40,7 +40,9 @@ pub async fn exchange(
     forwarded: &HeaderMap,
     frame: Frame<'_>,
 ) -> Result<Answer, UpstreamError> {
-    let mut kept = HeaderMap::with_capacity(forwarded.len());
+    // Room for what the transport adds (`Host`, the session's and the message's headers,
+    // a trace context) without growing the map again.
+    let mut kept = HeaderMap::with_capacity(forwarded.len() + 6);
     for (name, value) in forwarded {
         if !headers::is_param_header(name) {
             kept.append(name.clone(), value.clone());

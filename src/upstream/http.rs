@@ -456,8 +456,8 @@ impl HttpUpstream {
 
 /// `host` as the only `Host` of `headers`: where the client's lies when it sent one and
 /// no name of the map has two values (then the one value found is the only `Host`), set
-/// in place, which neither moves the field nor grows a map that is full (`insert` makes
-/// room before it looks); otherwise inserted.
+/// through `get_mut`, which does not grow a map that is full (`insert`, which would set
+/// it in the same place, makes room before it looks); otherwise inserted.
 fn set_host(headers: &mut HeaderMap, host: &HeaderValue) {
     let one_value_each = headers.len() == headers.keys_len();
     match headers.get_mut(HOST).filter(|_| one_value_each) {
