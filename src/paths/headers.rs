@@ -99,15 +99,9 @@ const CHECKED_HERE: [&HeaderName; 2] = [&header::ORIGIN, &FORWARDED];
 /// that holds what it needs): all end-to-end headers but [`CHECKED_HERE`]'s, `Host`
 /// (the replica's request has its own authority) and the body's length.
 pub fn to_replica_passthrough(headers: &HeaderMap) -> HeaderMap {
-    copy_except(
-        headers,
-        &[
-            &header::HOST,
-            &header::CONTENT_LENGTH,
-            CHECKED_HERE[0],
-            CHECKED_HERE[1],
-        ],
-    )
+    copy_unless(headers, |name| {
+        name == header::HOST || name == header::CONTENT_LENGTH || CHECKED_HERE.contains(&name)
+    })
 }
 
 /// Client headers to pass upstream unchanged (legacy pass-through), for the upstream's
