@@ -30,9 +30,10 @@ cat "$setup_log"
 # A warning (an HTML tag left open, which hides text) fails it too.
 book="$("${INTEROP_TOOLS:-target/interop-tools}/mdbook/bin/mdbook" build docs 2>&1)" || { echo "$book"; exit 1; }
 if grep -E '^ *(WARN|ERROR) ' <<<"$book"; then echo "mdbook build docs: warnings above" >&2; exit 1; fi
-# Every test binary's tests side by side (.config/nextest.toml says how many at once and
+# Every test side by side (.config/nextest.toml says how many at once and
 # which run alone); the tools are installed already, so no test process runs setup.sh
-# again. Without cargo-nextest, cargo's own runner: one binary after another.
+# again. Without cargo-nextest, cargo's own runner: one binary after another, the tests of
+# each on threads of one process (so the suites that run alone under nextest do not).
 export MCP_PROXY_TEST_TOOLS_READY=1
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --workspace

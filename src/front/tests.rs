@@ -234,7 +234,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             "error -32602 400".into(),
         ),
-        // The store answers -32043 (tests/lifecycle.rs); a sessionId outside 0x21–0x7E
+        // The store answers -32043 (tests/suite/lifecycle.rs); a sessionId outside 0x21–0x7E
         // is never found either.
         (
             "unknown, expired or deleted session",
@@ -281,7 +281,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             "error -32600 400".into(),
         ),
-        // The session path refuses a state not issued for the session (tests/lifecycle.rs).
+        // The session path refuses a state not issued for the session (tests/suite/lifecycle.rs).
         (
             "a state changed, or issued for another session",
             post(&in_session("tools/list", Some(2), S1, "").replace(
@@ -291,7 +291,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             format!("InSession {S1} DataLayer"),
         ),
-        // The upstream's 404 is decided in `upstream` (tests/lifecycle.rs, interop).
+        // The upstream's 404 is decided in `upstream` (tests/suite/lifecycle.rs, interop).
         (
             "the upstream lost the session",
             post(&tools_call),
@@ -306,7 +306,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
         ),
         // Forwarding to the replica holding a stdio child, its cap per caller, and the
         // signature a replica puts on what it forwards are `paths::cluster`'s, the last
-        // checked once the body is read (tests/replicas.rs).
+        // checked once the body is read (tests/suite/replicas.rs).
         (
             "the proxy replica holding a session's stdio server does not answer",
             post(&tools_call),
@@ -325,21 +325,21 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             STDIO,
             format!("InSession {S1} DataLayer"),
         ),
-        // The relay refuses what is not the response (tests/lifecycle.rs, stateless.rs).
+        // The relay refuses what is not the response (tests/suite/lifecycle.rs, stateless.rs).
         (
             "upstream success that is not the request's response",
             post(&tools_call),
             HTTP,
             format!("InSession {S1} DataLayer"),
         ),
-        // The cap is the session store's (tests/lifecycle.rs).
+        // The cap is the session store's (tests/suite/lifecycle.rs).
         (
             "max_sessions reached",
             post(CREATE),
             HTTP,
             "Create DataLayer".into(),
         ),
-        // The per-caller limits are the session manager's (tests/fairness.rs).
+        // The per-caller limits are the session manager's (tests/suite/fairness.rs).
         (
             "a caller over its own limits",
             post(CREATE),
@@ -387,7 +387,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             format!("InSession {S1} DataLayer"),
         ),
-        // What comes back on the stream is the relay's (tests/streaming.rs).
+        // What comes back on the stream is the relay's (tests/suite/streaming.rs).
         (
             "server-to-client requests inside an SSE response",
             post(&tools_call),
@@ -740,7 +740,7 @@ fn rows() -> Vec<(&'static str, Req, RouteRules, String)> {
             HTTP,
             "error -32600 400".into(),
         ),
-        // The echo is the relay's (tests/sep1364.rs).
+        // The echo is the relay's (tests/suite/sep1364.rs).
         (
             "the response to such a request echoes the sessionId",
             post(&format!(

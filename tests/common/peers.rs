@@ -1,5 +1,5 @@
 //! Real third-party MCP peers of every protocol era (tests/interop/README.md), started on
-//! loopback for the tests that put the proxy between them, and for `tests/interop_peers.rs`,
+//! loopback for the tests that put the proxy between them, and for `tests/suite/interop_peers.rs`,
 //! which records how each behaves when talked to directly.
 //!
 //! Servers ([`ServerProcess`], each on a free port, killed on drop):

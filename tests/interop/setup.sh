@@ -14,7 +14,7 @@
 #   sdk/               @modelcontextprotocol/sdk 1.x + zod (conformance/fixture-server.mjs,
 #                      TypeScript SDK client tests)
 #   inspector/         @modelcontextprotocol/inspector 2.12.0, the official MCP Inspector; its
-#                      connection CLI `mcpdo` (tests/inspector.rs) runs on node22/
+#                      connection CLI `mcpdo` (tests/suite/inspector.rs) runs on node22/
 #   ts2/               the MCP TypeScript SDK 2.x: @modelcontextprotocol/server 2.4.0, client 2.4.0,
 #                      node 2.1.2 (node:http adapter), ext-tasks 0.2.2, from ts2/package-lock.json;
 #                      tests/interop/ts2/*.mjs load it: server.mjs (a 2026-07-28 server, modern-only
@@ -37,7 +37,7 @@
 #                      TypeScript SDK 1.x client with its ClientCredentialsProvider, on sdk/
 # and, from Debian's packages with apt-get when missing (system-wide; root or sudo):
 #   curl, openssl      tests/docs runs the shell examples of README.md and the book as written
-#   redis-server, nginx-light   the fleet tests (tests/replicas.rs): a real Redis store
+#   redis-server, nginx-light   the fleet tests (tests/suite/replicas.rs): a real Redis store
 #                      and a real load balancer in front of two proxy processes
 # Needs: node >= 20 with npm (the TypeScript SDK 2.x needs 20), python3 >= 3.10
 # (override with $PYTHON), cargo (mdBook), the npm registry, PyPI and crates.io. Safe to run concurrently

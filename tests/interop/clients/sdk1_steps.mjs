@@ -1,6 +1,6 @@
 // A real MCP 2025-11-25 client (the official TypeScript SDK 1.x) that runs a few steps
 // against any of the interop fixtures and prints one JSON line per step, the same format
-// as tests/interop/ts2/client.mjs, for the era matrix (tests/eras.rs).
+// as tests/interop/ts2/client.mjs, for the era matrix (tests/suite/eras.rs).
 //
 // Usage: node sdk1_steps.mjs URL [--steps echo,ask,slow]
 //   (env MCP_SDK_NODE_MODULES: a node_modules folder holding @modelcontextprotocol/sdk)

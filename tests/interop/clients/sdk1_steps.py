@@ -1,6 +1,6 @@
 """A real MCP 2025-11-25 client (the official Python SDK 1.x, mcp 1.30) that runs a few
 steps against any of the interop fixtures and prints one JSON line per step, the same
-format as tests/interop/ts2/client.mjs, for the era matrix (tests/eras.rs).
+format as tests/interop/ts2/client.mjs, for the era matrix (tests/suite/eras.rs).
 
 Usage: target/interop-tools/venv/bin/python sdk1_steps.py URL [--steps echo,ask,slow]
 

@@ -172,7 +172,7 @@ fn tail(log: &str, lines: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_file_descriptors_the_accept_loop_backs_off_and_logs_at_a_bounded_rate() {
     // The overload threshold above the limit: otherwise the proxy sheds connections
-    // before the kernel refuses any (tests/overload.rs), and accepting never fails.
+    // before the kernel refuses any (tests/suite/overload.rs), and accepting never fails.
     let proxy = ProxyProcess::launch()
         .toml("[limits]\nheader_read_timeout = \"30s\"\nmax_open_files = 100000\n")
         .nofile(64)

@@ -214,7 +214,7 @@ async fn with_the_input_key_extension_the_baselined_checks_pass_too() {
 /// checks `Mcp-Param-*` itself for the legacy fixture, whose tools declare
 /// `execution.taskSupport` the 2025-11-25 way and ask their questions as ordinary
 /// server-to-client requests. Every check passes; `tasks-status-notifications` is
-/// skipped by the suite itself (it sends nothing yet; `tests/stateless.rs` covers
+/// skipped by the suite itself (it sends nothing yet; `tests/suite/stateless.rs` covers
 /// `notifications/tasks`).
 const TASKS: [&str; 11] = [
     "tasks-lifecycle",

@@ -29,7 +29,7 @@
 //! child per session: dual, and modern-only), with raw clients and the TypeScript SDK 2.x
 //! client through the proxy (a stdio server has no URL to go direct to).
 //!
-//! HTTP+SSE upstreams are not here (tests/interop_sse.rs).
+//! HTTP+SSE upstreams are not here (tests/suite/interop_sse.rs).
 
 #![allow(
     clippy::unwrap_used,
@@ -1119,7 +1119,7 @@ async fn a_modern_servers_refusals_reach_every_client_as_they_are() {
         reply.text
     );
     // The routing header its call needs (SEP-2243's `Mcp-Param-Region`) the proxy
-    // mirrors itself; a -32020 that persists reaches it as it came (tests/param_headers.rs).
+    // mirrors itself; a -32020 that persists reaches it as it came (tests/suite/param_headers.rs).
     let reply = session.request("tools/call", forecast.clone()).await;
     assert_eq!(
         text(&final_message(&reply)),

@@ -18,7 +18,7 @@ use mcp_session_proxy::config::{Secret, StoreConfig};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 
-/// The stores whose binding is checked in-process (Redis: `tests/replicas.rs`).
+/// The stores whose binding is checked in-process (Redis: `tests/suite/replicas.rs`).
 fn stores() -> [(&'static str, StoreConfig); 2] {
     [
         ("memory", StoreConfig::Memory),
