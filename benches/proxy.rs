@@ -49,6 +49,9 @@ usage: benches/run.sh [OPTIONS]      (= cargo bench --bench proxy -- [OPTIONS])
   --only LIST             run only some of: saturation,paced,stores,traces,eras,create,
                           memory
   --no-nginx              leave nginx out
+  --fetch-fields          every client also sends the fields Node's fetch adds
+                          (`Connection: keep-alive`, `User-Agent`, `Accept-Language`,
+                          `Sec-Fetch-Mode`, `Accept-Encoding`): a real client's head
   --no-floor-variants     leave out the floor's variants (heads read and written,
                           io_uring), which only split the floor's cost further
 
@@ -81,6 +84,7 @@ struct Options {
     only: Vec<String>,
     nginx: bool,
     floor_variants: bool,
+    fetch_fields: bool,
 }
 
 impl Options {
@@ -130,6 +134,7 @@ impl Options {
             "--only",
             "--no-nginx",
             "--no-floor-variants",
+            "--fetch-fields",
         ];
         let mut i = 0;
         while i < args.len() {
@@ -138,8 +143,10 @@ impl Options {
                 eprintln!("unknown argument {:?}\n\n{USAGE}", args[i]);
                 std::process::exit(2);
             }
-            let takes_value = !matches!(name, "--quick" | "--no-nginx" | "--no-floor-variants")
-                && !args[i].contains('=');
+            let takes_value = !matches!(
+                name,
+                "--quick" | "--no-nginx" | "--no-floor-variants" | "--fetch-fields"
+            ) && !args[i].contains('=');
             i += if takes_value { 2 } else { 1 };
         }
         fn num<T: std::str::FromStr>(name: &str, value: Option<String>, default: T) -> T {
@@ -197,6 +204,7 @@ impl Options {
             only,
             nginx: !switch("no-nginx"),
             floor_variants: !switch("no-floor-variants"),
+            fetch_fields: switch("fetch-fields"),
         }
     }
 
@@ -208,6 +216,9 @@ impl Options {
 fn main() {
     support::upstream::serve_if_asked();
     let options = Options::parse();
+    if options.fetch_fields {
+        support::http::send_fetch_fields();
+    }
     install_signal_handler();
     let started = Instant::now();
     let runtime = support::runtime();
@@ -1524,6 +1535,17 @@ impl Report {
             "- direct: the client's own `initialize` and `Mcp-Session-Id`; nginx: the same requests through nginx (`proxy_pass`, keep-alive upstream, `proxy_buffering off`, 2 workers, `access_log off`); proxy: a data-layer session per connection (`sessions/create`), `_meta[\"io.modelcontextprotocol/session\"]` with the latest `state` on every call, every answer checked for the session `_meta`; the proxy runs with `workers = {}` (`MCP_BENCH_PROXY_WORKERS`).",
             procs::proxy_workers()
         );
+        if options.fetch_fields {
+            let _ = writeln!(
+                out,
+                "- `--fetch-fields`: every request also carries the fields Node's `fetch` adds ({}).",
+                support::http::FETCH_FIELDS
+                    .iter()
+                    .map(|(name, value)| format!("`{name}: {value}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if let Some(Ok(status)) = &self.rewrite_proof {
             let _ = writeln!(
                 out,

@@ -5,6 +5,7 @@
 
 use std::io::{self, Read as _, Write as _};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -32,6 +33,25 @@ impl Response {
     }
 }
 
+/// The fields Node's `fetch` (undici) adds to each request of an SDK client that uses
+/// it (the TypeScript SDK's), beyond those the SDK sets: `Connection: keep-alive` among
+/// them, which HTTP/1.1 does not need and a hop must take off.
+pub const FETCH_FIELDS: [(&str, &str); 5] = [
+    ("Connection", "keep-alive"),
+    ("Accept-Language", "*"),
+    ("Sec-Fetch-Mode", "cors"),
+    ("User-Agent", "node"),
+    ("Accept-Encoding", "gzip, deflate"),
+];
+
+static WITH_FETCH_FIELDS: AtomicBool = AtomicBool::new(false);
+
+/// From now on every POST carries [`FETCH_FIELDS`] too (`--fetch-fields`): each target
+/// gets the head a fetch-based client sends.
+pub fn send_fetch_fields() {
+    WITH_FETCH_FIELDS.store(true, Ordering::Relaxed);
+}
+
 /// Appends a POST to `path` with a JSON body.
 pub fn post(out: &mut Vec<u8>, host: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
     out.extend_from_slice(b"POST ");
@@ -41,7 +61,12 @@ pub fn post(out: &mut Vec<u8>, host: &str, path: &str, headers: &[(&str, &str)],
     out.extend_from_slice(
         b"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n",
     );
-    for (name, value) in headers {
+    let fetch: &[(&str, &str)] = if WITH_FETCH_FIELDS.load(Ordering::Relaxed) {
+        &FETCH_FIELDS
+    } else {
+        &[]
+    };
+    for (name, value) in headers.iter().chain(fetch) {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());

@@ -22,23 +22,40 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRANSFER_ENCODING,
 ];
 
-fn is_hop_by_hop(name: &HeaderName, connection_listed: &[HeaderName]) -> bool {
-    HOP_BY_HOP.contains(name) || name == header::UPGRADE || connection_listed.contains(name)
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name) || name == header::UPGRADE
 }
 
-fn connection_listed(headers: &HeaderMap) -> Vec<HeaderName> {
-    // HTTP/1.1 keeps a connection open without it, and many clients send none (some
-    // send `keep-alive` anyway, and pay the look on top of the lookup).
-    if !crate::wire::holds(headers, &header::CONNECTION) {
-        return Vec::new();
+/// The names a head's `Connection` fields list (hop-by-hop as well, RFC 9110 §7.6.1):
+/// their tokens as written, read once, with no name made of each (a client's
+/// `Connection: keep-alive`, the usual one, is one token).
+struct Listed<'a> {
+    tokens: Vec<&'a [u8]>,
+}
+
+impl<'a> Listed<'a> {
+    fn of(headers: &'a HeaderMap) -> Self {
+        // HTTP/1.1 keeps a connection open without it, and many clients send none (most
+        // HTTP libraries send `keep-alive` anyway, and pay the look on top of the lookup).
+        if !crate::wire::holds(headers, &header::CONNECTION) {
+            return Listed { tokens: Vec::new() };
+        }
+        let tokens = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .flat_map(|value| crate::wire::tokens(value.as_bytes()))
+            .filter(|token| !token.is_empty())
+            .collect();
+        Listed { tokens }
     }
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect()
+
+    fn lists(&self, name: &HeaderName) -> bool {
+        // A name is lowercase; a token may be written in any case.
+        let name = name.as_str().as_bytes();
+        self.tokens
+            .iter()
+            .any(|token| token.eq_ignore_ascii_case(name))
+    }
 }
 
 fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
@@ -46,12 +63,12 @@ fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
 }
 
 fn copy_unless(headers: &HeaderMap, drop: impl Fn(&HeaderName) -> bool) -> HeaderMap {
-    let listed = connection_listed(headers);
+    let listed = Listed::of(headers);
     // Room for what the other side adds (`Host`, the session's headers, a trace
     // context) without growing the map again.
     let mut out = HeaderMap::with_capacity(headers.len() + 6);
     for (name, value) in headers {
-        if is_hop_by_hop(name, &listed) || drop(name) {
+        if is_hop_by_hop(name) || drop(name) || listed.lists(name) {
             continue;
         }
         out.append(name.clone(), value.clone());
@@ -107,16 +124,15 @@ pub fn to_replica_passthrough(headers: &HeaderMap) -> HeaderMap {
 /// Client headers to pass upstream unchanged (legacy pass-through), for the upstream's
 /// own request (`crate::upstream`), which sets the upstream's `Host` (its own authority,
 /// which DNS-rebinding protections check) where the client's lies and writes the body's
-/// length itself, whatever the map says. So when the client sent nothing else to leave
-/// out — no hop-by-hop header, none of [`CHECKED_HERE`], as most requests — its map goes
-/// as it is: cloned (no name hashed again, where the copy hashes each), `Host` included.
-/// Otherwise [`to_replica_passthrough`]'s copy.
+/// length itself, whatever the map says. So the client's map is cloned (no name hashed
+/// again, where a copy hashes each), `Host` included, and what is left out — the
+/// hop-by-hop fields (a `Connection: keep-alive`, which most clients' HTTP libraries
+/// send), those a `Connection` field lists, and [`CHECKED_HERE`]'s — is taken off the
+/// clone where it lies.
 pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
-    let to_leave_out = |name: &HeaderName| is_hop_by_hop(name, &[]) || CHECKED_HERE.contains(&name);
-    if headers.keys().any(to_leave_out) {
-        return to_replica_passthrough(headers);
-    }
-    headers.clone()
+    let mut forwarded = headers.clone();
+    take_off(&mut forwarded, |name| CHECKED_HERE.contains(&name));
+    forwarded
 }
 
 /// Upstream headers to pass to the client on the session path, taken off where they
@@ -132,13 +148,28 @@ pub fn to_client_in_session(headers: &mut HeaderMap) {
 /// ones taken off where they lie (a JSON answer with a length has none: then nothing is
 /// touched; a chunked one has its `Transfer-Encoding`).
 pub fn to_client_passthrough(headers: &mut HeaderMap) {
-    if !headers.keys().any(|name| is_hop_by_hop(name, &[])) {
+    take_off(headers, |_| false);
+}
+
+/// Takes the hop-by-hop fields, those a `Connection` field lists and those `also` names
+/// off `headers`, where they lie; a map with none of them (most) is only looked over
+/// once.
+/// Fields of one name keep their order; a field of another name may take the place of
+/// one taken off (`HeaderMap::remove` fills the gap with its last entry) — the order of
+/// fields with different names means nothing (RFC 9110 §5.3).
+fn take_off(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+    // Without a hop-by-hop field there is no `Connection` either, so nothing it lists.
+    if !headers.keys().any(|name| is_hop_by_hop(name) || also(name)) {
         return;
     }
-    for name in connection_listed(headers) {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP.iter().chain([&header::UPGRADE]) {
+    let listed = Listed::of(headers);
+    // Each name once, however many fields have it.
+    let found: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| is_hop_by_hop(name) || also(name) || listed.lists(name))
+        .cloned()
+        .collect();
+    for name in found {
         headers.remove(name);
     }
 }
@@ -163,6 +194,13 @@ mod tests {
         assert_eq!(h[name], value);
     }
 
+    /// `h`'s fields in order, as `name: value`.
+    fn fields(h: &HeaderMap) -> Vec<String> {
+        h.iter()
+            .map(|(name, value)| format!("{name}: {}", value.to_str().unwrap()))
+            .collect()
+    }
+
     #[test]
     fn hop_by_hop_and_connection_listed_headers_are_dropped() {
         let h = map(&[
@@ -174,7 +212,30 @@ mod tests {
             ("host", "proxy:8080"),
         ]);
         let out = to_upstream_passthrough(&h);
-        only(&out, header::AUTHORIZATION, "Bearer t");
+        // `Host` stays for the upstream's request to replace where it lies.
+        let mut left = fields(&out);
+        left.sort();
+        assert_eq!(left, ["authorization: Bearer t", "host: proxy:8080"]);
+        // Another replica's request (a copy) has no `Host` either.
+        only(
+            &to_replica_passthrough(&h),
+            header::AUTHORIZATION,
+            "Bearer t",
+        );
+
+        // A listed name in any case, among spaces and empty tokens, in either of two
+        // `Connection` fields: each direction and path takes it off.
+        let h = map(&[
+            ("connection", "Keep-Alive"),
+            ("x-secret", "1"),
+            ("user-agent", "t/1"),
+            ("connection", " ,X-Secret , "),
+        ]);
+        only(&to_upstream_passthrough(&h), header::USER_AGENT, "t/1");
+        only(&to_upstream_in_session(&h), header::USER_AGENT, "t/1");
+        let mut answer = h.clone();
+        to_client_passthrough(&mut answer);
+        only(&answer, header::USER_AGENT, "t/1");
     }
 
     #[test]
@@ -197,7 +258,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_with_anything_else_to_leave_out_is_copied_without_it() {
+    fn what_a_request_leaves_out_is_taken_off_and_the_rest_goes_as_it_came() {
         let hop_by_hop = HOP_BY_HOP;
         let leave_out = hop_by_hop
             .iter()
@@ -211,8 +272,40 @@ mod tests {
                 ("authorization", "Bearer t"),
             ]);
             let out = to_upstream_passthrough(&h);
-            only(&out, header::AUTHORIZATION, "Bearer t");
+            let mut left = fields(&out);
+            left.sort();
+            assert_eq!(
+                left,
+                ["authorization: Bearer t", "host: proxy:8080"],
+                "{name}"
+            );
         }
+        // A fetch client's fields (`Connection: keep-alive` among them): each other field
+        // kept, `Host` where the client put it, fields of one name in their order.
+        let h = map(&[
+            ("host", "proxy:8080"),
+            ("connection", "keep-alive"),
+            ("content-type", "application/json"),
+            ("x-b", "2"),
+            ("accept", "application/json, text/event-stream"),
+            ("x-b", "3"),
+            ("user-agent", "node"),
+            ("content-length", "7"),
+        ]);
+        let out = to_upstream_passthrough(&h);
+        let left = fields(&out);
+        assert_eq!(left[0], "host: proxy:8080");
+        assert_eq!(left.len(), 7, "{left:?}");
+        let mut expected: Vec<String> = fields(&h)
+            .into_iter()
+            .filter(|f| !f.starts_with("connection:"))
+            .collect();
+        let mut sorted = left.clone();
+        sorted.sort();
+        expected.sort();
+        assert_eq!(sorted, expected);
+        let b: Vec<&String> = left.iter().filter(|f| f.starts_with("x-b:")).collect();
+        assert_eq!(b, ["x-b: 2", "x-b: 3"]);
     }
 
     #[test]
