@@ -33,13 +33,18 @@ if grep -E '^ *(WARN|ERROR) ' <<<"$book"; then echo "mdbook build docs: warnings
 # Every test side by side (.config/nextest.toml says how many at once and
 # which run alone); the tools are installed already, so no test process runs setup.sh
 # again. Without cargo-nextest, cargo's own runner: one binary after another, the tests of
-# each on threads of one process (so the suites that run alone under nextest do not).
+# each on threads of one process, but the integration suite's modules that run alone
+# under nextest last, one test at a time.
 export MCP_PROXY_TEST_TOOLS_READY=1
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --workspace
     cargo test --locked --doc
 else
-    cargo test --locked
+    alone=(overload:: limits:: upgrade:: redis_ha:: eras_conformance::)
+    cargo test --locked --workspace --lib --bins --test docs --test fuzz_corpus
+    cargo test --locked --test suite -- "${alone[@]/#/--skip=}"
+    cargo test --locked --test suite -- --test-threads=1 "${alone[@]}"
+    cargo test --locked --doc
 fi
 # The binary, checked with the features a release build has (without the
 # dev-dependencies', which the tests' build unifies in): code that compiles only in test

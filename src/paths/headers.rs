@@ -216,7 +216,7 @@ mod tests {
         let mut left = fields(&out);
         left.sort();
         assert_eq!(left, ["authorization: Bearer t", "host: proxy:8080"]);
-        // Another replica's request (a copy) has no `Host` either.
+        // Another replica's request (a copy) has no `Host`.
         only(
             &to_replica_passthrough(&h),
             header::AUTHORIZATION,
@@ -306,6 +306,17 @@ mod tests {
         assert_eq!(sorted, expected);
         let b: Vec<&String> = left.iter().filter(|f| f.starts_with("x-b:")).collect();
         assert_eq!(b, ["x-b: 2", "x-b: 3"]);
+
+        // The field taken off first: the map's last entry, of two values, takes its place
+        // with both, in their order.
+        let h = map(&[
+            ("connection", "keep-alive"),
+            ("x-a", "1"),
+            ("x-b", "2"),
+            ("x-b", "3"),
+        ]);
+        let out = to_upstream_passthrough(&h);
+        assert_eq!(fields(&out), ["x-b: 2", "x-b: 3", "x-a: 1"]);
     }
 
     #[test]

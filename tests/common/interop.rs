@@ -1,7 +1,7 @@
 //! Real third-party MCP servers (tests/interop/README.md) as child processes on
 //! loopback, and the real proxy in front of them.
 //!
-//! `tests/interop/setup.sh` runs once per test binary; a failed install or a server that
+//! `tests/interop/setup.sh` runs once per test process; a failed install or a server that
 //! does not come up makes the test fail with the script's or the server's stderr.
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! The proxy's own log, captured in memory.
 //!
-//! [`proxy_log`] installs the test binary's one global tracing subscriber the first time
+//! [`proxy_log`] installs the test process's one global tracing subscriber the first time
 //! it is called; every proxy the binary starts logs into the same buffer, so a test
 //! looks for lines it made unique (a marker, a session id).
 

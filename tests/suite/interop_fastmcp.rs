@@ -109,6 +109,19 @@ async fn upstream_gets_its_own_host_whatever_the_client_sent() {
         "the old client's initialize reached FastMCP: {issued:?} {}",
         passed.text
     );
+    // ... also with `Connection: keep-alive`, as Node's fetch and httpx send it (its
+    // fields are taken off the client's, the client's `Host` replaced where it lies), ...
+    let mut fetch_like = headers.clone();
+    fetch_like.insert("connection", HeaderValue::from_static("keep-alive"));
+    fetch_like.insert("user-agent", HeaderValue::from_static("node"));
+    let passed = post_json(&c.http, &c.url, &initialize, &fetch_like).await;
+    assert_eq!(passed.status, 200, "{}", passed.text);
+    let issued = passed.header("mcp-session-id").unwrap_or_default();
+    assert!(
+        issued.len() == 32 && issued.chars().all(|c| c.is_ascii_hexdigit()),
+        "the fetch-like initialize reached FastMCP: {issued:?} {}",
+        passed.text
+    );
     // ... and in a data-layer session.
     headers.insert(
         "mcp-session-id",
