@@ -248,9 +248,11 @@ mod tests {
             ("x-a", "1"),
             ("x-b", "3"),
         ]);
-        // The client's map itself: the upstream's own request replaces `Host` where it
-        // lies and writes its own length.
-        assert_eq!(to_upstream_passthrough(&h), h);
+        // The client's map itself, in its order: the upstream's own request replaces
+        // `Host` where it lies and writes its own length.
+        let out = to_upstream_passthrough(&h);
+        assert_eq!(out, h);
+        assert_eq!(fields(&out), fields(&h));
         // Another replica's request gets neither.
         let copied = to_replica_passthrough(&h);
         assert!(!copied.contains_key(header::HOST) && !copied.contains_key(header::CONTENT_LENGTH));

@@ -333,9 +333,9 @@ impl HttpUpstream {
         let settings = &self.settings;
         // No room reserved here: a copy of the client's headers has room made for what
         // the transport adds (`Host`, the session's and the message's headers, a trace
-        // context), and a client's map passed as it is has its own `Host` replaced where
-        // it lies (reserving would grow it: a larger table, every entry placed in it
-        // again).
+        // context), and a client's map passed through (a clone, what it must not pass
+        // taken off) has its own `Host` replaced where it lies (reserving would grow it: a
+        // larger table, every entry placed in it again).
         let presented = match (&settings.exchange, settings.withhold_authorization) {
             (None, false) => None,
             _ => forwarded.remove(AUTHORIZATION),
