@@ -64,12 +64,17 @@ fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
 
 fn copy_unless(headers: &HeaderMap, drop: impl Fn(&HeaderName) -> bool) -> HeaderMap {
     let listed = Listed::of(headers);
-    // Room for what the other side adds (`Host`, the session's headers, a trace
-    // context) without growing the map again.
-    let mut out = HeaderMap::with_capacity(headers.len() + 6);
+    // Made with the first field kept: a head often has none to keep (the fields the
+    // transport writes itself — `Host`, the session's, the message's — are not put in
+    // the map: `upstream::connections::OwnFields`), and an empty map costs no allocation. Then
+    // with room for the rest and a trace context.
+    let mut out = HeaderMap::new();
     for (name, value) in headers {
         if is_hop_by_hop(name) || drop(name) || listed.lists(name) {
             continue;
+        }
+        if out.capacity() == 0 {
+            out.reserve(headers.len() + 2);
         }
         out.append(name.clone(), value.clone());
     }
@@ -122,9 +127,9 @@ pub fn to_replica_passthrough(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// Client headers to pass upstream unchanged (legacy pass-through), for the upstream's
-/// own request (`crate::upstream`), which sets the upstream's `Host` (its own authority,
-/// which DNS-rebinding protections check) where the client's lies and writes the body's
-/// length itself, whatever the map says. So the client's map is cloned (no name hashed
+/// own request (`crate::upstream`), whose connection writes the upstream's `Host` (its
+/// own authority, which DNS-rebinding protections check) in place of the client's, and
+/// the body's length itself, whatever the map says. So the client's map is cloned (no name hashed
 /// again, where a copy hashes each), `Host` included, and what is left out — the
 /// hop-by-hop fields (a `Connection: keep-alive`, which most clients' HTTP libraries
 /// send), those a `Connection` field lists, and [`CHECKED_HERE`]'s — is taken off the

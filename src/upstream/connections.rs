@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+pub use self::exchange::OwnFields;
 use self::exchange::{Chunks, Framing, ReadHead, Step};
 use crate::wire::Fields;
 use crate::workers::PerWorker;
@@ -177,10 +178,14 @@ impl Connections {
         }
     }
 
-    /// Sends `request` (origin-form URI, `Host` set) on an idle connection of this
-    /// worker, or a new one, and returns the response head; its body holds the
-    /// connection until read to its end.
-    pub async fn send(&self, request: UpstreamRequest) -> Result<UpstreamResponse, SendError> {
+    /// Sends `request` (origin-form URI) with the transport's fields `own` on an idle
+    /// connection of this worker, or a new one, and returns the response head; its body
+    /// holds the connection until read to its end.
+    pub async fn send(
+        &self,
+        request: UpstreamRequest,
+        own: &OwnFields<'_>,
+    ) -> Result<UpstreamResponse, SendError> {
         // Read where it lies, in its box (taken out, its parts would be copied into this
         // future).
         let method = request.method();
@@ -189,7 +194,14 @@ impl Connections {
             .path_and_query()
             .map_or("/", http::uri::PathAndQuery::as_str);
         let mut out = Vec::new();
-        exchange::encode_request(method, target, request.headers(), request.body(), &mut out);
+        exchange::encode_request(
+            method,
+            target,
+            own,
+            request.headers(),
+            request.body(),
+            &mut out,
+        );
         loop {
             let mut conn = self.checkout().await?;
             let mut sent = 0;

@@ -18,10 +18,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, HeaderValue};
+use http::header::HeaderValue;
 use http::{HeaderMap, Method, StatusCode};
 
 use super::answer::{Answer, Messages};
+use super::connections::OwnFields;
 use super::error::UpstreamError;
 use super::http::HttpUpstream;
 use super::http_sse::{Frame, frame};
@@ -80,11 +81,12 @@ impl HttpUpstream {
     /// Whether a GET of the URL opens an event stream whose first event is `endpoint`.
     pub(super) async fn names_an_endpoint(&self) -> Result<bool, UpstreamError> {
         let target = self.target().clone();
-        let mut request = self.request_to(target, Method::GET, HeaderMap::new(), Bytes::new());
-        request
-            .headers_mut()
-            .insert(ACCEPT, HeaderValue::from_static(SSE));
-        let response = self.send(request).await?;
+        let request = self.request_to(target, Method::GET, HeaderMap::new(), Bytes::new());
+        let own = OwnFields {
+            accept: Some(SSE),
+            ..self.fields()
+        };
+        let response = self.send(request, &own).await?;
         if !response.status().is_success() || media_type(response.headers()) != Media::EventStream {
             return Ok(false);
         }

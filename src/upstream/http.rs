@@ -9,17 +9,17 @@ use std::time::Duration;
 use prometheus_client::metrics::histogram::Histogram;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
+use http::header::{AUTHORIZATION, HeaderValue};
 use http::{HeaderMap, Method, Request, StatusCode, Uri};
 
 use super::answer::{Answer, Messages};
-use super::connections::{Connections, UpstreamRequest, UpstreamResponse};
+use super::connections::{Connections, OwnFields, UpstreamRequest, UpstreamResponse};
 use super::error::UpstreamError;
 use super::ids::{self, RenamedRequests};
 use super::lost::{self, session_lost};
 use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, Kind};
-use crate::mcp::headers::{self, ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::mcp::headers::{self, ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION};
 use crate::mcp::version;
 use crate::telemetry::client::{ClientSpan, Operation, Peer};
 
@@ -171,18 +171,23 @@ impl HttpUpstream {
             .filter(|envelope| envelope.kind == Kind::Request)
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
         let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
+        let own = OwnFields {
+            content_type: Some(JSON),
+            accept: Some(ACCEPT_BOTH),
+            ..self.fields_in(binding)?
+        };
         let (span, body, operation) = self.span_for(body, modern);
-        let mut request = self.request(Method::POST, binding, forwarded, body)?;
+        let mut request = self.request(Method::POST, forwarded, body);
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
-        let headers = request.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-        headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_BOTH));
-        for (name, value) in mirrored.into_iter().flatten() {
-            headers.insert(name.clone(), value);
+        if let Some(mirrored) = mirrored {
+            let headers = request.headers_mut();
+            for (name, value) in mirrored {
+                headers.insert(name.clone(), value);
+            }
         }
-        let response = self.send_spanned(request, span).await?;
+        let response = self.send_spanned(request, span, &own).await?;
         let in_session = binding.is_some_and(|b| b.session_id.is_some());
         if in_session && session_lost(response.status(), None) {
             return Err(UpstreamError::SessionGone);
@@ -207,12 +212,12 @@ impl HttpUpstream {
         binding: SessionAddr<'_>,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
-        let mut request =
-            self.request(Method::GET, Some(binding), forwarded.clone(), Bytes::new())?;
-        request
-            .headers_mut()
-            .insert(ACCEPT, HeaderValue::from_static(crate::mcp::headers::SSE));
-        let response = self.send(request).await?;
+        let own = OwnFields {
+            accept: Some(crate::mcp::headers::SSE),
+            ..self.fields_in(Some(binding))?
+        };
+        let request = self.request(Method::GET, forwarded.clone(), Bytes::new());
+        let response = self.send(request, &own).await?;
         let in_session = binding.session_id.is_some();
         if in_session && session_lost(response.status(), None) {
             return Err(UpstreamError::SessionGone);
@@ -266,11 +271,11 @@ impl HttpUpstream {
             }
             false => (None, body, None),
         };
-        let mut request = self.request(method, None, forwarded, body)?;
+        let mut request = self.request(method, forwarded, body);
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
-        self.send_spanned(request, span).await
+        self.send_spanned(request, span, &self.fields()).await
     }
 
     /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
@@ -281,13 +286,9 @@ impl HttpUpstream {
         if binding.session_id.is_none() {
             return Ok(());
         }
-        let request = self.request(
-            Method::DELETE,
-            Some(binding),
-            HeaderMap::new(),
-            Bytes::new(),
-        )?;
-        let response = self.send(request).await?;
+        let own = self.fields_in(Some(binding))?;
+        let request = self.request(Method::DELETE, HeaderMap::new(), Bytes::new());
+        let response = self.send(request, &own).await?;
         let status = response.status();
         if status.is_success() || status == StatusCode::METHOD_NOT_ALLOWED {
             return Ok(());
@@ -322,7 +323,8 @@ impl HttpUpstream {
     /// headers `forwarded`, adjusted where they lie (no copy): the client's
     /// `Authorization` left out when it was for the proxy, or replaced by the token
     /// exchanged for it; the client's headers of the credentials' names replaced by the
-    /// proxy's own; the upstream's own `Host`.
+    /// proxy's own. (The upstream's own `Host` is the connection's to write, in place of
+    /// any the client sent: [`OwnFields`].)
     pub(super) fn request_to(
         &self,
         target: Uri,
@@ -331,11 +333,9 @@ impl HttpUpstream {
         body: Bytes,
     ) -> UpstreamRequest {
         let settings = &self.settings;
-        // No room reserved here: a copy of the client's headers has room made for what
-        // the transport adds (`Host`, the session's and the message's headers, a trace
-        // context), and a client's map passed through (a clone, what it must not pass
-        // taken off) has its own `Host` replaced where it lies (reserving would grow it: a
-        // larger table, every entry placed in it again).
+        // No room reserved here: the transport's own fields are not put in the map
+        // (`OwnFields`), and what may be (credentials, a trace context) grows it only
+        // when it is there.
         let presented = match (&settings.exchange, settings.withhold_authorization) {
             (None, false) => None,
             _ => forwarded.remove(AUTHORIZATION),
@@ -347,7 +347,6 @@ impl HttpUpstream {
             forwarded.insert(AUTHORIZATION, exchanged);
         }
         settings.credentials.apply(&mut forwarded);
-        set_host(&mut forwarded, &self.host);
         let mut request = Box::new(Request::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = target;
@@ -389,8 +388,9 @@ impl HttpUpstream {
     pub(super) async fn send(
         &self,
         request: UpstreamRequest,
+        own: &OwnFields<'_>,
     ) -> Result<UpstreamResponse, UpstreamError> {
-        self.send_spanned(request, None).await
+        self.send_spanned(request, None, own).await
     }
 
     /// [`Self::send`], in the span `preset` when the caller started it already (its
@@ -399,6 +399,7 @@ impl HttpUpstream {
         &self,
         mut request: UpstreamRequest,
         preset: Option<ClientSpan>,
+        own: &OwnFields<'_>,
     ) -> Result<UpstreamResponse, UpstreamError> {
         let timeout = self.settings.timeout;
         let span = match preset {
@@ -410,7 +411,8 @@ impl HttpUpstream {
         };
         // One clock read for the deadline and the latency.
         let sent = tokio::time::Instant::now();
-        let sending = tokio::time::timeout_at(sent + timeout, self.connections.send(request)).await;
+        let sending =
+            tokio::time::timeout_at(sent + timeout, self.connections.send(request, own)).await;
         let answered = match sending {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(UpstreamError::Unreachable(e.to_string())),
@@ -429,94 +431,29 @@ impl HttpUpstream {
         Ok(response)
     }
 
-    /// A request to the upstream endpoint with the binding's headers and `forwarded`.
-    fn request(
-        &self,
-        method: Method,
-        binding: Option<SessionAddr<'_>>,
-        forwarded: HeaderMap,
-        body: Bytes,
-    ) -> Result<UpstreamRequest, UpstreamError> {
-        let mut request = self.request_to(self.target.clone(), method, forwarded, body);
-        let headers = request.headers_mut();
-        if let Some(binding) = binding {
-            if let Some(id) = binding.session_id {
-                let value = HeaderValue::from_str(id).map_err(|_| {
-                    UpstreamError::Protocol("the upstream session id is not a valid header".into())
-                })?;
-                headers.insert(MCP_SESSION_ID.clone(), value);
-            }
-            // One of the proxy's own version strings: a header value as it is.
-            let version = HeaderValue::from_static(binding.protocol_version);
-            headers.insert(MCP_PROTOCOL_VERSION.clone(), version);
-        }
-        Ok(request)
-    }
-}
-
-/// `host` as the only `Host` of `headers`: where the client's lies when it sent one and
-/// no name of the map has two values (then the one value found is the only `Host`), set
-/// through `get_mut`, which does not grow a map that is full (`insert`, which would set
-/// it in the same place, makes room before it looks); otherwise inserted.
-fn set_host(headers: &mut HeaderMap, host: &HeaderValue) {
-    let one_value_each = headers.len() == headers.keys_len();
-    match headers.get_mut(HOST).filter(|_| one_value_each) {
-        Some(there) => *there = host.clone(),
-        None => {
-            headers.insert(HOST, host.clone());
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fields(headers: &HeaderMap) -> Vec<(String, String)> {
-        headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
-            .collect()
+    /// A request to the upstream endpoint with `forwarded`.
+    fn request(&self, method: Method, forwarded: HeaderMap, body: Bytes) -> UpstreamRequest {
+        self.request_to(self.target.clone(), method, forwarded, body)
     }
 
-    #[test]
-    fn the_upstreams_host_is_the_only_one_and_replaces_the_clients_where_it_lies() {
-        let upstream = HeaderValue::from_static("127.0.0.1:9");
-        let mut full = HeaderMap::with_capacity(3);
-        full.append(HOST, HeaderValue::from_static("proxy.example"));
-        full.append("x-a", HeaderValue::from_static("1"));
-        full.append("x-b", HeaderValue::from_static("2"));
-        let room = full.capacity();
-        assert_eq!(full.len(), room, "the premise: a map with no room left");
-        set_host(&mut full, &upstream);
-        assert_eq!(
-            fields(&full),
-            [("host", "127.0.0.1:9"), ("x-a", "1"), ("x-b", "2")]
-                .map(|(n, v)| (n.to_owned(), v.to_owned()))
-        );
-        assert_eq!(full.capacity(), room, "set in place, the map did not grow");
+    /// The transport's fields of every request to this upstream: its `Host`.
+    pub(super) fn fields(&self) -> OwnFields<'_> {
+        OwnFields::host(self.host.as_bytes())
+    }
 
-        // Two `Host`s (or two values of any name): one, the upstream's.
-        let mut twice = HeaderMap::new();
-        twice.append(HOST, HeaderValue::from_static("a.example"));
-        twice.append(HOST, HeaderValue::from_static("b.example"));
-        set_host(&mut twice, &upstream);
-        let hosts: Vec<_> = twice.get_all(HOST).iter().collect();
-        assert_eq!(hosts, [&upstream]);
-        let mut repeated = HeaderMap::new();
-        repeated.append(HOST, HeaderValue::from_static("a.example"));
-        repeated.append("x-a", HeaderValue::from_static("1"));
-        repeated.append("x-a", HeaderValue::from_static("2"));
-        set_host(&mut repeated, &upstream);
-        assert_eq!(
-            repeated.get_all(HOST).iter().collect::<Vec<_>>(),
-            [&upstream]
-        );
-        assert_eq!(repeated.len(), 3);
-
-        // None sent: added.
-        let mut none = HeaderMap::new();
-        set_host(&mut none, &upstream);
-        assert_eq!(none.get_all(HOST).iter().collect::<Vec<_>>(), [&upstream]);
+    /// [`Self::fields`] of a request in `binding`'s upstream session (or in none): with
+    /// the session's id and protocol version.
+    fn fields_in<'a>(
+        &'a self,
+        binding: Option<SessionAddr<'a>>,
+    ) -> Result<OwnFields<'a>, UpstreamError> {
+        let own = self.fields();
+        let Some(binding) = binding else {
+            return Ok(own);
+        };
+        own.in_session(binding.session_id, binding.protocol_version)
+            .map_err(|_| {
+                UpstreamError::Protocol("the upstream session id is not a valid header".into())
+            })
     }
 }

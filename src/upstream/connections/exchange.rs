@@ -7,9 +7,12 @@ use std::io;
 use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{
+    ACCEPT, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, TRANSFER_ENCODING,
+};
 use http::{HeaderMap, Method, StatusCode, Version};
 
+use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::wire::{self, Fields};
 
 /// The most header fields a response head may have (hyper's default).
@@ -19,23 +22,122 @@ pub const MAX_HEAD: usize = 400 * 1024;
 /// The longest trailer section of a chunked body.
 const MAX_TRAILERS: usize = 16 * 1024;
 
-/// Writes `method target` with `headers` and `body` into `out` (`Host` is among the
-/// headers). The body's length is the proxy's to say: a `Content-Length` or
+/// The fields the proxy's own transport sets on a request to an upstream: written by
+/// the connection ahead of the request's map, in place of any field of the same name in
+/// it, rather than hashed into the map (each `insert` hashes its name, and may grow the
+/// map) to be found and written out again. The upstream's `Host` always (its own
+/// authority, which DNS-rebinding protections check, never the client's); the others
+/// when set.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnFields<'a> {
+    pub host: &'a [u8],
+    /// `Content-Type`.
+    pub content_type: Option<&'static str>,
+    /// `Accept`.
+    pub accept: Option<&'static str>,
+    /// `Mcp-Session-Id`: the upstream session's id (checked as a field value when set:
+    /// [`OwnFields::in_session`]).
+    pub session_id: Option<&'a str>,
+    /// `MCP-Protocol-Version`: one of the versions the proxy knows.
+    pub protocol_version: Option<&'static str>,
+}
+
+/// Why a request could not be written.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotAFieldValue;
+
+impl<'a> OwnFields<'a> {
+    /// `Host` alone.
+    pub fn host(host: &'a [u8]) -> Self {
+        OwnFields {
+            host,
+            content_type: None,
+            accept: None,
+            session_id: None,
+            protocol_version: None,
+        }
+    }
+
+    /// With the upstream session's id (when it issued one) and protocol version: refused
+    /// if the id is not a field value (RFC 9110 §5.5: no control character but tab) —
+    /// an id is the upstream's, or a record's in a shared store, never trusted to be one.
+    pub fn in_session(
+        self,
+        session_id: Option<&'a str>,
+        protocol_version: &'static str,
+    ) -> Result<Self, NotAFieldValue> {
+        if let Some(id) = session_id
+            && !id.bytes().all(|b| b == b'\t' || (b >= b' ' && b != 0x7f))
+        {
+            return Err(NotAFieldValue);
+        }
+        Ok(OwnFields {
+            session_id,
+            protocol_version: Some(protocol_version),
+            ..self
+        })
+    }
+
+    /// Whether `name` is one of the fields set here (so the map's is left out).
+    fn sets(&self, name: &HeaderName) -> bool {
+        name == HOST
+            || (self.content_type.is_some() && name == CONTENT_TYPE)
+            || (self.accept.is_some() && name == ACCEPT)
+            || (self.session_id.is_some() && name == MCP_SESSION_ID)
+            || (self.protocol_version.is_some() && name == MCP_PROTOCOL_VERSION)
+    }
+
+    /// How many bytes [`Self::write`] writes.
+    fn written_len(&self) -> usize {
+        let line = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len() + 4);
+        line("host", Some(""))
+            + self.host.len()
+            + line(CONTENT_TYPE.as_str(), self.content_type)
+            + line(ACCEPT.as_str(), self.accept)
+            + line(MCP_SESSION_ID.as_str(), self.session_id)
+            + line(MCP_PROTOCOL_VERSION.as_str(), self.protocol_version)
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        wire::write_field(out, b"host", self.host);
+        if let Some(value) = self.content_type {
+            wire::write_field(out, CONTENT_TYPE.as_str().as_bytes(), value.as_bytes());
+        }
+        if let Some(value) = self.accept {
+            wire::write_field(out, ACCEPT.as_str().as_bytes(), value.as_bytes());
+        }
+        if let Some(value) = self.session_id {
+            wire::write_field(out, MCP_SESSION_ID.as_str().as_bytes(), value.as_bytes());
+        }
+        if let Some(value) = self.protocol_version {
+            wire::write_field(
+                out,
+                MCP_PROTOCOL_VERSION.as_str().as_bytes(),
+                value.as_bytes(),
+            );
+        }
+    }
+}
+
+/// Writes `method target` with `own`'s fields, then the other fields of `headers`, and
+/// `body` into `out`. The body's length is the proxy's to say: a `Content-Length` or
 /// `Transfer-Encoding` among `headers` is left out.
 pub fn encode_request(
     method: &Method,
     target: &str,
+    own: &OwnFields<'_>,
     headers: &HeaderMap,
     body: &[u8],
     out: &mut Vec<u8>,
 ) {
-    out.reserve(64 + target.len() + headers.len() * 32 + body.len());
+    out.reserve(64 + target.len() + own.written_len() + headers.len() * 32 + body.len());
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    own.write(out);
     for (name, value) in headers {
-        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || own.sets(name) {
             continue;
         }
         wire::write_field(out, name.as_str().as_bytes(), value.as_bytes());
@@ -305,26 +407,106 @@ mod tests {
     #[test]
     fn a_request_is_written_with_the_length_of_its_body() {
         let mut headers = HeaderMap::new();
-        headers.insert("host", HeaderValue::from_static("u:1"));
+        headers.insert("x-a", HeaderValue::from_static("1"));
         headers.insert("content-length", HeaderValue::from_static("999"));
         let mut out = Vec::new();
-        encode_request(&Method::POST, "/mcp?a", &headers, b"{}", &mut out);
+        let own = OwnFields::host(b"u:1");
+        encode_request(&Method::POST, "/mcp?a", &own, &headers, b"{}", &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "POST /mcp?a HTTP/1.1\r\nhost: u:1\r\ncontent-length: 2\r\n\r\n{}"
+            "POST /mcp?a HTTP/1.1\r\nhost: u:1\r\nx-a: 1\r\ncontent-length: 2\r\n\r\n{}"
         );
         let mut out = Vec::new();
-        encode_request(&Method::DELETE, "/mcp", &HeaderMap::new(), b"", &mut out);
+        encode_request(
+            &Method::DELETE,
+            "/mcp",
+            &own,
+            &HeaderMap::new(),
+            b"",
+            &mut out,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "DELETE /mcp HTTP/1.1\r\n\r\n"
+            "DELETE /mcp HTTP/1.1\r\nhost: u:1\r\n\r\n"
         );
         let mut out = Vec::new();
-        encode_request(&Method::POST, "/", &HeaderMap::new(), b"", &mut out);
+        encode_request(&Method::POST, "/", &own, &HeaderMap::new(), b"", &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "POST / HTTP/1.1\r\n\r\n",
+            "POST / HTTP/1.1\r\nhost: u:1\r\n\r\n",
             "no length for none"
+        );
+    }
+
+    /// The transport's fields are the only ones of their names: a client's `Host` (all
+    /// of them), and its fields of the names the transport set, are left out; its others
+    /// pass in the order they came, after the transport's.
+    #[test]
+    fn the_transports_fields_replace_the_clients_of_their_names() {
+        let mut headers = HeaderMap::new();
+        headers.append("host", HeaderValue::from_static("evil.example"));
+        headers.append("x-a", HeaderValue::from_static("1"));
+        headers.append("host", HeaderValue::from_static("evil.example:2"));
+        headers.append("accept", HeaderValue::from_static("text/html"));
+        headers.append("mcp-session-id", HeaderValue::from_static("client's"));
+        headers.append("content-type", HeaderValue::from_static("text/plain"));
+        headers.append("x-b", HeaderValue::from_static("2"));
+        let own = OwnFields {
+            content_type: Some("application/json"),
+            accept: Some("application/json, text/event-stream"),
+            ..OwnFields::host(b"127.0.0.1:9")
+        }
+        .in_session(Some("s-1"), "2025-11-25")
+        .unwrap();
+        let mut out = Vec::new();
+        encode_request(&Method::POST, "/mcp", &own, &headers, b"{}", &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /mcp HTTP/1.1\r\n\
+             host: 127.0.0.1:9\r\n\
+             content-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\n\
+             mcp-session-id: s-1\r\n\
+             mcp-protocol-version: 2025-11-25\r\n\
+             x-a: 1\r\n\
+             x-b: 2\r\n\
+             content-length: 2\r\n\r\n{}"
+        );
+
+        // What the transport does not set passes: a client's `Accept` on a request
+        // whose `Accept` the transport leaves alone.
+        let own = OwnFields::host(b"u");
+        let mut out = Vec::new();
+        encode_request(&Method::GET, "/", &own, &headers, b"", &mut out);
+        let written = String::from_utf8(out).unwrap();
+        assert!(written.contains("accept: text/html\r\n"), "{written}");
+        assert!(
+            written.contains("mcp-session-id: client's\r\n"),
+            "{written}"
+        );
+        assert!(!written.contains("evil"), "{written}");
+    }
+
+    /// An upstream session id that is not a field value (a record in a shared store
+    /// says what it likes) is refused, not written: no field can be smuggled in.
+    #[test]
+    fn a_session_id_that_is_no_field_value_is_refused() {
+        let own = OwnFields::host(b"u");
+        for bad in ["a\r\nx-injected: 1", "a\nb", "nul\0", "del\u{7f}"] {
+            assert_eq!(
+                own.in_session(Some(bad), "2025-11-25").err(),
+                Some(NotAFieldValue),
+                "{bad:?}"
+            );
+        }
+        for good in ["9f1c-…", "with space\tand tab", ""] {
+            let own = own.in_session(Some(good), "2025-11-25").unwrap();
+            assert_eq!(own.session_id, Some(good));
+        }
+        let none = own.in_session(None, "2025-11-25").unwrap();
+        assert_eq!(
+            (none.session_id, none.protocol_version),
+            (None, Some("2025-11-25"))
         );
     }
 

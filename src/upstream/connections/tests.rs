@@ -9,6 +9,15 @@ use tokio::net::TcpListener;
 
 use super::*;
 
+/// The transport's fields of every request here.
+const HOST: OwnFields<'static> = OwnFields {
+    host: b"127.0.0.1",
+    content_type: None,
+    accept: None,
+    session_id: None,
+    protocol_version: None,
+};
+
 /// A server answering each request by its path: `/ok` a whole body, `/half` half of
 /// the body its length announces (the rest never comes), `/close` a whole body and
 /// `Connection: close`, `/hang` nothing. Counts the connections it accepted.
@@ -63,16 +72,13 @@ fn connections(port: u16) -> Connections {
 }
 
 fn get(path: &str) -> UpstreamRequest {
-    let request = Request::get(path)
-        .header(http::header::HOST, "127.0.0.1")
-        .body(Bytes::new())
-        .unwrap();
+    let request = Request::get(path).body(Bytes::new()).unwrap();
     Box::new(request)
 }
 
 /// Sends `GET path` and reads its body to its end.
 async fn whole_exchange(connections: &Connections, path: &str) -> Bytes {
-    let response = connections.send(get(path)).await.unwrap();
+    let response = connections.send(get(path), &HOST).await.unwrap();
     response.into_body().collect().await.unwrap().to_bytes()
 }
 
@@ -90,7 +96,7 @@ async fn a_body_read_to_its_end_leaves_its_connection_for_the_next_request() {
 async fn a_body_dropped_halfway_closes_its_connection() {
     let (port, accepted) = server().await;
     let connections = connections(port);
-    let response = connections.send(get("/half")).await.unwrap();
+    let response = connections.send(get("/half"), &HOST).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, "hello");
@@ -106,7 +112,10 @@ async fn a_request_dropped_while_its_answer_is_awaited_closes_its_connection() {
     let connections = connections(port);
     assert_eq!(whole_exchange(&connections, "/ok").await, "ok");
     // The client walks away while the upstream is still to answer.
-    let waiting = tokio::time::timeout(Duration::from_millis(100), connections.send(get("/hang")));
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(100),
+        connections.send(get("/hang"), &HOST),
+    );
     assert!(waiting.await.is_err(), "the upstream never answers /hang");
     assert_eq!(whole_exchange(&connections, "/ok").await, "ok");
     assert_eq!(

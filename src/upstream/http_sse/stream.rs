@@ -20,14 +20,13 @@ use std::future::poll_fn;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
 use http::{HeaderMap, Method, Uri};
 
 use super::Table;
 use super::framing::{Frame, frame, resolve_endpoint};
 use crate::mcp::headers::{JSON, SSE};
 use crate::sse::{Decoded, End, ItemSource};
-use crate::upstream::connections::UpstreamBody;
+use crate::upstream::connections::{OwnFields, UpstreamBody};
 use crate::upstream::demux::{Demux, Failure};
 use crate::upstream::error::UpstreamError;
 use crate::upstream::lost::{self, session_lost};
@@ -81,16 +80,17 @@ impl SseSession {
     ) -> Result<SseSession, UpstreamError> {
         let http = &replica.http;
         let settings = http.settings();
-        let mut request = http.request_to(
+        let request = http.request_to(
             http.target().clone(),
             Method::GET,
             forwarded.clone(),
             Bytes::new(),
         );
-        request
-            .headers_mut()
-            .insert(ACCEPT, HeaderValue::from_static(SSE));
-        let response = http.send(request).await?;
+        let own = OwnFields {
+            accept: Some(SSE),
+            ..http.fields()
+        };
+        let response = http.send(request, &own).await?;
         let status = response.status();
         if !status.is_success() {
             let detail = read_body(response.into_body(), lost::READ_LIMIT, settings.timeout)
@@ -124,16 +124,17 @@ impl SseSession {
     pub async fn post(&self, message: Bytes, forwarded: &HeaderMap) -> Result<(), UpstreamError> {
         let http = &self.replica.http;
         let timeout = http.settings().timeout;
-        let mut request = http.request_to(
+        let request = http.request_to(
             self.endpoint.clone(),
             Method::POST,
             forwarded.clone(),
             message,
         );
-        request
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-        let response = http.send(request).await?;
+        let own = OwnFields {
+            content_type: Some(JSON),
+            ..http.fields()
+        };
+        let response = http.send(request, &own).await?;
         let status = response.status();
         // Read to its end (`Accepted`), so that the connection is used again.
         let body = read_body(response.into_body(), lost::READ_LIMIT, timeout).await;
