@@ -144,6 +144,31 @@ fn https_upstreams_are_refused_with_a_reason() {
     );
 }
 
+/// Credentials in an upstream URL would be sent as its `Host` and logged with the URL:
+/// refused, and not repeated in the refusal.
+#[test]
+fn credentials_in_an_upstream_url_are_refused_unrepeated() {
+    for url in [
+        "http://user:s3cret@127.0.0.1:3001/mcp",
+        "http://s3cret@example.com/mcp",
+    ] {
+        let err = load_file(
+            &format!("[upstream]\nurl = \"{url}\"\n"),
+            Overrides::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("upstream.credentials"), "{err}");
+        assert!(!err.contains("s3cret"), "the secret is repeated: {err}");
+    }
+    // An `@` in the path is no credential.
+    let config = load_file(
+        "[upstream]\nurl = \"http://127.0.0.1:3001/mcp/@team\"\n",
+        Overrides::default(),
+    );
+    assert!(config.is_ok(), "{:?}", config.err().map(|e| e.to_string()));
+}
+
 #[test]
 fn a_missing_config_file_is_an_error() {
     let err = load_from(

@@ -1530,6 +1530,15 @@ fn parse_upstream_url(url: &str) -> Result<Uri, String> {
     if uri.host().is_none_or(str::is_empty) {
         return Err(format!("{url:?} has no host"));
     }
+    // Its authority is the upstream's `Host`, and the URL names the upstream in logs and
+    // errors: credentials in it would go out in both (so they are not repeated here).
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        return Err(
+            "the URL carries credentials (user:password@host); give the upstream its \
+             credentials with upstream.credentials (a header), not in the URL"
+                .into(),
+        );
+    }
     Ok(uri)
 }
 

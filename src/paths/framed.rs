@@ -40,8 +40,9 @@ pub async fn exchange(
     forwarded: &HeaderMap,
     frame: Frame<'_>,
 ) -> Result<Answer, UpstreamError> {
-    // Room for what the transport adds (`Host`, the session's and the message's headers,
-    // a trace context) without growing the map again.
+    // Room for what the transport puts in the map (the message's mirrored `Mcp-Method`
+    // and `Mcp-Name`, a trace context; its own fields it writes beside the map)
+    // without growing it again.
     let mut kept = HeaderMap::with_capacity(forwarded.len() + 6);
     for (name, value) in forwarded {
         if !headers::is_param_header(name) {

@@ -64,10 +64,11 @@ fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
 
 fn copy_unless(headers: &HeaderMap, drop: impl Fn(&HeaderName) -> bool) -> HeaderMap {
     let listed = Listed::of(headers);
-    // Made with the first field kept: a head often has none to keep (the fields the
-    // transport writes itself — `Host`, the session's, the message's — are not put in
-    // the map: `upstream::connections::OwnFields`), and an empty map costs no allocation. Then
-    // with room for the rest and a trace context.
+    // Made with the first field kept: a session's request often has none to keep (the
+    // fields the upstream's transport writes itself — `Host`, the session's, the
+    // message's — are not put in its map: `upstream::connections::OwnFields`), and an
+    // empty map costs no allocation. Then with room for the rest and two more (a trace
+    // context's fields; what else goes in grows it).
     let mut out = HeaderMap::new();
     for (name, value) in headers {
         if is_hop_by_hop(name) || drop(name) || listed.lists(name) {
@@ -129,11 +130,11 @@ pub fn to_replica_passthrough(headers: &HeaderMap) -> HeaderMap {
 /// Client headers to pass upstream unchanged (legacy pass-through), for the upstream's
 /// own request (`crate::upstream`), whose connection writes the upstream's `Host` (its
 /// own authority, which DNS-rebinding protections check) in place of the client's, and
-/// the body's length itself, whatever the map says. So the client's map is cloned (no name hashed
-/// again, where a copy hashes each), `Host` included, and what is left out — the
-/// hop-by-hop fields (a `Connection: keep-alive`, which most clients' HTTP libraries
-/// send), those a `Connection` field lists, and [`CHECKED_HERE`]'s — is taken off the
-/// clone where it lies.
+/// the body's length itself, whatever the map says. So the client's map is cloned (no
+/// name hashed again, where a copy hashes each), `Host` included, and what is left out
+/// — the hop-by-hop fields (a `Connection: keep-alive`, which most clients' HTTP
+/// libraries send), those a `Connection` field lists, and [`CHECKED_HERE`]'s — is taken
+/// off the clone where it lies.
 pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
     let mut forwarded = headers.clone();
     take_off(&mut forwarded, |name| CHECKED_HERE.contains(&name));
@@ -217,7 +218,7 @@ mod tests {
             ("host", "proxy:8080"),
         ]);
         let out = to_upstream_passthrough(&h);
-        // `Host` stays for the upstream's request to replace where it lies.
+        // `Host` stays: the upstream's connection leaves it out and writes its own.
         let mut left = fields(&out);
         left.sort();
         assert_eq!(left, ["authorization: Bearer t", "host: proxy:8080"]);
@@ -253,8 +254,8 @@ mod tests {
             ("x-a", "1"),
             ("x-b", "3"),
         ]);
-        // The client's map itself, in its order: the upstream's own request replaces
-        // `Host` where it lies and writes its own length.
+        // The client's map itself, in its order: the upstream's connection leaves its
+        // `Host` and its length out and writes its own.
         let out = to_upstream_passthrough(&h);
         assert_eq!(out, h);
         assert_eq!(fields(&out), fields(&h));

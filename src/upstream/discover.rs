@@ -22,7 +22,6 @@ use http::header::HeaderValue;
 use http::{HeaderMap, Method, StatusCode};
 
 use super::answer::{Answer, Messages};
-use super::connections::OwnFields;
 use super::error::UpstreamError;
 use super::http::HttpUpstream;
 use super::http_sse::{Frame, frame};
@@ -82,10 +81,7 @@ impl HttpUpstream {
     pub(super) async fn names_an_endpoint(&self) -> Result<bool, UpstreamError> {
         let target = self.target().clone();
         let request = self.request_to(target, Method::GET, HeaderMap::new(), Bytes::new());
-        let own = OwnFields {
-            accept: Some(SSE),
-            ..self.fields()
-        };
+        let own = self.own_fields().accept(SSE);
         let response = self.send(request, &own).await?;
         if !response.status().is_success() || media_type(response.headers()) != Media::EventStream {
             return Ok(false);

@@ -156,7 +156,8 @@ impl HttpUpstream {
 
     /// POSTs one JSON-RPC message, as it is, in `binding`'s upstream session (or in none)
     /// and reads the answer. `forwarded` are the client's end-to-end headers the caller
-    /// chose to pass on (the request's own map: the transport's headers are set in it).
+    /// chose to pass on (the request's own map; the transport's own fields are written
+    /// beside it by the connection, in place of any of their names: [`OwnFields`]).
     pub async fn post(
         &self,
         binding: Option<SessionAddr<'_>>,
@@ -171,11 +172,10 @@ impl HttpUpstream {
             .filter(|envelope| envelope.kind == Kind::Request)
             .map(|envelope| headers::mirrored(envelope.method(), envelope.params));
         let modern = binding.is_some_and(|addr| version::is_modern(addr.protocol_version));
-        let own = OwnFields {
-            content_type: Some(JSON),
-            accept: Some(ACCEPT_BOTH),
-            ..self.fields_in(binding)?
-        };
+        let own = self
+            .own_fields_in(binding)?
+            .content_type(JSON)
+            .accept(ACCEPT_BOTH);
         let (span, body, operation) = self.span_for(body, modern);
         let mut request = self.request(Method::POST, forwarded, body);
         if let Some(operation) = operation {
@@ -212,10 +212,9 @@ impl HttpUpstream {
         binding: SessionAddr<'_>,
         forwarded: &HeaderMap,
     ) -> Result<Answer, UpstreamError> {
-        let own = OwnFields {
-            accept: Some(crate::mcp::headers::SSE),
-            ..self.fields_in(Some(binding))?
-        };
+        let own = self
+            .own_fields_in(Some(binding))?
+            .accept(crate::mcp::headers::SSE);
         let request = self.request(Method::GET, forwarded.clone(), Bytes::new());
         let response = self.send(request, &own).await?;
         let in_session = binding.session_id.is_some();
@@ -275,7 +274,7 @@ impl HttpUpstream {
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
-        self.send_spanned(request, span, &self.fields()).await
+        self.send_spanned(request, span, &self.own_fields()).await
     }
 
     /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
@@ -286,7 +285,7 @@ impl HttpUpstream {
         if binding.session_id.is_none() {
             return Ok(());
         }
-        let own = self.fields_in(Some(binding))?;
+        let own = self.own_fields_in(Some(binding))?;
         let request = self.request(Method::DELETE, HeaderMap::new(), Bytes::new());
         let response = self.send(request, &own).await?;
         let status = response.status();
@@ -437,17 +436,17 @@ impl HttpUpstream {
     }
 
     /// The transport's fields of every request to this upstream: its `Host`.
-    pub(super) fn fields(&self) -> OwnFields<'_> {
+    pub(super) fn own_fields(&self) -> OwnFields<'_> {
         OwnFields::host(self.host.as_bytes())
     }
 
-    /// [`Self::fields`] of a request in `binding`'s upstream session (or in none): with
-    /// the session's id and protocol version.
-    fn fields_in<'a>(
+    /// [`Self::own_fields`] of a request in `binding`'s upstream session (or in none):
+    /// with the session's id and protocol version.
+    fn own_fields_in<'a>(
         &'a self,
         binding: Option<SessionAddr<'a>>,
     ) -> Result<OwnFields<'a>, UpstreamError> {
-        let own = self.fields();
+        let own = self.own_fields();
         let Some(binding) = binding else {
             return Ok(own);
         };

@@ -1,5 +1,6 @@
 //! One HTTP/1.1 exchange on an upstream connection, as the proxy writes and reads it: the
-//! request written in one go (head and body), the response's head parsed as `httparse`
+//! request written in one go (head and body; the transport's own fields first, HTTP's
+//! and MCP's: [`OwnFields`]), the response's head parsed as `httparse`
 //! parses it, its body framed by `Content-Length`, by chunks, or by the connection's end
 //! — read as it comes, an event stream event by event.
 
@@ -22,33 +23,36 @@ pub const MAX_HEAD: usize = 400 * 1024;
 /// The longest trailer section of a chunked body.
 const MAX_TRAILERS: usize = 16 * 1024;
 
-/// The fields the proxy's own transport sets on a request to an upstream: written by
-/// the connection ahead of the request's map, in place of any field of the same name in
-/// it, rather than hashed into the map (each `insert` hashes its name, and may grow the
-/// map) to be found and written out again. The upstream's `Host` always (its own
-/// authority, which DNS-rebinding protections check, never the client's); the others
-/// when set.
+/// The fields the proxy's own transport sets on a request to an upstream — HTTP's and
+/// the MCP transport's: written by the connection ahead of the request's map, in place of
+/// any field of the same name in it, rather than hashed into the map (each `insert`
+/// hashes its name, and may grow the map) to be found and written out again. The
+/// upstream's `Host` always (its own authority, which DNS-rebinding protections check,
+/// never the client's); the others when set. Made only through its methods, so that a
+/// session id is never written unchecked.
 #[derive(Debug, Clone, Copy)]
 pub struct OwnFields<'a> {
-    pub host: &'a [u8],
+    /// `Host`: the upstream's authority.
+    host: &'a [u8],
     /// `Content-Type`.
-    pub content_type: Option<&'static str>,
+    content_type: Option<&'static str>,
     /// `Accept`.
-    pub accept: Option<&'static str>,
-    /// `Mcp-Session-Id`: the upstream session's id (checked as a field value when set:
-    /// [`OwnFields::in_session`]).
-    pub session_id: Option<&'a str>,
+    accept: Option<&'static str>,
+    /// `Mcp-Session-Id`: the upstream session's id, a field value
+    /// ([`OwnFields::in_session`]).
+    session_id: Option<&'a str>,
     /// `MCP-Protocol-Version`: one of the versions the proxy knows.
-    pub protocol_version: Option<&'static str>,
+    protocol_version: Option<&'static str>,
 }
 
-/// Why a request could not be written.
+/// An upstream session id that cannot be written as a field value (it holds a control
+/// character other than tab).
 #[derive(Debug, PartialEq, Eq)]
 pub struct NotAFieldValue;
 
 impl<'a> OwnFields<'a> {
     /// `Host` alone.
-    pub fn host(host: &'a [u8]) -> Self {
+    pub const fn host(host: &'a [u8]) -> Self {
         OwnFields {
             host,
             content_type: None,
@@ -58,9 +62,26 @@ impl<'a> OwnFields<'a> {
         }
     }
 
+    /// With `Content-Type: media_type`.
+    pub fn content_type(self, media_type: &'static str) -> Self {
+        OwnFields {
+            content_type: Some(media_type),
+            ..self
+        }
+    }
+
+    /// With `Accept: media_types`.
+    pub fn accept(self, media_types: &'static str) -> Self {
+        OwnFields {
+            accept: Some(media_types),
+            ..self
+        }
+    }
+
     /// With the upstream session's id (when it issued one) and protocol version: refused
-    /// if the id is not a field value (RFC 9110 §5.5: no control character but tab) —
-    /// an id is the upstream's, or a record's in a shared store, never trusted to be one.
+    /// if the id is not a field value (RFC 9110 §5.5: no control character but tab; the
+    /// bytes `http`'s `HeaderValue` takes) — an id is the upstream's, or a record's in a
+    /// shared store, never trusted to be one.
     pub fn in_session(
         self,
         session_id: Option<&'a str>,
@@ -87,11 +108,14 @@ impl<'a> OwnFields<'a> {
             || (self.protocol_version.is_some() && name == MCP_PROTOCOL_VERSION)
     }
 
-    /// How many bytes [`Self::write`] writes.
+    /// How many bytes [`Self::write`] writes (a field is its name, `: `, its value and
+    /// CRLF).
     fn written_len(&self) -> usize {
-        let line = |name: &str, value: Option<&str>| value.map_or(0, |v| name.len() + v.len() + 4);
-        line("host", Some(""))
+        let line =
+            |name: &str, value: Option<&str>| value.map_or(0, |value| name.len() + value.len() + 4);
+        "host".len()
             + self.host.len()
+            + 4
             + line(CONTENT_TYPE.as_str(), self.content_type)
             + line(ACCEPT.as_str(), self.accept)
             + line(MCP_SESSION_ID.as_str(), self.session_id)
@@ -451,13 +475,15 @@ mod tests {
         headers.append("mcp-session-id", HeaderValue::from_static("client's"));
         headers.append("content-type", HeaderValue::from_static("text/plain"));
         headers.append("x-b", HeaderValue::from_static("2"));
-        let own = OwnFields {
-            content_type: Some("application/json"),
-            accept: Some("application/json, text/event-stream"),
-            ..OwnFields::host(b"127.0.0.1:9")
-        }
-        .in_session(Some("s-1"), "2025-11-25")
-        .unwrap();
+        headers.append(
+            "mcp-protocol-version",
+            HeaderValue::from_static("1999-01-01"),
+        );
+        let own = OwnFields::host(b"127.0.0.1:9")
+            .content_type("application/json")
+            .accept("application/json, text/event-stream")
+            .in_session(Some("s-1"), "2025-11-25")
+            .unwrap();
         let mut out = Vec::new();
         encode_request(&Method::POST, "/mcp", &own, &headers, b"{}", &mut out);
         assert_eq!(
@@ -484,6 +510,10 @@ mod tests {
             written.contains("mcp-session-id: client's\r\n"),
             "{written}"
         );
+        assert!(
+            written.contains("mcp-protocol-version: 1999-01-01\r\n"),
+            "{written}"
+        );
         assert!(!written.contains("evil"), "{written}");
     }
 
@@ -502,6 +532,16 @@ mod tests {
         for good in ["9f1c-…", "with space\tand tab", ""] {
             let own = own.in_session(Some(good), "2025-11-25").unwrap();
             assert_eq!(own.session_id, Some(good));
+        }
+        // Byte by byte, what `http` takes in a value and nothing else (the bytes from
+        // 0x80 on as parts of UTF-8 text, which an id is).
+        for byte in 0..=0x7fu8 {
+            let id = format!("a{}b", char::from(byte));
+            assert_eq!(
+                own.in_session(Some(&id), "2025-11-25").is_ok(),
+                HeaderValue::from_str(&id).is_ok(),
+                "byte {byte:#04x}"
+            );
         }
         let none = own.in_session(None, "2025-11-25").unwrap();
         assert_eq!(

@@ -10,13 +10,7 @@ use tokio::net::TcpListener;
 use super::*;
 
 /// The transport's fields of every request here.
-const HOST: OwnFields<'static> = OwnFields {
-    host: b"127.0.0.1",
-    content_type: None,
-    accept: None,
-    session_id: None,
-    protocol_version: None,
-};
+const OWN: OwnFields<'static> = OwnFields::host(b"127.0.0.1");
 
 /// A server answering each request by its path: `/ok` a whole body, `/half` half of
 /// the body its length announces (the rest never comes), `/close` a whole body and
@@ -78,7 +72,7 @@ fn get(path: &str) -> UpstreamRequest {
 
 /// Sends `GET path` and reads its body to its end.
 async fn whole_exchange(connections: &Connections, path: &str) -> Bytes {
-    let response = connections.send(get(path), &HOST).await.unwrap();
+    let response = connections.send(get(path), &OWN).await.unwrap();
     response.into_body().collect().await.unwrap().to_bytes()
 }
 
@@ -96,7 +90,7 @@ async fn a_body_read_to_its_end_leaves_its_connection_for_the_next_request() {
 async fn a_body_dropped_halfway_closes_its_connection() {
     let (port, accepted) = server().await;
     let connections = connections(port);
-    let response = connections.send(get("/half"), &HOST).await.unwrap();
+    let response = connections.send(get("/half"), &OWN).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, "hello");
@@ -114,7 +108,7 @@ async fn a_request_dropped_while_its_answer_is_awaited_closes_its_connection() {
     // The client walks away while the upstream is still to answer.
     let waiting = tokio::time::timeout(
         Duration::from_millis(100),
-        connections.send(get("/hang"), &HOST),
+        connections.send(get("/hang"), &OWN),
     );
     assert!(waiting.await.is_err(), "the upstream never answers /hang");
     assert_eq!(whole_exchange(&connections, "/ok").await, "ok");

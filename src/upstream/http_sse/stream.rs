@@ -26,7 +26,7 @@ use super::Table;
 use super::framing::{Frame, frame, resolve_endpoint};
 use crate::mcp::headers::{JSON, SSE};
 use crate::sse::{Decoded, End, ItemSource};
-use crate::upstream::connections::{OwnFields, UpstreamBody};
+use crate::upstream::connections::UpstreamBody;
 use crate::upstream::demux::{Demux, Failure};
 use crate::upstream::error::UpstreamError;
 use crate::upstream::lost::{self, session_lost};
@@ -86,10 +86,7 @@ impl SseSession {
             forwarded.clone(),
             Bytes::new(),
         );
-        let own = OwnFields {
-            accept: Some(SSE),
-            ..http.fields()
-        };
+        let own = http.own_fields().accept(SSE);
         let response = http.send(request, &own).await?;
         let status = response.status();
         if !status.is_success() {
@@ -130,10 +127,7 @@ impl SseSession {
             forwarded.clone(),
             message,
         );
-        let own = OwnFields {
-            content_type: Some(JSON),
-            ..http.fields()
-        };
+        let own = http.own_fields().content_type(JSON);
         let response = http.send(request, &own).await?;
         let status = response.status();
         // Read to its end (`Accepted`), so that the connection is used again.
