@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 # be read again.
 export CARGO_INCREMENTAL=0
 
+# Each step's start, in seconds since this script's: where the suite's time goes.
+step() { echo "== .ci/test.sh +${SECONDS}s: $*" >&2; }
+
 # Third-party MCP servers for the interop tests (pinned; a second run is a no-op),
 # installed while the lints run: on a fresh machine most of it is waiting on the
 # registries, which overlaps the compiler's work. Its output is shown once it is done.
@@ -17,6 +20,7 @@ tests/interop/setup.sh >"$setup_log" 2>&1 &
 setup=$!
 trap 'kill "$setup" 2>/dev/null || true' EXIT
 
+step "fmt, clippy"
 cargo fmt --all -- --check
 cargo clippy --locked --workspace --all-targets -- -D warnings
 if ! wait "$setup"; then
@@ -25,6 +29,7 @@ if ! wait "$setup"; then
     exit 1
 fi
 cat "$setup_log"
+step "the book"
 # The book (docs/, mdBook; setup.sh installed it): it must build. Its links, examples,
 # configuration reference and dashboard are checked by the tests (tests/docs/).
 # A warning (an HTML tag left open, which hides text) fails it too.
@@ -36,8 +41,10 @@ if grep -E '^ *(WARN|ERROR) ' <<<"$book"; then echo "mdbook build docs: warnings
 # each on threads of one process, but the integration suite's modules that run alone
 # under nextest last, one test at a time.
 export MCP_PROXY_TEST_TOOLS_READY=1
+step "the tests"
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --locked --workspace
+    step "the doc tests"
     cargo test --locked --doc
 else
     alone=(overload:: limits:: upgrade:: redis_ha:: eras_conformance::)
@@ -53,4 +60,6 @@ fi
 # minutes, for no code of the proxy's that differs: it has no `cfg(debug_assertions)`).
 # Not built: the 5-minute optimised build would add nothing but codegen the tests cannot
 # reach. The benches are type-checked by clippy above; benches/run.sh builds them.
+step "the binary checked"
 cargo check --locked --bin mcp-session-proxy
+step "done"
