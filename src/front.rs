@@ -253,7 +253,7 @@ async fn from_peer(front: &Front, request: ClientRequest) -> Response<ProxyBody>
     let cluster = &front.fleet.shared().cluster;
     let (parts, body) = request.into_parts();
     let limit = cluster.max_push_bytes();
-    let read = checks::read_body(body, &parts.headers, limit);
+    let read = checks::read_body(body, limit);
     match tokio::time::timeout(front.limits.body_timeout, read).await {
         Ok(Ok(body)) => cluster.serve_peer(&parts.method, &parts.headers, &body),
         Ok(Err(e)) => response::error(&e, None),
@@ -305,7 +305,7 @@ impl Endpoint<'_> {
             Ok(checked) => checked,
             Err(e) => return (boxed_error(&e, None), labels::OTHER),
         };
-        let read = checks::read_body(body, &parts.headers, self.limits.max_body_bytes);
+        let read = checks::read_body(body, self.limits.max_body_bytes);
         let body = match within(self.limits.body_timeout, read).await {
             Ok(Ok(body)) => body,
             Ok(Err(e)) => return (boxed_error(&e, None), labels::OTHER),

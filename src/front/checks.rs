@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http::HeaderMap;
-use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
+use http::header::{ACCEPT, CONTENT_TYPE, ORIGIN};
 
 use crate::error::ProxyError;
 use crate::mcp::headers::ACCEPT_BOTH;
@@ -114,18 +114,16 @@ fn is_loopback_origin(origin: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
-/// Reads the whole request body, refusing more than `limit` bytes (early, from
-/// `Content-Length`, when the client announced it).
-pub async fn read_body<B>(body: B, headers: &HeaderMap, limit: usize) -> Result<Bytes, ProxyError>
+/// Reads the whole request body, refusing more than `limit` bytes (early, before any of
+/// it is read, when the client announced its length: the body's size hint says it —
+/// hyper's from `Content-Length`, the front's own loop's from the body it read whole —
+/// without a lookup of the field).
+pub async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, ProxyError>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let announced = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if announced.is_some_and(|n| n > limit as u64) {
+    if body.size_hint().lower() > limit as u64 {
         return Err(ProxyError::PayloadTooLarge { limit });
     }
     match wire::body::whole(body, limit).await {
@@ -238,5 +236,51 @@ mod tests {
         assert!(origin(&with(ORIGIN, "https://evil.example"), &allowed).is_err());
         assert!(origin(&with(ORIGIN, "http://localhost.evil.example"), &allowed).is_err());
         assert!(origin(&with(ORIGIN, "null"), &allowed).is_err());
+    }
+
+    /// A body that announces `len` bytes and never sends one.
+    struct Announced(u64);
+
+    impl http_body::Body for Announced {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+            std::task::Poll::Pending
+        }
+
+        fn size_hint(&self) -> http_body::SizeHint {
+            http_body::SizeHint::with_exact(self.0)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_announced_over_the_limit_is_refused_before_it_is_read() {
+        // Refused at once: nothing of it is waited for.
+        let refused = read_body(Announced(4097), 4096).await;
+        assert!(matches!(
+            refused,
+            Err(ProxyError::PayloadTooLarge { limit: 4096 })
+        ));
+        // At the limit it is read (and here waits for bytes that never come).
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_millis(20),
+            read_body(Announced(4096), 4096),
+        );
+        assert!(waiting.await.is_err());
+        // Read whole: its bytes decide.
+        let body = http_body_util::Full::new(Bytes::from_static(b"{}"));
+        assert_eq!(
+            read_body(body, 2).await.ok(),
+            Some(Bytes::from_static(b"{}"))
+        );
+        let body = http_body_util::Full::new(Bytes::from_static(b"{}"));
+        assert!(matches!(
+            read_body(body, 1).await,
+            Err(ProxyError::PayloadTooLarge { limit: 1 })
+        ));
     }
 }

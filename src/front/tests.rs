@@ -165,7 +165,7 @@ async fn outcome(req: Req, rules: RouteRules) -> String {
                 Err(e) => return describe_error(&e),
             };
             let body = Full::new(Bytes::from(body));
-            let body = match checks::read_body(body, &headers, MAX_BODY).await {
+            let body = match checks::read_body(body, MAX_BODY).await {
                 Ok(body) => body,
                 Err(e) => return describe_error(&e),
             };

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 
 use serde_json::value::RawValue;
 
-use crate::jsonrpc::{KeptObjects, RawObject, string_object};
+use crate::jsonrpc::{KeptObjects, RawObject, write_json_str};
 
 /// Data-layer session metadata (the data-layer sessions draft): `{sessionId, state?, expiresAt?}`.
 pub const SESSION: &str = "io.modelcontextprotocol/session";
@@ -298,13 +298,24 @@ pub fn append_point(raw: &RawValue, keys: &[&str]) -> Option<(usize, bool)> {
 }
 
 /// The session metadata a response carries back to the client:
-/// `{"sessionId":…,"state":…,"expiresAt":…}`.
+/// `{"sessionId":…,"state":…,"expiresAt":…}` — [`crate::jsonrpc::string_object`]'s object, its keys
+/// written as the literals they are (each answer in a session carries one; a key looked
+/// over for bytes to escape costs as much as a value).
 pub fn session_stamp(session_id: &str, state: &str, expires_at: &str) -> Vec<u8> {
-    string_object(&[
-        ("sessionId", session_id),
-        ("state", state),
-        ("expiresAt", expires_at),
-    ])
+    const KEYS: [&[u8]; 3] = [br#"{"sessionId":"#, br#","state":"#, br#","expiresAt":"#];
+    let values = [session_id, state, expires_at];
+    // Exactly the size of a stamp whose values need no escape (all of the proxy's own),
+    // which a `Bytes` made of it keeps without allocating again.
+    let size = KEYS.iter().map(|key| key.len()).sum::<usize>()
+        + values.iter().map(|value| value.len() + 2).sum::<usize>()
+        + 1;
+    let mut out = Vec::with_capacity(size);
+    for (key, value) in KEYS.iter().zip(values) {
+        out.extend_from_slice(key);
+        write_json_str(&mut out, value);
+    }
+    out.push(b'}');
+    out
 }
 
 #[cfg(test)]

@@ -102,6 +102,26 @@ fn the_stamp_has_the_drafts_shape() {
 }
 
 #[test]
+fn the_stamp_is_the_string_object_of_its_members_in_a_buffer_of_its_size() {
+    for (id, state, expires) in [
+        ("mcps_1", "AQID", "2026-03-01T00:00:00Z"),
+        ("", "", ""),
+        // Escaped as any string is (the proxy's own values never need it).
+        ("a\"b", "x\\y", "t\n\u{1}"),
+    ] {
+        let stamp = session_stamp(id, state, expires);
+        let object = crate::jsonrpc::string_object(&[
+            ("sessionId", id),
+            ("state", state),
+            ("expiresAt", expires),
+        ]);
+        assert_eq!(stamp, object, "{id:?} {state:?} {expires:?}");
+    }
+    let stamp = session_stamp("mcps_1", "AQID", "2026-03-01T00:00:00Z");
+    assert_eq!(stamp.capacity(), stamp.len());
+}
+
+#[test]
 fn typed_meta_keys_are_checked() {
     let check = |params: &str| {
         let value = raw(params);
