@@ -2,7 +2,8 @@
 # Instructions per `tools/call` in the proxy's user space, counted by callgrind
 # (benches/README.md, "Instructions per call"):
 #
-#   benches/instructions.sh BINARY [BINARY...] [--runs N] [--keep] [--create]    (2 runs each unless told)
+#   benches/instructions.sh BINARY [BINARY...] [--runs N] [--keep] [--create] [--nginx] [--cache]
+#                                                                      (2 runs each unless told)
 #
 # Runs one saturation round of `cargo bench --bench proxy` per run with each proxy binary
 # in turn under `valgrind --tool=callgrind` (MCP_BENCH_PROXY_BIN is a wrapper that starts
@@ -15,7 +16,13 @@
 # call's `state`). Each run's table from valgrind overwrites target/bench-results.md;
 # `--keep` keeps the dumps (`callgrind_annotate --inclusive=yes` on one: per function)
 # and prints where. `--create` counts `sessions/create` instead: the bench's create run,
-# the window of 16 connections, divided by the creates `/metrics` counted.
+# the window of 16 connections, divided by the creates `/metrics` counted. `--nginx`
+# counts nginx too, in its window of the same round (its processes under callgrind, its
+# requests by its `stub_status`): the same exchange through the yardstick hop. `--cache`
+# has callgrind simulate the CPU's caches (this machine's sizes, no prefetching) and
+# prints per call, beside the instructions, the first-level cache misses it counted —
+# instruction (I1) and data (D1, reads + writes): code and data a call touches that did
+# not stay in the first-level caches since the call before. Runs slower.
 #
 # An instruction count depends on the code and its input only, not on what else the
 # machine is doing: it tells two builds apart by a few hundred instructions per call
@@ -28,16 +35,24 @@ binaries=()
 runs=2
 keep=0
 create=0
+nginx=0
+cache=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --runs) runs=$2; shift 2 ;;
         --keep) keep=1; shift ;;
         --create) create=1; shift ;;
+        --nginx) nginx=1; shift ;;
+        --cache) cache=(--cache-sim=yes); shift ;;
         *) binaries+=("$(realpath "$1")"); shift ;;
     esac
 done
 if [ ${#binaries[@]} -eq 0 ]; then
-    sed -n '2,23p' "$0" >&2
+    sed -n '2,30p' "$0" >&2
+    exit 2
+fi
+if [ "$nginx" = 1 ] && [ "$create" = 1 ]; then
+    echo "benches/instructions.sh: --nginx counts in the saturation round (not with --create)" >&2
     exit 2
 fi
 for binary in "${binaries[@]}"; do
@@ -77,19 +92,77 @@ counts() { # dump-file
     all=$(awk '/^(summary|totals):/ {print $2; exit}' "$1")
     sha=$(callgrind_annotate --auto=no --threshold=100 --inclusive=yes "$1" 2>/dev/null |
         awk '/sha2::sha256::compress256( |$)/ {gsub(",", "", $1); sum += $1} END {print sum + 0}')
-    echo "${all:-0} ${sha:-0}"
+    echo "${all:-0} ${sha:-0} $(misses "$1")"
+}
+
+# A dump's simulated I1, D1 read and D1 write misses, found by its `events:` line's
+# names (0 without `--cache`).
+misses() { # dump-file
+    awk '/^events:/ { for (i = 2; i <= NF; i++) at[$i] = i }
+        /^(summary|totals):/ { print (at["I1mr"] ? $at["I1mr"] : 0), (at["D1mr"] ? $at["D1mr"] : 0),
+            (at["D1mw"] ? $at["D1mw"] : 0); exit }' "$1"
+}
+
+# One window's line: instructions per call (all, and less SHA-256) and, with `--cache`,
+# first-level misses per call.
+report() { # label what calls all sha i1 d1r d1w
+    awk -v l="$1" -v what="$2" -v n="$3" -v all="$4" -v sha="$5" -v i1="$6" -v d1r="$7" \
+        -v d1w="$8" -v cache="${#cache[@]}" 'BEGIN {
+        printf "%-28s %-22s %6d calls  %7.0f instructions per call, %7.0f less SHA-256",
+            l, what, n, all / n, (all - sha) / n
+        if (cache > 0) printf "; I1 misses %5.0f, D1 %4.0f + %4.0f", i1 / n, d1r / n, d1w / n
+        printf "\n" }'
+}
+
+# nginx under callgrind (`--nginx`): a command of that name first in the bench's PATH
+# starts the real one so, as one process (`master_process off`: callgrind_control
+# cannot reach a worker forked under valgrind) doing a worker's work. The bench's nginx
+# answers `stub_status` at /nginx-status, whose count of requests gives the calls.
+nginx_real=$(command -v nginx)
+if [ "$nginx" = 1 ]; then
+    mkdir -p "$out/bin"
+    cat >"$out/bin/nginx" <<WRAP
+#!/usr/bin/env bash
+args=()
+for arg in "\$@"; do args+=("\${arg/master_process on;/master_process off;}"); done
+exec valgrind --tool=callgrind ${cache[*]} --callgrind-out-file=$out/nginx.%p "$nginx_real" "\${args[@]}"
+WRAP
+    chmod +x "$out/bin/nginx"
+fi
+
+# Zeroes the counters of the processes `pids` (their dump files' prefix first), lets 6 s
+# pass, reads `calls` (the caller's), dumps the counters, and prints that count and the
+# sums of the dumps' counts (as `counts` prints them).
+window() { # prefix pid...
+    local prefix=$1 pid dump i c b
+    local sum=(0 0 0 0 0)
+    shift
+    for pid in "$@"; do
+        callgrind_control -z "$pid" >/dev/null 2>&1 || fail "callgrind_control -z $pid failed"
+    done
+    sleep 6
+    b=$(calls)
+    for pid in "$@"; do
+        callgrind_control -d "$pid" >/dev/null 2>&1 || fail "callgrind_control -d $pid failed"
+        dump=$(ls -t "$prefix.$pid".* 2>/dev/null | head -1 || true)
+        [ -n "$dump" ] || fail "no dump of the counters of $pid"
+        read -r -a c <<<"$(counts "$dump")"
+        for i in 0 1 2 3 4; do sum[i]=$((sum[i] + ${c[i]:-0})); done
+    done
+    echo "${b:-0} ${sum[*]}"
 }
 
 # One run: the bench's saturation round with `binary` under callgrind.
 measure() { # binary label
-    local binary=$1 wrap="$out/proxy" log="$out/log" pid addr window a b dump n all sha
+    local binary=$1 wrap="$out/proxy" log="$out/log" window pids prefix addr a b n what
+    local all sha i1 d1r d1w
     cat >"$wrap" <<WRAP
 #!/bin/sh
-exec valgrind --tool=callgrind --callgrind-out-file=$out/callgrind.%p "$binary" "\$@"
+exec valgrind --tool=callgrind ${cache[*]} --callgrind-out-file=$out/callgrind.%p "$binary" "\$@"
 WRAP
     chmod +x "$wrap"
     # The windows: the line the bench logs as each starts, and what each counts.
-    local scenario windows method
+    local scenario windows method path=$PATH
     if [ "$create" = 1 ]; then
         scenario=(--only create --create-duration 12)
         windows=("sessions/create: proxy (16 ")
@@ -97,9 +170,13 @@ WRAP
     else
         scenario=(--only saturation --no-floor-variants --rounds 1 --duration 12 --warmup 1)
         windows=("saturation round 1/1: proxy (" "saturation round 1/1: proxy pass-through (")
+        if [ "$nginx" = 1 ]; then
+            windows=("saturation round 1/1: nginx (" "${windows[@]}")
+            path="$out/bin:$PATH"
+        fi
         method='tools\/call'
     fi
-    MCP_BENCH_PROXY_BIN="$wrap" "$bench" --bench "${scenario[@]}" >/dev/null 2>"$log" &
+    PATH="$path" MCP_BENCH_NGINX_STATUS=1 MCP_BENCH_PROXY_BIN="$wrap" "$bench" --bench "${scenario[@]}" >/dev/null 2>"$log" &
     bench_pid=$!
     for window in "${windows[@]}"; do
         until grep -qF "$window" "$log"; do
@@ -107,31 +184,37 @@ WRAP
             sleep 0.2
         done
         sleep 2
-        pid=$(pgrep -f -- "--callgrind-out-file=$out/" | head -1 || true)
-        [ -n "$pid" ] || fail "the proxy under valgrind was not found"
-        addr=$(ss -ltnp | grep "pid=$pid," | awk '{print $4}' | head -1 || true)
-        [ -n "$addr" ] || fail "the proxy's listening address was not found"
+        case "$window" in
+            *nginx*)
+                prefix="$out/nginx" what="nginx"
+                read -r -a pids <<<"$(pgrep -f -- "--callgrind-out-file=$out/nginx\." | head -1 || true)" ;;
+            *)
+                prefix="$out/callgrind"
+                case "$window" in
+                    *create*) what="sessions/create, 16" ;;
+                    *pass-through*) what="hop alone" ;;
+                    *) what="sessions" ;;
+                esac
+                read -r -a pids <<<"$(pgrep -f -- "--callgrind-out-file=$out/callgrind\." | head -1 || true)" ;;
+        esac
+        [ ${#pids[@]} -gt 0 ] || fail "the $what process under valgrind was not found"
+        addr=$(ss -ltnp | grep -E "pid=($(IFS='|'; echo "${pids[*]}"))," | awk '{print $4}' | head -1 || true)
+        [ -n "$addr" ] || fail "the listening address of $what was not found"
         calls() {
-            curl -s -m 5 "http://$addr/metrics" |
-                awk "/^mcp_proxy_requests_total\\{method=\"$method\",outcome=\"ok\"\\}/ {print \$2}" ||
-                true
+            case "$what" in
+                nginx) curl -s -m 5 "http://$addr/nginx-status" | awk 'NR == 3 {print $3}' || true ;;
+                *) curl -s -m 5 "http://$addr/metrics" |
+                    awk "/^mcp_proxy_requests_total\\{method=\"$method\",outcome=\"ok\"\\}/ {print \$2}" ||
+                    true ;;
+            esac
         }
         # Each count read just before the counters are zeroed and dumped: the calls
         # and the instructions are counted over windows of the same length.
         a=$(calls)
-        callgrind_control -z "$pid" >/dev/null 2>&1 || fail "callgrind_control -z $pid failed"
-        sleep 6
-        b=$(calls)
-        callgrind_control -d "$pid" >/dev/null 2>&1 || fail "callgrind_control -d $pid failed"
-        dump=$(ls -t "$out"/callgrind."$pid".* 2>/dev/null | head -1 || true)
-        [ -n "$dump" ] || fail "no dump of the proxy's counters"
-        read -r all sha <<<"$(counts "$dump")"
+        read -r b all sha i1 d1r d1w <<<"$(window "$prefix" "${pids[@]}")"
         n=$((${b:-0} - ${a:-0}))
         [ "$n" -gt 0 ] || fail "no calls counted ($window)"
-        awk -v w="$window" -v l="$2" -v n="$n" -v all="$all" -v sha="$sha" 'BEGIN {
-            what = w ~ /create/ ? "sessions/create, 16" : w ~ /pass-through/ ? "hop alone" : "sessions"
-            printf "%-28s %-22s %6d calls  %7.0f instructions per call, %7.0f less SHA-256\n",
-                l, what, n, all / n, (all - sha) / n }'
+        report "$2" "$what" "$n" "$all" "$sha" "$i1" "$d1r" "$d1w"
     done
     wait "$bench_pid" || true
     bench_pid=""

@@ -490,6 +490,13 @@ pub fn spawn_nginx(upstream: SocketAddr, workers: usize) -> (Guard, SocketAddr) 
 
 fn nginx_conf(dir: &Path, upstream: SocketAddr, listen: SocketAddr, workers: usize) -> String {
     let d = dir.display();
+    // Its count of requests at /nginx-status, for `benches/instructions.sh --nginx` (which
+    // sets MCP_BENCH_NGINX_STATUS): not in the runs that time it, whose nginx is a plain
+    // reverse proxy and nothing else.
+    let status = match std::env::var_os("MCP_BENCH_NGINX_STATUS") {
+        Some(_) => "\n        location = /nginx-status {\n            stub_status;\n        }",
+        None => "",
+    };
     format!(
         r#"worker_processes {workers};
 pid {d}/nginx.pid;
@@ -509,7 +516,7 @@ http {{
         keepalive_requests 1000000;
     }}
     server {{
-        listen {listen} backlog=4096;
+        listen {listen} backlog=4096;{status}
         location / {{
             proxy_pass http://mcp_upstream;
             proxy_http_version 1.1;
