@@ -358,6 +358,25 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_session_id_is_taken_off_with_no_hop_by_hop_field_beside_it() {
+        let mut h = map(&[
+            ("content-type", "application/json"),
+            ("mcp-session-id", "upstream-1"),
+            ("content-length", "42"),
+            ("mcp-session-id", "upstream-2"),
+        ]);
+        to_client_in_session(&mut h);
+        only(&h, header::CONTENT_TYPE, "application/json");
+        // Without one there is nothing to take off but the length.
+        let mut h = map(&[
+            ("content-type", "application/json"),
+            ("content-length", "7"),
+        ]);
+        to_client_in_session(&mut h);
+        only(&h, header::CONTENT_TYPE, "application/json");
+    }
+
+    #[test]
     fn the_session_path_owns_the_mcp_headers() {
         let h = map(&[
             ("mcp-session-id", "mcps_x"),

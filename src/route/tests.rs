@@ -22,6 +22,23 @@ fn the_session_a_header_names_needs_the_proxys_shape() {
 }
 
 #[test]
+fn the_header_is_read_once_present_and_refused_when_repeated() {
+    let mut headers = HeaderMap::new();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("x/y"));
+    assert!(session_header(&headers).unwrap().is_none());
+    headers.append(&MCP_SESSION_ID, HeaderValue::from_static(S1));
+    assert_eq!(
+        session_header(&headers).unwrap().map(HeaderValue::as_bytes),
+        Some(S1.as_bytes())
+    );
+    headers.append(&MCP_SESSION_ID, HeaderValue::from_static(S1));
+    assert!(matches!(
+        session_header(&headers),
+        Err(ProxyError::SessionHeaderRepeated)
+    ));
+}
+
+#[test]
 fn a_header_outside_visible_ascii_is_refused_whatever_the_route() {
     let rules = RouteRules {
         require_session: false,
