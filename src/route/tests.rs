@@ -22,7 +22,7 @@ fn the_session_a_header_names_needs_the_proxys_shape() {
 }
 
 #[test]
-fn the_header_is_read_once_present_and_refused_when_repeated() {
+fn the_header_is_none_when_absent_its_value_when_sent_once_and_refused_when_repeated() {
     let mut headers = HeaderMap::new();
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("x/y"));
     assert!(session_header(&headers).unwrap().is_none());
