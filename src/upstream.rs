@@ -37,6 +37,7 @@ mod http;
 mod http_sse;
 pub mod ids;
 mod lost;
+mod passed;
 mod pins;
 mod pool;
 mod read;
@@ -62,6 +63,7 @@ pub use error::{ChildError, ChildFailure, ExitStatus, UpstreamError};
 pub use http::{HttpUpstream, SessionAddr, Settings};
 pub use http_sse::{BadEndpoint, Frame, SseSessions, frame, resolve_endpoint};
 pub use lost::Probed;
+pub use passed::Passed;
 pub use pins::{PinSettings, Pinned, Pins};
 pub use pool::{Checkout, Pool, PoolSettings, capabilities_key, hear_every_log};
 pub use read::{Media, media_type};
@@ -418,19 +420,19 @@ impl Upstream {
         }
     }
 
-    /// Passes an old client's request on as it is to `replica` and returns the raw
-    /// response.
+    /// Passes an old client's request on as it is (the client's fields that pass,
+    /// `passed`) to `replica` and returns the raw response.
     pub async fn forward(
         &self,
         replica: ReplicaId,
         method: Method,
-        forwarded: HeaderMap,
+        passed: &Passed<'_>,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamError> {
         match &self.transport {
             Transport::Http(replicas) => {
                 let replica = replicas.holding(replica)?;
-                health(replica, replica.http.forward(method, forwarded, body).await)
+                health(replica, replica.http.forward(method, passed, body).await)
             }
             Transport::Stdio(_) => Err(UpstreamError::Protocol(
                 "a stdio server has no session-less way in".into(),

@@ -5,6 +5,7 @@
 //! fields and numbers written without formatting; and a body read whole ([`body`]).
 
 pub mod body;
+pub mod hop_by_hop;
 
 use std::ops::Range;
 

@@ -10,53 +10,8 @@ use http::header::{self, HeaderName};
 
 use super::cluster::FORWARDED;
 use crate::mcp::headers::{LAST_EVENT_ID, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
-
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    HOP_BY_HOP.contains(name) || name == header::UPGRADE
-}
-
-/// The names a head's `Connection` fields list (hop-by-hop as well, RFC 9110 §7.6.1):
-/// their tokens as written, read once, with no name made of each (a client's
-/// `Connection: keep-alive`, the usual one, is one token).
-struct Listed<'a> {
-    tokens: Vec<&'a [u8]>,
-}
-
-impl<'a> Listed<'a> {
-    fn of(headers: &'a HeaderMap) -> Self {
-        // HTTP/1.1 keeps a connection open without it, and many clients send none (most
-        // HTTP libraries send `keep-alive` anyway, and pay the look on top of the lookup).
-        if !crate::wire::holds(headers, &header::CONNECTION) {
-            return Listed { tokens: Vec::new() };
-        }
-        let tokens = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .flat_map(|value| crate::wire::tokens(value.as_bytes()))
-            .filter(|token| !token.is_empty())
-            .collect();
-        Listed { tokens }
-    }
-
-    fn lists(&self, name: &HeaderName) -> bool {
-        // A name is lowercase; a token may be written in any case.
-        let name = name.as_str().as_bytes();
-        self.tokens
-            .iter()
-            .any(|token| token.eq_ignore_ascii_case(name))
-    }
-}
+use crate::upstream::Passed;
+use crate::wire::hop_by_hop::{Listed, is_hop_by_hop};
 
 fn copy_except(headers: &HeaderMap, also_drop: &[&HeaderName]) -> HeaderMap {
     copy_unless(headers, |name| also_drop.contains(&name))
@@ -127,18 +82,15 @@ pub fn to_replica_passthrough(headers: &HeaderMap) -> HeaderMap {
     })
 }
 
-/// Client headers to pass upstream unchanged (legacy pass-through), for the upstream's
-/// own request (`crate::upstream`), whose connection writes the upstream's `Host` (its
+/// Client headers to pass upstream unchanged (legacy pass-through): all but the
+/// hop-by-hop fields (a `Connection: keep-alive`, which most clients' HTTP libraries
+/// send), those a `Connection` field lists, and [`CHECKED_HERE`]'s. Not copied: the
+/// upstream's connection writes them from the client's own map ([`Passed`]), in its
+/// order, and leaves out what it writes itself — the upstream's `Host` (its
 /// own authority, which DNS-rebinding protections check) in place of the client's, and
-/// the body's length itself, whatever the map says. So the client's map is cloned (no
-/// name hashed again, where a copy hashes each), `Host` included, and what is left out
-/// — the hop-by-hop fields (a `Connection: keep-alive`, which most clients' HTTP
-/// libraries send), those a `Connection` field lists, and [`CHECKED_HERE`]'s — is taken
-/// off the clone where it lies.
-pub fn to_upstream_passthrough(headers: &HeaderMap) -> HeaderMap {
-    let mut forwarded = headers.clone();
-    take_off(&mut forwarded, |name| CHECKED_HERE.contains(&name));
-    forwarded
+/// the body's length.
+pub fn to_upstream_passthrough(headers: &HeaderMap) -> Passed<'_> {
+    Passed::new(headers, &CHECKED_HERE)
 }
 
 /// Upstream headers to pass to the client on the session path, taken off where they
@@ -154,25 +106,24 @@ pub fn to_client_in_session(headers: &mut HeaderMap) {
 /// ones taken off where they lie (a JSON answer with a length has none: then nothing is
 /// touched; a chunked one has its `Transfer-Encoding`).
 pub fn to_client_passthrough(headers: &mut HeaderMap) {
-    take_off(headers, |_| false);
+    take_off(headers);
 }
 
-/// Takes the hop-by-hop fields, those a `Connection` field lists and those `also` names
-/// off `headers`, where they lie; a map with none of them (most) is only looked over
-/// once.
+/// Takes the hop-by-hop fields and those a `Connection` field lists off `headers`,
+/// where they lie; a map with none of them (most) is only looked over once.
 /// Fields of one name keep their order; a field of another name may take the place of
 /// one taken off (`HeaderMap::remove` fills the gap with its last entry) — the order of
 /// fields with different names means nothing (RFC 9110 §5.3).
-fn take_off(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
+fn take_off(headers: &mut HeaderMap) {
     // Without a hop-by-hop field there is no `Connection` either, so nothing it lists.
-    if !headers.keys().any(|name| is_hop_by_hop(name) || also(name)) {
+    if !headers.keys().any(is_hop_by_hop) {
         return;
     }
     let listed = Listed::of(headers);
     // Each name once, however many fields have it.
     let found: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| is_hop_by_hop(name) || also(name) || listed.lists(name))
+        .filter(|name| is_hop_by_hop(name) || listed.lists(name))
         .cloned()
         .collect();
     for name in found {
@@ -183,6 +134,7 @@ fn take_off(headers: &mut HeaderMap, also: impl Fn(&HeaderName) -> bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::hop_by_hop::HOP_BY_HOP;
     use http::HeaderValue;
 
     fn map(fields: &[(&str, &'static str)]) -> HeaderMap {
@@ -198,6 +150,15 @@ mod tests {
     fn only(h: &HeaderMap, name: HeaderName, value: &str) {
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h[name], value);
+    }
+
+    /// The fields `passed` lets through, as a map, in the order they came.
+    fn through(passed: &Passed<'_>) -> HeaderMap {
+        let mut out = HeaderMap::new();
+        for (name, value) in passed.iter() {
+            out.append(name.clone(), value.clone());
+        }
+        out
     }
 
     /// `h`'s fields in order, as `name: value`.
@@ -217,7 +178,7 @@ mod tests {
             ("authorization", "Bearer t"),
             ("host", "proxy:8080"),
         ]);
-        let out = to_upstream_passthrough(&h);
+        let out = through(&to_upstream_passthrough(&h));
         // `Host` stays: the upstream's connection leaves it out and writes its own.
         let mut left = fields(&out);
         left.sort();
@@ -237,7 +198,11 @@ mod tests {
             ("user-agent", "t/1"),
             ("connection", " ,X-Secret , "),
         ]);
-        only(&to_upstream_passthrough(&h), header::USER_AGENT, "t/1");
+        only(
+            &through(&to_upstream_passthrough(&h)),
+            header::USER_AGENT,
+            "t/1",
+        );
         only(&to_upstream_in_session(&h), header::USER_AGENT, "t/1");
         let mut answer = h.clone();
         to_client_passthrough(&mut answer);
@@ -256,7 +221,7 @@ mod tests {
         ]);
         // The client's map itself, in its order: the upstream's connection leaves its
         // `Host` and its length out and writes its own.
-        let out = to_upstream_passthrough(&h);
+        let out = through(&to_upstream_passthrough(&h));
         assert_eq!(out, h);
         assert_eq!(fields(&out), fields(&h));
         // Another replica's request gets neither.
@@ -279,7 +244,7 @@ mod tests {
                 (name, "x"),
                 ("authorization", "Bearer t"),
             ]);
-            let out = to_upstream_passthrough(&h);
+            let out = through(&to_upstream_passthrough(&h));
             let mut left = fields(&out);
             left.sort();
             assert_eq!(
@@ -300,7 +265,7 @@ mod tests {
             ("user-agent", "node"),
             ("content-length", "7"),
         ]);
-        let out = to_upstream_passthrough(&h);
+        let out = through(&to_upstream_passthrough(&h));
         let left = fields(&out);
         assert_eq!(left[0], "host: proxy:8080");
         assert_eq!(left.len(), 7, "{left:?}");
@@ -315,16 +280,16 @@ mod tests {
         let b: Vec<&String> = left.iter().filter(|f| f.starts_with("x-b:")).collect();
         assert_eq!(b, ["x-b: 2", "x-b: 3"]);
 
-        // The field taken off first: the map's last entry, of two values, takes its place
-        // with both, in their order.
+        // The field left out first: the others in the order they came, fields of one
+        // name in theirs.
         let h = map(&[
             ("connection", "keep-alive"),
             ("x-a", "1"),
             ("x-b", "2"),
             ("x-b", "3"),
         ]);
-        let out = to_upstream_passthrough(&h);
-        assert_eq!(fields(&out), ["x-b: 2", "x-b: 3", "x-a: 1"]);
+        let out = through(&to_upstream_passthrough(&h));
+        assert_eq!(fields(&out), ["x-a: 1", "x-b: 2", "x-b: 3"]);
     }
 
     #[test]

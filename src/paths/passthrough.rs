@@ -104,12 +104,12 @@ impl PassThrough {
         client_headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        let forwarded = headers::to_upstream_passthrough(client_headers);
+        let passed = headers::to_upstream_passthrough(client_headers);
         if let Some(only) = self.upstream.single_replica() {
             // Nothing to choose or learn.
             let response = self
                 .upstream
-                .forward(only, method, forwarded, body)
+                .forward(only, method, &passed, body)
                 .await
                 .map_err(|e| upstream_error(&self.upstream, e))?;
             return Ok(self.answer(response));
@@ -130,7 +130,7 @@ impl PassThrough {
         for (i, replica) in candidates.into_iter().enumerate() {
             let sent = self
                 .upstream
-                .forward(replica, method.clone(), forwarded.clone(), body.clone())
+                .forward(replica, method.clone(), &passed, body.clone())
                 .await;
             let mut response = match sent {
                 Ok(response) => response,

@@ -76,6 +76,12 @@ impl Credentials {
         }
     }
 
+    /// Whether `name` is one of the credentials' (a client's field of that name never
+    /// passes: [`Self::strip`]).
+    pub fn strips(&self, name: &HeaderName) -> bool {
+        self.headers.iter().any(|header| header.name == name)
+    }
+
     /// Sets every header that has a value on a request's `headers`.
     pub fn apply(&self, headers: &mut HeaderMap) {
         for header in &self.headers {

@@ -17,6 +17,7 @@ use super::connections::{Connections, OwnFields, UpstreamRequest, UpstreamRespon
 use super::error::UpstreamError;
 use super::ids::{self, RenamedRequests};
 use super::lost::{self, session_lost};
+use super::passed::Passed;
 use super::read::{Media, media_type, read_body};
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::headers::{self, ACCEPT_BOTH, JSON, MCP_PROTOCOL_VERSION};
@@ -251,18 +252,21 @@ impl HttpUpstream {
     }
 
     /// Sends a client's request on as it is (an old client passed through), outside any
-    /// session the proxy keeps; the answer comes back as it is.
+    /// session the proxy keeps; the answer comes back as it is. The client's fields that
+    /// pass are written from its own map ([`Passed`]); the request's map holds only what
+    /// the transport puts in place of some of them (an exchanged token, the upstream's
+    /// credentials, a trace context).
     pub async fn forward(
         &self,
         method: Method,
-        forwarded: HeaderMap,
+        passed: &Passed<'_>,
         body: Bytes,
     ) -> Result<UpstreamResponse, UpstreamError> {
         // A POST's span is named for what it carries; a 2026-07-28 request's context
         // goes in its `_meta` as well.
         let (span, body, operation) = match method == Method::POST && crate::telemetry::active() {
             true => {
-                let modern = forwarded
+                let modern = passed
                     .get(&MCP_PROTOCOL_VERSION)
                     .and_then(|v| v.to_str().ok())
                     .is_some_and(version::is_modern);
@@ -270,11 +274,27 @@ impl HttpUpstream {
             }
             false => (None, body, None),
         };
-        let mut request = self.request(method, forwarded, body);
+        let settings = &self.settings;
+        // As `request_to` does to a map: the client's `Authorization` taken off when
+        // withheld or exchanged (the exchanged one sent instead), the credentials' names
+        // always, their values set.
+        let mut added = HeaderMap::new();
+        let authorization_left_out = settings.exchange.is_some() || settings.withhold_authorization;
+        if let Some(exchange) = &settings.exchange
+            && let Some(presented) = passed.get(&AUTHORIZATION)
+            && let Some(exchanged) = exchange.exchanged(presented)
+        {
+            added.insert(AUTHORIZATION, exchanged);
+        }
+        settings.credentials.apply(&mut added);
+        let mut request = new_request(self.target.clone(), method, added, body);
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
-        self.send_spanned(request, span, &self.own_fields()).await
+        let own = self
+            .own_fields()
+            .passing(passed, authorization_left_out, &settings.credentials);
+        self.send_spanned(request, span, &own).await
     }
 
     /// Sends `DELETE` for an upstream session (2025-11-25: the client ends its session).
@@ -346,11 +366,7 @@ impl HttpUpstream {
             forwarded.insert(AUTHORIZATION, exchanged);
         }
         settings.credentials.apply(&mut forwarded);
-        let mut request = Box::new(Request::new(body));
-        *request.method_mut() = method;
-        *request.uri_mut() = target;
-        *request.headers_mut() = forwarded;
-        request
+        new_request(target, method, forwarded, body)
     }
 
     /// With traces on, what a POST of `body` is traced as. A 2026-07-28 server
@@ -455,4 +471,13 @@ impl HttpUpstream {
                 UpstreamError::Protocol("the upstream session id is not a valid header".into())
             })
     }
+}
+
+/// A request of `method` to `target` with `headers` and `body`.
+fn new_request(target: Uri, method: Method, headers: HeaderMap, body: Bytes) -> UpstreamRequest {
+    let mut request = Box::new(Request::new(body));
+    *request.method_mut() = method;
+    *request.uri_mut() = target;
+    *request.headers_mut() = headers;
+    request
 }

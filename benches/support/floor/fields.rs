@@ -2,8 +2,9 @@
 //! hop as [`super::hop`], but each message is taken out of its read buffer as the proxy's
 //! loops take it (shared bytes), and each head is read and written again the way the
 //! proxy does — its fields as the proxy's `wire::Fields` find them, made into an
-//! `http::HeaderMap` of slices of the bytes read, the request's copied for the upstream
-//! (`paths::headers::to_upstream_passthrough`, the upstream's `Host` set), the answer's
+//! `http::HeaderMap` of slices of the bytes read, the request's written on from that map
+//! (those `paths::headers::to_upstream_passthrough` passes, the upstream's `Host` in
+//! place of the client's), the answer's
 //! hop-by-hop fields taken off (`to_client_passthrough`), both written field by field
 //! (`wire::write_field`) with the body's length. What it costs above the floor is what
 //! the proxy's handling of heads costs a hop, measured end to end.
@@ -160,14 +161,20 @@ async fn hop(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<()>
         };
         let (line, client_fields, body) = read_request(&message, &mut fields)
             .ok_or_else(|| std::io::Error::other("a request the floor does not read"))?;
-        let mut forwarded = headers::to_upstream_passthrough(&client_fields);
-        forwarded.insert(HOST, host.clone());
+        let passed = headers::to_upstream_passthrough(&client_fields);
         out.clear();
         out.extend_from_slice(&message[..line]);
         out.extend_from_slice(b" HTTP/1.1\r\n");
-        write_rest(&mut out, &forwarded, &body);
+        wire::write_field(&mut out, b"host", host.as_bytes());
+        for (name, value) in passed.iter() {
+            if name != HOST && name != CONTENT_LENGTH {
+                wire::write_field(&mut out, name.as_str().as_bytes(), value.as_bytes());
+            }
+        }
+        write_body(&mut out, &body);
+        drop(passed);
         server.write_all(&out).await?;
-        drop((message, client_fields, forwarded));
+        drop((message, client_fields));
 
         let Some(message) = read_message(&mut server, &mut response, true).await? else {
             return Ok(());

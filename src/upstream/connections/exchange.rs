@@ -9,11 +9,14 @@ use std::mem::MaybeUninit;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{
-    ACCEPT, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, TRANSFER_ENCODING,
+    ACCEPT, AUTHORIZATION, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName,
+    TRANSFER_ENCODING,
 };
 use http::{HeaderMap, Method, StatusCode, Version};
 
 use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use crate::upstream::Passed;
+use crate::upstream::credentials::Credentials;
 use crate::wire::{self, Fields};
 
 /// The most header fields a response head may have (hyper's default).
@@ -43,6 +46,25 @@ pub struct OwnFields<'a> {
     session_id: Option<&'a str>,
     /// `MCP-Protocol-Version`: one of the versions the proxy knows.
     protocol_version: Option<&'static str>,
+    /// A client's fields passed through, written after the request's map.
+    passed: Option<Through<'a>>,
+}
+
+/// A client's fields passed through ([`Passed`]) and what the transport leaves out of
+/// them besides its own fields and the request map's: the client's `Authorization` when
+/// it is withheld or exchanged, and the names of the upstream's credentials.
+#[derive(Debug, Clone, Copy)]
+struct Through<'a> {
+    fields: &'a Passed<'a>,
+    authorization_left_out: bool,
+    credentials: &'a Credentials,
+}
+
+impl Through<'_> {
+    /// Whether the transport leaves the client's field `name` out.
+    fn leaves_out(&self, name: &HeaderName) -> bool {
+        (self.authorization_left_out && name == AUTHORIZATION) || self.credentials.strips(name)
+    }
 }
 
 /// An upstream session id that cannot be written as a field value (it holds a control
@@ -59,6 +81,25 @@ impl<'a> OwnFields<'a> {
             accept: None,
             session_id: None,
             protocol_version: None,
+            passed: None,
+        }
+    }
+
+    /// With a client's fields passed through, less its `Authorization` when
+    /// `authorization_left_out` and any of `credentials`' names.
+    pub fn passing(
+        self,
+        fields: &'a Passed<'a>,
+        authorization_left_out: bool,
+        credentials: &'a Credentials,
+    ) -> Self {
+        OwnFields {
+            passed: Some(Through {
+                fields,
+                authorization_left_out,
+                credentials,
+            }),
+            ..self
         }
     }
 
@@ -143,9 +184,10 @@ impl<'a> OwnFields<'a> {
     }
 }
 
-/// Writes `method target` with `own`'s fields, then the other fields of `headers`, and
-/// `body` into `out`. The body's length is the proxy's to say: a `Content-Length` or
-/// `Transfer-Encoding` among `headers` is left out.
+/// Writes `method target` with `own`'s fields, then the other fields of `headers`, then
+/// those of a client's passed through that neither set (`own`'s), and `body` into `out`.
+/// The body's length is the proxy's to say: a `Content-Length` or `Transfer-Encoding`
+/// among the fields is left out.
 pub fn encode_request(
     method: &Method,
     target: &str,
@@ -154,7 +196,8 @@ pub fn encode_request(
     body: &[u8],
     out: &mut Vec<u8>,
 ) {
-    out.reserve(64 + target.len() + own.written_len() + headers.len() * 32 + body.len());
+    let passed = own.passed.map_or(0, |through| through.fields.sent());
+    out.reserve(64 + target.len() + own.written_len() + (headers.len() + passed) * 32 + body.len());
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
@@ -165,6 +208,19 @@ pub fn encode_request(
             continue;
         }
         wire::write_field(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    if let Some(through) = &own.passed {
+        // `Transfer-Encoding` is hop-by-hop: it does not pass.
+        for (name, value) in through.fields.iter() {
+            if name == CONTENT_LENGTH
+                || own.sets(name)
+                || through.leaves_out(name)
+                || (!headers.is_empty() && headers.contains_key(name))
+            {
+                continue;
+            }
+            wire::write_field(out, name.as_str().as_bytes(), value.as_bytes());
+        }
     }
     // As hyper says it: a body's length, none for an empty body.
     if !body.is_empty() {
@@ -515,6 +571,54 @@ mod tests {
             "{written}"
         );
         assert!(!written.contains("evil"), "{written}");
+    }
+
+    /// A client's fields passed through are written from its own map after the
+    /// transport's and the request map's, in the map's order, less what either
+    /// sets, what is hop-by-hop or checked by the path, the body's length, and what the
+    /// transport leaves out (a withheld `Authorization`, the credentials' names).
+    #[test]
+    fn a_clients_fields_passed_through_are_written_less_what_the_transport_sets() {
+        use crate::config::{Credential, CredentialSource};
+        let mut client = HeaderMap::new();
+        client.append("host", HeaderValue::from_static("proxy:8080"));
+        client.append("connection", HeaderValue::from_static("keep-alive, x-hop"));
+        client.append("x-hop", HeaderValue::from_static("1"));
+        client.append("x-b", HeaderValue::from_static("2"));
+        client.append("authorization", HeaderValue::from_static("Bearer c"));
+        client.append("origin", HeaderValue::from_static("http://o"));
+        client.append("traceparent", HeaderValue::from_static("client's"));
+        client.append("x-api-key", HeaderValue::from_static("client's"));
+        client.append("content-length", HeaderValue::from_static("2"));
+        client.append("x-b", HeaderValue::from_static("3"));
+        static CHECKED: [&HeaderName; 1] = [&http::header::ORIGIN];
+        let passed = Passed::new(&client, &CHECKED);
+        let mut added = HeaderMap::new();
+        added.insert("traceparent", HeaderValue::from_static("proxy's"));
+        let credentials = Credentials::start(&[Credential {
+            header: HeaderName::from_static("x-api-key"),
+            prefix: String::new(),
+            source: CredentialSource::Env("MCP_PROXY_TEST_NO_SUCH_VARIABLE".into()),
+        }]);
+        let write = |left_out: bool| {
+            let own = OwnFields::host(b"u:1").passing(&passed, left_out, &credentials);
+            let mut out = Vec::new();
+            encode_request(&Method::POST, "/mcp", &own, &added, b"{}", &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            write(false),
+            "POST /mcp HTTP/1.1\r\n\
+             host: u:1\r\n\
+             traceparent: proxy's\r\n\
+             x-b: 2\r\n\
+             x-b: 3\r\n\
+             authorization: Bearer c\r\n\
+             content-length: 2\r\n\r\n{}"
+        );
+        let withheld = write(true);
+        assert!(!withheld.contains("authorization"), "{withheld}");
+        assert!(withheld.contains("x-b: 2\r\nx-b: 3\r\n"), "{withheld}");
     }
 
     /// An upstream session id that is not a field value (a record in a shared store
