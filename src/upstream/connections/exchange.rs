@@ -484,6 +484,15 @@ mod tests {
     use super::*;
     use http::HeaderValue;
 
+    /// A map of these fields, in this order.
+    fn map(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
     #[test]
     fn a_request_is_written_with_the_length_of_its_body() {
         let mut headers = HeaderMap::new();
@@ -523,18 +532,16 @@ mod tests {
     /// pass in the order they came, after the transport's.
     #[test]
     fn the_transports_fields_replace_the_clients_of_their_names() {
-        let mut headers = HeaderMap::new();
-        headers.append("host", HeaderValue::from_static("evil.example"));
-        headers.append("x-a", HeaderValue::from_static("1"));
-        headers.append("host", HeaderValue::from_static("evil.example:2"));
-        headers.append("accept", HeaderValue::from_static("text/html"));
-        headers.append("mcp-session-id", HeaderValue::from_static("client's"));
-        headers.append("content-type", HeaderValue::from_static("text/plain"));
-        headers.append("x-b", HeaderValue::from_static("2"));
-        headers.append(
-            "mcp-protocol-version",
-            HeaderValue::from_static("1999-01-01"),
-        );
+        let headers = map(&[
+            ("host", "evil.example"),
+            ("x-a", "1"),
+            ("host", "evil.example:2"),
+            ("accept", "text/html"),
+            ("mcp-session-id", "client's"),
+            ("content-type", "text/plain"),
+            ("x-b", "2"),
+            ("mcp-protocol-version", "1999-01-01"),
+        ]);
         let own = OwnFields::host(b"127.0.0.1:9")
             .content_type("application/json")
             .accept("application/json, text/event-stream")
@@ -580,17 +587,18 @@ mod tests {
     #[test]
     fn a_clients_fields_passed_through_are_written_less_what_the_transport_sets() {
         use crate::config::{Credential, CredentialSource};
-        let mut client = HeaderMap::new();
-        client.append("host", HeaderValue::from_static("proxy:8080"));
-        client.append("connection", HeaderValue::from_static("keep-alive, x-hop"));
-        client.append("x-hop", HeaderValue::from_static("1"));
-        client.append("x-b", HeaderValue::from_static("2"));
-        client.append("authorization", HeaderValue::from_static("Bearer c"));
-        client.append("origin", HeaderValue::from_static("http://o"));
-        client.append("traceparent", HeaderValue::from_static("client's"));
-        client.append("x-api-key", HeaderValue::from_static("client's"));
-        client.append("content-length", HeaderValue::from_static("2"));
-        client.append("x-b", HeaderValue::from_static("3"));
+        let client = map(&[
+            ("host", "proxy:8080"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("x-b", "2"),
+            ("authorization", "Bearer c"),
+            ("origin", "http://o"),
+            ("traceparent", "client's"),
+            ("x-api-key", "client's"),
+            ("content-length", "2"),
+            ("x-b", "3"),
+        ]);
         static CHECKED: [&HeaderName; 1] = [&http::header::ORIGIN];
         let passed = Passed::new(&client, &CHECKED);
         let mut added = HeaderMap::new();
