@@ -1673,7 +1673,7 @@ impl Report {
             let cpu = |o: &Outcome| o.per_op(0).map_or("?".into(), |v| format!("{v:.1}"));
             let _ = writeln!(
                 out,
-                "- The floor with heads read and written (`benches/support/floor/fields.rs`: each message taken out of its buffer as shared bytes, each head's fields made an `http::HeaderMap` of slices as the proxy's loops make it, copied for the upstream and written field by field; the same saturation rounds): {} req/s, CPU {} µs per call against the floor's {}; with each field written on as read, no map: {} req/s, {} µs — what the proxy's way with heads costs a hop, and what its maps do.",
+                "- The floor with heads read and written (`benches/support/floor/fields.rs`: each message taken out of its buffer as shared bytes, each head's fields made an `http::HeaderMap` of slices as the proxy's loops make it, the request's written on from it for the upstream (the fields that pass), the answer's written field by field; the same saturation rounds): {} req/s, CPU {} µs per call against the floor's {}; with each field written on as read, no map: {} req/s, {} µs — what the proxy's way with heads costs a hop, and what its maps do.",
                 thousands(h.rate()),
                 cpu(h),
                 cpu(f),

@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(h[name], value);
     }
 
-    /// The fields `passed` lets through, as a map, in the order they came.
+    /// The fields `passed` lets through, as a map, in the client map's order.
     fn through(passed: &Passed<'_>) -> HeaderMap {
         let mut out = HeaderMap::new();
         for (name, value) in passed.iter() {

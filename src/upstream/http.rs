@@ -274,26 +274,18 @@ impl HttpUpstream {
             }
             false => (None, body, None),
         };
-        let settings = &self.settings;
-        // As `request_to` does to a map: the client's `Authorization` taken off when
-        // withheld or exchanged (the exchanged one sent instead), the credentials' names
-        // always, their values set.
+        // The client's `Authorization` and the credentials' names are left out as its
+        // fields are written (`OwnFields::passing`); what goes in their place, here.
+        let left_out = self.leaves_out_authorization();
         let mut added = HeaderMap::new();
-        let authorization_left_out = settings.exchange.is_some() || settings.withhold_authorization;
-        if let Some(exchange) = &settings.exchange
-            && let Some(presented) = passed.get(&AUTHORIZATION)
-            && let Some(exchanged) = exchange.exchanged(presented)
-        {
-            added.insert(AUTHORIZATION, exchanged);
-        }
-        settings.credentials.apply(&mut added);
+        self.put_credentials(passed.get(&AUTHORIZATION).filter(|_| left_out), &mut added);
         let mut request = new_request(self.target.clone(), method, added, body);
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
         }
         let own = self
             .own_fields()
-            .passing(passed, authorization_left_out, &settings.credentials);
+            .passing(passed, left_out, &self.settings.credentials);
         self.send_spanned(request, span, &own).await
     }
 
@@ -351,22 +343,34 @@ impl HttpUpstream {
         mut forwarded: HeaderMap,
         body: Bytes,
     ) -> UpstreamRequest {
-        let settings = &self.settings;
         // No room reserved here: the transport's own fields are not put in the map
         // (`OwnFields`), and what may be (credentials, a trace context) grows it only
         // when it is there.
-        let presented = match (&settings.exchange, settings.withhold_authorization) {
-            (None, false) => None,
-            _ => forwarded.remove(AUTHORIZATION),
+        let presented = match self.leaves_out_authorization() {
+            false => None,
+            true => forwarded.remove(AUTHORIZATION),
         };
-        settings.credentials.strip(&mut forwarded);
-        if let (Some(exchange), Some(presented)) = (&settings.exchange, presented)
-            && let Some(exchanged) = exchange.exchanged(&presented)
-        {
-            forwarded.insert(AUTHORIZATION, exchanged);
-        }
-        settings.credentials.apply(&mut forwarded);
+        self.settings.credentials.strip(&mut forwarded);
+        self.put_credentials(presented.as_ref(), &mut forwarded);
         new_request(target, method, forwarded, body)
+    }
+
+    /// Whether a client's `Authorization` is kept from the upstream: it was for the
+    /// proxy (`auth.forward_token` off), or is exchanged for one for the upstream.
+    fn leaves_out_authorization(&self) -> bool {
+        self.settings.exchange.is_some() || self.settings.withhold_authorization
+    }
+
+    /// Puts in `headers` what the transport sends in place of the client's: the token
+    /// exchanged for the client's `presented` one (when it was left out and an exchange
+    /// knows it), then the credentials' values.
+    fn put_credentials(&self, presented: Option<&HeaderValue>, headers: &mut HeaderMap) {
+        if let (Some(exchange), Some(presented)) = (&self.settings.exchange, presented)
+            && let Some(exchanged) = exchange.exchanged(presented)
+        {
+            headers.insert(AUTHORIZATION, exchanged);
+        }
+        self.settings.credentials.apply(headers);
     }
 
     /// With traces on, what a POST of `body` is traced as. A 2026-07-28 server

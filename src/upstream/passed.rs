@@ -32,7 +32,7 @@ impl<'a> Passed<'a> {
     }
 
     /// Whether a field named `name` passes.
-    pub fn passes(&self, name: &HeaderName) -> bool {
+    fn passes(&self, name: &HeaderName) -> bool {
         !self.left_out.contains(name)
     }
 

@@ -10,7 +10,7 @@
 //! the proxy's handling of heads costs a hop, measured end to end.
 //!
 //! `floor-fields-raw` does the same with no map: each field written on as `httparse`
-//! found it unless its name is one the maps' copies always leave out (the hop-by-hop
+//! found it unless its name is one the proxy always leaves out (the hop-by-hop
 //! names, and on a request `Host`, `Content-Length`, `Origin` and the replicas'
 //! signature; names a `Connection` field lists are not looked for: the benchmark sends
 //! none) — what a representation of fields of the project's own would cost instead.
@@ -194,7 +194,7 @@ async fn hop(mut client: TcpStream, upstream: SocketAddr) -> std::io::Result<()>
     }
 }
 
-/// The hop-by-hop fields, which the maps' copies leave out both ways.
+/// The hop-by-hop fields, which the proxy leaves out both ways.
 const HOP_BY_HOP: [&[u8]; 9] = [
     b"connection",
     b"keep-alive",
