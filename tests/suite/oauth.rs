@@ -385,12 +385,10 @@ async fn a_reload_applies_new_keys_and_refuses_what_it_cannot() {
     assert_eq!(create(&proxy, &bearer(&ec)).await.status, 200);
 }
 
-/// An upstream that wants credentials of its own gets the proxy's (read from a file,
-/// again when it changes) and never the client's token, even with `forward_token`; an
-/// upstream configured without any gets the client's token only because
-/// `forward_token` says so, and never another upstream's credentials.
-#[tokio::test]
-async fn an_upstream_gets_its_own_credentials_never_the_clients_token() {
+/// A proxy in front of two recording demo servers: `keyed`, with credentials of its own
+/// (`Authorization` from a file holding `first-key`, `X-Api-Key` from a variable), and
+/// `open`, the default, with none; `auth.forward_token` on.
+async fn keyed_and_open() -> (DemoServer, DemoServer, ProxyProcess) {
     let keyed = recording_demo().await;
     let open = recording_demo().await;
     let dir = common::binary::WorkDir::new();
@@ -412,6 +410,16 @@ async fn an_upstream_gets_its_own_credentials_never_the_clients_token() {
         .env(&[("KEYED_API_KEY", "key-from-the-environment")])
         .start()
         .await;
+    (keyed, open, proxy)
+}
+
+/// An upstream that wants credentials of its own gets the proxy's (read from a file,
+/// again when it changes) and never the client's token, even with `forward_token`; an
+/// upstream configured without any gets the client's token only because
+/// `forward_token` says so, and never another upstream's credentials.
+#[tokio::test]
+async fn an_upstream_gets_its_own_credentials_never_the_clients_token() {
+    let (keyed, open, proxy) = keyed_and_open().await;
     let token = fixture_token("rsa-1");
     let mut headers = bearer(&token);
     // The client's own copy of a credential header never passes.
@@ -476,6 +484,47 @@ async fn an_upstream_gets_its_own_credentials_never_the_clients_token() {
         .await,
         "{:?}",
         seen(&keyed)
+    );
+}
+
+/// An old client passed through (its `initialize`, as it came, to a legacy upstream)
+/// gets the upstream's own credentials in place of its token and of its own copy of a
+/// credential header, as a session's requests do.
+#[tokio::test]
+async fn an_old_client_passed_through_carries_the_upstreams_credentials() {
+    let (keyed, _open, proxy) = keyed_and_open().await;
+    let mut headers = bearer(&fixture_token("rsa-1"));
+    headers.insert("x-api-key", HeaderValue::from_static("the-clients-guess"));
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "old", "version": "1"}}});
+    let answer = post_json(
+        &http_client(),
+        &proxy.url("/mcp/keyed"),
+        &initialize,
+        &headers,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.text);
+    // Passed through: the session id is the upstream's own, not one the proxy minted.
+    let session = answer.headers["mcp-session-id"].to_str().unwrap();
+    assert!(!session.starts_with("mcps_"), "{session}");
+    let passed: Vec<(Option<String>, Option<String>)> = keyed
+        .journal()
+        .into_iter()
+        .filter(|r| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["params"]["clientInfo"]["name"] == "old")
+        })
+        .map(|r| (r.authorization, r.api_key))
+        .collect();
+    assert_eq!(
+        passed,
+        [(
+            Some("Bearer first-key".to_owned()),
+            Some("key-from-the-environment".to_owned())
+        )]
     );
 }
 
