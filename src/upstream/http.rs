@@ -278,7 +278,13 @@ impl HttpUpstream {
         // fields are written (`OwnFields::passing`); what goes in their place, here.
         let left_out = self.leaves_out_authorization();
         let mut added = HeaderMap::new();
-        self.put_credentials(passed.get(&AUTHORIZATION).filter(|_| left_out), &mut added);
+        // Looked up only when it is left out (an exchange needs it).
+        let presented = if left_out {
+            passed.get(&AUTHORIZATION)
+        } else {
+            None
+        };
+        self.put_credentials(presented, &mut added);
         let mut request = new_request(self.target.clone(), method, added, body);
         if let Some(operation) = operation {
             request.extensions_mut().insert(operation);
