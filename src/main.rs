@@ -10,6 +10,9 @@ use mcp_session_proxy::config::{self, Config, LogFormat, Overrides};
 
 /// mimalloc: the request path allocates many small short-lived buffers across two
 /// threads; the benchmark's profile showed glibc malloc/free at ~10% of the proxy's CPU.
+/// mimalloc 3 (the crate's default) gives freed memory back as `overload` needs; the
+/// crate's aligned entry points send some sizes down its slow path, which only a shim
+/// of `unsafe` code avoids (benches/README.md, "The allocator's entry point").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
