@@ -103,18 +103,13 @@ pub fn to_client_in_session(headers: &mut HeaderMap) {
 }
 
 /// Upstream headers to pass to the client unchanged (legacy pass-through): the hop-by-hop
-/// ones taken off where they lie (a JSON answer with a length has none: then nothing is
-/// touched; a chunked one has its `Transfer-Encoding`).
-pub fn to_client_passthrough(headers: &mut HeaderMap) {
-    take_off(headers);
-}
-
-/// Takes the hop-by-hop fields and those a `Connection` field lists off `headers`,
-/// where they lie; a map with none of them (most) is only looked over once.
+/// ones and those a `Connection` field lists taken off where they lie; a map with none
+/// of them (most: a JSON answer with a length; a chunked one has its
+/// `Transfer-Encoding`) is only looked over once, and left untouched.
 /// Fields of one name keep their order; a field of another name may take the place of
 /// one taken off (`HeaderMap::remove` fills the gap with its last entry) — the order of
 /// fields with different names means nothing (RFC 9110 §5.3).
-fn take_off(headers: &mut HeaderMap) {
+pub fn to_client_passthrough(headers: &mut HeaderMap) {
     // Without a hop-by-hop field there is no `Connection` either, so nothing it lists.
     if !headers.keys().any(is_hop_by_hop) {
         return;
