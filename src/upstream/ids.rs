@@ -81,9 +81,32 @@ impl Hasher for KeyAsHash {
     }
 }
 
+/// The longest (upstream session, client id) key [`RenamedRequests`] hashes in one write;
+/// a longer one is hashed part by part.
+const KEY_IN_ONE: usize = 128;
+
 impl RenamedRequests {
     fn key(&self, session: &str, id: &IdValue<'_>) -> u64 {
-        self.keys.hash_one((session, id))
+        // One write of the key's bytes — the session, a byte no UTF-8 text holds (0xff),
+        // the id's kind and its value — rather than one per part (each of SipHash's
+        // writes pays for its own tail): the same key never spells another.
+        let (kind, value): (u8, &[u8]) = match id {
+            IdValue::Str(text) => (0, text.as_bytes()),
+            IdValue::Int(n) => (1, &n.to_le_bytes()),
+            IdValue::Float(bits) => (2, &bits.to_le_bytes()),
+        };
+        let len = session.len() + 2 + value.len();
+        if len > KEY_IN_ONE {
+            return self.keys.hash_one((session, id));
+        }
+        let mut bytes = [0u8; KEY_IN_ONE];
+        bytes[..session.len()].copy_from_slice(session.as_bytes());
+        bytes[session.len()] = 0xff;
+        bytes[session.len() + 1] = kind;
+        bytes[session.len() + 2..len].copy_from_slice(value);
+        let mut hasher = self.keys.build_hasher();
+        hasher.write(&bytes[..len]);
+        hasher.finish()
     }
 
     fn insert(self: &Arc<Self>, session: &str, client_id: &[u8], ours: u64) -> Option<Registered> {
@@ -377,6 +400,25 @@ mod tests {
         for key in [0, 5, u64::MAX, 0x9e37_79b9_7f4a_7c15] {
             assert_eq!(hashing.hash_one(key), key);
         }
+    }
+
+    #[test]
+    fn a_key_is_its_session_and_its_ids_value_and_nothing_else() {
+        let table = RenamedRequests::default();
+        let key =
+            |session: &str, id: &str| table.key(session, &IdValue::of(id.as_bytes()).unwrap());
+        // The same value, spelled another way: the same key.
+        assert_eq!(key("s1", r#""é""#), key("s1", r#""\u00e9""#));
+        assert_eq!(key("s1", "1"), key("s1", "1.0"));
+        // Where the session ends and the id begins is part of it, and so is the id's kind.
+        assert_ne!(key("s1", r#""23""#), key("s12", r#""3""#));
+        assert_ne!(key("s1", "7"), key("s1", r#""7""#));
+        assert_ne!(key("s1", "7"), key("s2", "7"));
+        // A session id too long for one write is hashed part by part, as the same key
+        // every time.
+        let long = "s".repeat(KEY_IN_ONE);
+        assert_eq!(key(&long, "7"), key(&long, "7.0"));
+        assert_ne!(key(&long, "7"), key(&long, "8"));
     }
 
     fn text(bytes: &[u8]) -> &str {
