@@ -9,6 +9,8 @@ use std::ops::Range;
 
 use serde_json::value::RawValue;
 
+use super::raw::string_ends;
+
 mod read;
 
 /// The members of a JSON object, in order, values raw.
@@ -154,12 +156,9 @@ pub fn string_object(members: &[(&str, &str)]) -> Vec<u8> {
 pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
-    // Most strings (ids, tokens, timestamps) need no escape: told by one pass without
-    // an early exit (which the compiler vectorizes), then copied whole.
-    let plain = !bytes.iter().fold(false, |seen, &b| {
-        seen | (b < 0x20) | (b == b'"') | (b == b'\\')
-    });
-    if plain {
+    // Most strings (ids, tokens, timestamps) need no escape: told at a glance, then
+    // copied whole.
+    if !needs_escape(bytes) {
         out.extend_from_slice(bytes);
         out.push(b'"');
         return;
@@ -186,6 +185,19 @@ pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// Whether `bytes` holds a byte a JSON string must escape: eight bytes at a time, the
+/// last eight read whole too (overlapping those before them) rather than byte by byte.
+fn needs_escape(bytes: &[u8]) -> bool {
+    let Some(last) = bytes.last_chunk::<8>() else {
+        return bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+    };
+    let (eights, _) = bytes.as_chunks::<8>();
+    eights
+        .iter()
+        .chain(std::iter::once(last))
+        .any(|eight| string_ends(u64::from_le_bytes(*eight)) != 0)
 }
 
 /// `value` with object keys sorted at every depth: one spelling for JSON values that

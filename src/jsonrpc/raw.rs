@@ -28,6 +28,23 @@ pub(super) fn skip_space(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// Of eight bytes of a JSON string (`word`, read little-endian: the first byte is the
+/// lowest), those that end a run of plain text — a quote, a backslash or a control
+/// character (below 0x20), which a string must escape — as the high bit of each: the
+/// lowest bit set names the first such byte, and none is set when there is none (bits
+/// above the first may be set by a borrow). `zero(x)` sets the high bit of each byte of
+/// `x` that is zero, and `word - SPACES` (masked with `!word`) that of each byte below
+/// 0x20; a borrow only ever moves up, into the bytes after the first such byte.
+pub(super) fn string_ends(word: u64) -> u64 {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    const QUOTES: u64 = u64::from_le_bytes([b'"'; 8]);
+    const BACKSLASHES: u64 = u64::from_le_bytes([b'\\'; 8]);
+    const SPACES: u64 = u64::from_le_bytes([0x20; 8]);
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+    (zero(word ^ QUOTES) | zero(word ^ BACKSLASHES) | (word.wrapping_sub(SPACES) & !word)) & HIGH
+}
+
 /// A deserializer of one JSON value whose text is already known to be valid.
 ///
 /// serde_json's `&RawValue` asks for a newtype struct and, through it, for a map of one

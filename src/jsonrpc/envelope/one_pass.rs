@@ -23,7 +23,7 @@ use std::borrow::Cow;
 
 use super::{KeptObjects, Wire};
 use crate::jsonrpc::RawObject;
-use crate::jsonrpc::raw::{known, skip_space};
+use crate::jsonrpc::raw::{known, skip_space, string_ends};
 
 /// The deepest nesting this reader follows (the envelope's object is 1): a bound on its
 /// own recursion. serde_json skips the values of members with a stack of its own and no
@@ -232,22 +232,8 @@ fn string_end(bytes: &[u8], at: usize) -> Option<(usize, bool)> {
 /// The first byte at or after `at` that is a quote, a backslash or a control character,
 /// or the end: eight bytes at a time, then byte by byte in the last seven.
 fn plain_end(bytes: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
-    const QUOTES: u64 = u64::from_le_bytes([b'"'; 8]);
-    const BACKSLASHES: u64 = u64::from_le_bytes([b'\\'; 8]);
-    const SPACES: u64 = u64::from_le_bytes([0x20; 8]);
     while let Some(eight) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        // The bytes in little-endian order: the first is the lowest. `zero(x)` sets the
-        // high bit of each byte of `x` that is zero, and `word - SPACES` (masked with
-        // `!word`) that of each byte below 0x20 — exactly for the lowest such byte: a
-        // borrow only ever moves up, into the bytes after it. So the lowest bit set
-        // names the first byte that ends the run.
-        let word = u64::from_le_bytes(*eight);
-        let zero = |x: u64| x.wrapping_sub(ONES) & !x;
-        let ends =
-            zero(word ^ QUOTES) | zero(word ^ BACKSLASHES) | (word.wrapping_sub(SPACES) & !word);
-        let ends = ends & HIGH;
+        let ends = string_ends(u64::from_le_bytes(*eight));
         if ends != 0 {
             return at + (ends.trailing_zeros() / 8) as usize;
         }

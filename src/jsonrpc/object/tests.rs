@@ -109,6 +109,45 @@ fn json_strings_are_escaped() {
 }
 
 #[test]
+fn json_strings_are_escaped_at_every_place() {
+    // Each character that needs an escape at each place of strings of every length up
+    // to 40 (shorter and longer than the eight bytes looked at together), among
+    // characters next to them and beyond ASCII.
+    let plain = ['a', ' ', '!', '#', '[', ']', '\u{7f}', 'é', '€'];
+    let specials = ['"', '\\', '\n', '\r', '\t', '\u{0}', '\u{8}', '\u{1f}'];
+    for len in 0..40 {
+        for special in std::iter::once(None).chain(specials.map(Some)) {
+            for place in 0..len.max(1) {
+                let text: String = (0..len)
+                    .map(|i| match special {
+                        Some(c) if i == place => c,
+                        _ => plain[i % plain.len()],
+                    })
+                    .collect();
+                let mut expected = String::from("\"");
+                for c in text.chars() {
+                    match c {
+                        '"' => expected.push_str("\\\""),
+                        '\\' => expected.push_str("\\\\"),
+                        '\n' => expected.push_str("\\n"),
+                        '\r' => expected.push_str("\\r"),
+                        '\t' => expected.push_str("\\t"),
+                        c if u32::from(c) < 0x20 => {
+                            expected.push_str(&format!("\\u{:04x}", u32::from(c)));
+                        }
+                        c => expected.push(c),
+                    }
+                }
+                expected.push('"');
+                let mut out = Vec::new();
+                write_json_str(&mut out, &text);
+                assert_eq!(String::from_utf8(out).unwrap(), expected, "{text:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn splice_replaces_exactly_the_raw_slice() {
     let whole = br#"{"id":1,"params":{"a":1},"tail":true}"#;
     #[derive(serde::Deserialize)]
