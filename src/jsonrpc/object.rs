@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use serde_json::value::RawValue;
 
-use super::raw::string_ends;
+use super::raw::{must_escape, string_ends};
 
 mod read;
 
@@ -191,7 +191,7 @@ pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
 /// last eight read whole too (overlapping those before them) rather than byte by byte.
 fn needs_escape(bytes: &[u8]) -> bool {
     let Some(last) = bytes.last_chunk::<8>() else {
-        return bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+        return bytes.iter().copied().any(must_escape);
     };
     let (eights, _) = bytes.as_chunks::<8>();
     eights

@@ -28,6 +28,12 @@ pub(super) fn skip_space(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// Whether a JSON string must escape `byte`: a quote, a backslash or a control character
+/// (below 0x20) — the bytes [`string_ends`] finds eight at a time.
+pub(super) fn must_escape(byte: u8) -> bool {
+    byte == b'"' || byte == b'\\' || byte < 0x20
+}
+
 /// Of eight bytes of a JSON string (`word`, read little-endian: the first byte is the
 /// lowest), those that end a run of plain text — a quote, a backslash or a control
 /// character (below 0x20), which a string must escape — as the high bit of each: the

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 
 use super::{KeptObjects, Wire};
 use crate::jsonrpc::RawObject;
-use crate::jsonrpc::raw::{known, skip_space, string_ends};
+use crate::jsonrpc::raw::{known, must_escape, skip_space, string_ends};
 
 /// The deepest nesting this reader follows (the envelope's object is 1): a bound on its
 /// own recursion. serde_json skips the values of members with a stack of its own and no
@@ -239,10 +239,7 @@ fn plain_end(bytes: &[u8], mut at: usize) -> usize {
         }
         at += 8;
     }
-    while let Some(&byte) = bytes.get(at) {
-        if byte == b'"' || byte == b'\\' || byte < 0x20 {
-            break;
-        }
+    while bytes.get(at).is_some_and(|&byte| !must_escape(byte)) {
         at += 1;
     }
     at
