@@ -405,8 +405,27 @@ impl Drop for Group {
     }
 }
 
-/// Runs `example` and says what is wrong, if anything.
+/// How many times an example is run when a port it was given was taken before it bound
+/// it (a free port is found by binding port 0 and letting it go: until the example binds
+/// it, another process of the suite may be given it).
+const PORT_RACE_RUNS: usize = 3;
+
+/// Runs `example` and says what is wrong, if anything; run again, with other ports, when
+/// it lost one of its ports to another process (its stderr says the address was in use).
 async fn check(example: &Example) -> Option<String> {
+    let mut problem = None;
+    for _ in 0..PORT_RACE_RUNS {
+        problem = check_once(example).await;
+        match &problem {
+            Some(text) if text.contains("address already in use") => continue,
+            _ => break,
+        }
+    }
+    problem
+}
+
+/// Runs `example` once and says what is wrong, if anything.
+async fn check_once(example: &Example) -> Option<String> {
     let mut script = example.uses.as_deref().map(used).unwrap_or_default();
     script.push_str(&example.script);
     let mut fixed = BTreeMap::new();
