@@ -232,8 +232,9 @@ per_call "$n" "$a" "$b" "$nstat"
 # the process microseconds, so the calls are counted by one too, in the same `perf stat`:
 # on `HttpUpstream::request_to`, which each `tools/call` passes once on either hop (the
 # proxy's /metrics would also count the calls made at full speed while the probes are
-# being placed). Allocations: mimalloc's entry points, as the global allocator calls
-# them. Memory moved: every call of libc's memcpy/memmove, with its length and where it
+# being placed). Allocations: the allocator's entry points the standard library calls —
+# `malloc`, `calloc`, `realloc` and `posix_memalign`, which mimalloc defines in the
+# executable (src/main.rs); a build from before that used `mimalloc`'s aligned ones. Memory moved: every call of libc's memcpy/memmove, with its length and where it
 # returns to (the calling function, found with addr2line in the proxy's executable);
 # glibc picks its implementation for the CPU (an IFUNC), which only its debugging
 # symbols name (Debian: libc6-dbg): a probe goes on each candidate found, and only the
@@ -257,7 +258,7 @@ if [ -n "$call_at" ]; then
     fi
 fi
 events=()
-for fn in mi_malloc_aligned mi_zalloc_aligned mi_realloc_aligned; do
+for fn in malloc calloc realloc posix_memalign mi_malloc_aligned mi_zalloc_aligned mi_realloc_aligned; do
     if perf probe -q -x "$bin" -a "mcpprofile:$fn=$fn" 2>/dev/null; then
         probes+=("mcpprofile:$fn")
         events+=("mcpprofile:$fn")
@@ -291,7 +292,7 @@ elif [ "${#events[@]}" -gt 0 ] || [ "${#moved[@]}" -gt 0 ]; then
         counted "$hop" "$n"
         if [ "${#events[@]}" -gt 0 ]; then
             echo "$hop: heap allocations per call (tools/call in 3 s under uprobes: $n)"
-            echo "$stat" | awk -F, -v n="$n" '$3 ~ /^mcpprofile:mi_/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
+            echo "$stat" | awk -F, -v n="$n" '$3 ~ /^mcpprofile:(mi_|malloc|calloc|realloc|posix_memalign)/ { sub(/.*:/, "", $3); printf "  %-20s %.1f\n", $3, $1 / n; total += $1 }
                 END { printf "  %-20s %.1f\n", "all", total / n }'
         fi
         if [ "${#moved[@]}" -gt 0 ]; then

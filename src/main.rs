@@ -10,11 +10,13 @@ use mcp_session_proxy::config::{self, Config, LogFormat, Overrides};
 
 /// mimalloc: the request path allocates many small short-lived buffers across two
 /// threads; the benchmark's profile showed glibc malloc/free at ~10% of the proxy's CPU.
-/// mimalloc 3 (the crate's default) gives freed memory back as `overload` needs; the
-/// crate's aligned entry points send some sizes down its slow path, which only a shim
-/// of `unsafe` code avoids (benches/README.md, "The allocator's entry point").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// It takes the C library's place (`libmimalloc-sys`'s `override`: its `malloc`, `free`,
+/// `posix_memalign`… are the process's), and the standard library's own allocator calls
+/// it — through the plain entry points for every alignment up to 16, its fast path,
+/// rather than the aligned ones a `#[global_allocator]` of the `mimalloc` crate calls
+/// for every allocation (benches/README.md, "The allocator's entry point"). mimalloc 3
+/// gives freed memory back as `overload` needs.
+use libmimalloc_sys as _;
 
 /// A reverse proxy in front of MCP servers of every era (2025-11-25, 2026-07-28, HTTP+SSE,
 /// stdio): every client reaches every server — data-layer sessions, 2026-07-28 stateless
