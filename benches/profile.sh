@@ -14,7 +14,7 @@
 #            accounting: utime, stime), task-clock, context switches, system calls, and
 #            the bytes written through write/writev (/proc/PID/io wchar, which counts
 #            neither recv nor send: the proxy's own HTTP/1.1 loops write with send);
-#   round 2: heap allocations per call (the proxy only: uprobes on mimalloc's allocation
+#   round 2: heap allocations per call (the proxy only: uprobes on the allocator's
 #            entry points, counted by `perf stat`; uprobes slow the process, not the count),
 #            then memory moved per call: libc's memcpy/memmove calls, bytes, the
 #            functions that call them most, the lengths moved most and the sites that
@@ -229,20 +229,23 @@ echo "nginx: tools/call in 3 s (from its window's rate, $nrate req/s): $n"
 per_call "$n" "$a" "$b" "$nstat"
 
 # Round 2: heap allocations and memory moved per call, counted by uprobes. A uprobe costs
-# the process microseconds, so the calls are counted by one too, in the same `perf stat`:
-# on `HttpUpstream::request_to`, which each `tools/call` passes once on either hop (the
-# proxy's /metrics would also count the calls made at full speed while the probes are
-# being placed). Allocations: the allocator's entry points the standard library calls —
-# `malloc`, `calloc`, `realloc` and `posix_memalign`, which mimalloc defines in the
-# executable (src/main.rs); a build from before that used `mimalloc`'s aligned ones. Memory moved: every call of libc's memcpy/memmove, with its length and where it
+# the process microseconds, so the calls are counted by one too, in the same `perf stat`
+# (the proxy's /metrics would also count the calls made at full speed while the probes
+# are being placed): on `exchange::encode_request`, which writes the head of each
+# request to the upstream, once per `tools/call` on either hop. (`HttpUpstream::request_to`,
+# counted before, is no longer on the hop alone's path: its fields pass from the
+# client's own map.) Allocations: the entry points the standard library's allocator
+# calls — `malloc`, `calloc`, `realloc`, `posix_memalign`, which mimalloc defines in the
+# executable (src/main.rs) — and, for builds from before, the `mimalloc` crate's aligned
+# ones. Memory moved: every call of libc's memcpy/memmove, with its length and where it
 # returns to (the calling function, found with addr2line in the proxy's executable);
 # glibc picks its implementation for the CPU (an IFUNC), which only its debugging
 # symbols name (Debian: libc6-dbg): a probe goes on each candidate found, and only the
 # chosen one fires.
 bin=$(readlink -f "/proc/$(proxy_pid)/exe")
-# The counting probe's place: `HttpUpstream::request_to`'s address in the executable's
+# The counting probe's place: `exchange::encode_request`'s address in the executable's
 # file (perf probe takes no Rust path), its symbol's address less its segment's shift.
-call_at=$(nm "$bin" 2>/dev/null | awk '$2 ~ /^[tT]$/ && $3 ~ /HttpUpstream10request_to/ && !found {print $1; found = 1}' || true)
+call_at=$(nm "$bin" 2>/dev/null | awk '$2 ~ /^[tT]$/ && $3 ~ /8exchange14encode_request/ && !found {print $1; found = 1}' || true)
 if [ -n "$call_at" ]; then
     # The text segment's address less its file offset (readelf: Offset, VirtAddr).
     shift_by=$(readelf -lW "$bin" | awk '$1 == "LOAD" && $0 ~ / R E / && !found {print $3, $2; found = 1}' |
@@ -278,7 +281,7 @@ done
 [ "${#moved[@]}" -gt 0 ] ||
     echo "memory moved: no uprobe could be placed on libc's memmove in $libc (its symbols: apt-get install libc6-dbg)"
 if [ -z "$call_at" ]; then
-    echo "round 2: no uprobe could be placed on HttpUpstream::request_to in $bin to count the calls: skipped"
+    echo "round 2: no uprobe could be placed on exchange::encode_request in $bin to count the calls: skipped"
 elif [ "${#events[@]}" -gt 0 ] || [ "${#moved[@]}" -gt 0 ]; then
     for hop in proxy "proxy pass-through"; do
         window 2 "$hop"
